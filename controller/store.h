@@ -1,0 +1,92 @@
+// Store: the controller's durable state in SQLite (WAL mode).
+//
+// Holds jobs, runs, nodes, checkpoints and the append-only event history. Every state change
+// is one transaction (Commit), so a crash at any point leaves either all of a change or none of
+// it. The schema is versioned (PRAGMA user_version) and migrated forward on Open.
+//
+// Queryable fields (state, labels, times) are columns; each row also keeps the full proto so
+// that fields added later round-trip without a migration.
+//
+// Thread-safety: not thread-safe. The controller calls it only from its io_context thread.
+#ifndef DHP_CONTROLLER_STORE_H_
+#define DHP_CONTROLLER_STORE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "dhp/v1/job.pb.h"
+#include "dhp/v1/node.pb.h"
+
+namespace dhp::controller {
+
+class SqliteDb;
+
+// One state change of a job: the job row, the runs it touches and the events it records.
+struct JobWrite {
+  v1::Job job;                    // the whole row after the change
+  bool create = false;            // insert (ALREADY_EXISTS if the id is taken) or update
+                                  // (NOT_FOUND if missing)
+  std::vector<v1::Run> runs;      // inserted or replaced by (job_id, attempt)
+  std::vector<v1::Event> events;  // appended; ids are assigned by the store
+};
+
+struct JobQuery {
+  std::vector<v1::JobState> states;           // any of; empty: all
+  std::map<std::string, std::string> labels;  // all must match
+  int limit = 50;
+  int64_t before_seq = 0;                     // page: only jobs older than this; 0: newest
+};
+
+struct JobPage {
+  std::vector<v1::Job> jobs;                  // newest first
+  int64_t next_before_seq = 0;                // 0 when there are no more
+};
+
+class Store {
+ public:
+  // Opens (creating if needed) the database at `path` (":memory:" for tests), enables WAL and
+  // foreign keys, and migrates the schema to the newest version.
+  static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
+  ~Store();
+
+  int schema_version() const;
+
+  // Applies the change in one transaction. Returns the appended events with their ids.
+  absl::StatusOr<std::vector<v1::Event>> Commit(const JobWrite& write);
+
+  absl::StatusOr<v1::Job> GetJob(const std::string& job_id);  // NOT_FOUND names the id
+  absl::StatusOr<JobPage> ListJobs(const JobQuery& query);
+  std::vector<v1::Run> ListRuns(const std::string& job_id);  // by attempt, ascending
+  std::map<v1::JobState, int64_t> CountJobsByState();
+
+  // Nodes: insert or replace, with events, in one transaction.
+  absl::StatusOr<std::vector<v1::Event>> PutNode(const v1::Node& node,
+                                                 const std::vector<v1::Event>& events);
+  absl::StatusOr<v1::Node> GetNode(const std::string& node_id);
+  std::vector<v1::Node> ListNodes();  // by id
+
+  // Checkpoints. AddCheckpoint returns the stored record with its id.
+  absl::StatusOr<v1::Checkpoint> AddCheckpoint(const v1::Checkpoint& ckpt,
+                                               const std::vector<v1::Event>& events);
+  std::vector<v1::Checkpoint> ListCheckpoints(const std::string& job_id);  // by step, ascending
+  absl::Status DeleteCheckpoint(int64_t id);
+
+  // Events with id > after_id, ascending; job_id empty: all events.
+  std::vector<v1::Event> ListEvents(const std::string& job_id, int64_t after_id, int limit);
+  int64_t LastEventId();
+
+ private:
+  explicit Store(std::unique_ptr<SqliteDb> db);
+  absl::Status Migrate();
+
+  std::unique_ptr<SqliteDb> db_;
+};
+
+}  // namespace dhp::controller
+
+#endif  // DHP_CONTROLLER_STORE_H_
