@@ -38,7 +38,7 @@ struct JobWrite {
 struct JobQuery {
   std::vector<v1::JobState> states;           // any of; empty: all
   std::map<std::string, std::string> labels;  // all must match
-  int limit = 50;
+  int limit = 50;                             // 0: the default (50); negative: INVALID_ARGUMENT
   int64_t before_seq = 0;                     // page: only jobs older than this; 0: newest
 };
 
@@ -55,6 +55,8 @@ class Store {
   ~Store();
 
   int schema_version() const;
+  // The schema version this code migrates to (the newest it knows).
+  static int LatestSchemaVersion();
 
   // Applies the change in one transaction. Returns the appended events with their ids.
   absl::StatusOr<std::vector<v1::Event>> Commit(const JobWrite& write);
@@ -76,7 +78,7 @@ class Store {
   std::vector<v1::Checkpoint> ListCheckpoints(const std::string& job_id);  // by step, ascending
   absl::Status DeleteCheckpoint(int64_t id);
 
-  // Events with id > after_id, ascending; job_id empty: all events.
+  // Events with id > after_id, ascending; job_id empty: all events. limit <= 0: no limit.
   std::vector<v1::Event> ListEvents(const std::string& job_id, int64_t after_id, int limit);
   int64_t LastEventId();
 
