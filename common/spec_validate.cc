@@ -1,0 +1,367 @@
+#include "common/spec_validate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/model_presets.h"
+#include "common/proto_yaml.h"
+
+namespace dhp {
+namespace {
+
+// Defaults filled in for omitted fields; the stored spec carries them explicitly.
+constexpr int kMaxNameLength = 63;
+constexpr double kDefaultLearningRate = 1e-5;
+constexpr double kDefaultGradClipNorm = 1.0;
+constexpr uint64_t kDefaultSeed = 42;
+constexpr int64_t kDefaultMinPixels = 3136;       // 56 x 56, the processor's default
+constexpr int64_t kDefaultMaxPixels = 12845056;   // the processor's default
+constexpr int32_t kDefaultMaxSeqLen = 8192;
+constexpr int32_t kDefaultKeepLatest = 3;
+constexpr char kNameRule[] =
+    "use 1-63 characters from a-z, 0-9, '-', '_' and '.', starting with a letter or digit";
+
+std::string Quote(const std::string& s) { return "\"" + absl::Utf8SafeCEscape(s) + "\""; }
+
+bool ValidNameChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
+}
+
+// Collects "field: message" errors in the order the checks run (field order of the spec).
+class Errors {
+ public:
+  void Add(const std::string& field, const std::string& message) {
+    list_.push_back(absl::StrCat(field, ": ", message));
+  }
+  absl::Status ToStatus() const {
+    if (list_.empty()) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrJoin(list_, "; "));
+  }
+
+ private:
+  std::vector<std::string> list_;
+};
+
+// True when the name is valid.
+bool CheckName(const std::string& name, Errors& errors) {
+  if (name.empty()) {
+    errors.Add("name", absl::StrCat("is required; ", kNameRule));
+    return false;
+  }
+  bool ok = name.size() <= kMaxNameLength &&
+            ((name[0] >= 'a' && name[0] <= 'z') || (name[0] >= '0' && name[0] <= '9'));
+  for (char c : name) ok = ok && ValidNameChar(c);
+  if (!ok) errors.Add("name", absl::StrCat(Quote(name), " is not a valid job name; ", kNameRule));
+  return ok;
+}
+
+// Checks a stage's degree against a count it must divide ("the 16 attention heads of ...").
+void CheckDivides(const std::string& field, int degree, int count, const std::string& what,
+                  Errors& errors) {
+  if (count % degree != 0) {
+    errors.Add(field, absl::StrCat(degree, " does not divide the ", count, " ", what));
+  }
+}
+
+void NormalizeVision(v1::VisionStageSpec& vision, const ModelPreset* preset, Errors& errors) {
+  if (vision.parallelism() == v1::PARALLELISM_UNSPECIFIED) {
+    vision.set_parallelism(v1::PARALLELISM_NONE);
+  }
+  if (!vision.has_degree()) vision.set_degree(1);
+  if (!vision.has_zero_stage()) {
+    vision.set_zero_stage(vision.parallelism() == v1::PARALLELISM_SEQUENCE ? 1 : 0);
+  }
+  if (vision.dtype() == v1::DTYPE_UNSPECIFIED) vision.set_dtype(v1::DTYPE_BF16);
+
+  const int degree = vision.degree();
+  if (degree < 1) {
+    errors.Add("vision.degree", absl::StrCat(degree, " must be at least 1"));
+  } else if (degree > 1 && vision.parallelism() == v1::PARALLELISM_NONE) {
+    errors.Add("vision.degree", absl::StrCat(degree, " needs parallelism sequence or tensor "
+                                                     "(vision.parallelism is none)"));
+  } else if (preset != nullptr && vision.parallelism() != v1::PARALLELISM_NONE) {
+    const std::string of = absl::StrCat("of the ", preset->name, " vision encoder");
+    CheckDivides("vision.degree", degree, preset->vision.num_heads,
+                 absl::StrCat("attention heads ", of), errors);
+    if (vision.parallelism() == v1::PARALLELISM_TENSOR) {
+      CheckDivides("vision.degree", degree, preset->vision.intermediate_size,
+                   absl::StrCat("MLP width (intermediate_size) ", of), errors);
+    }
+  }
+  if (vision.zero_stage() != 0 && vision.zero_stage() != 1) {
+    errors.Add("vision.zero_stage", absl::StrCat(vision.zero_stage(),
+                                                 " is not supported; dhp implements ZeRO stage "
+                                                 "0 or 1"));
+  }
+}
+
+void NormalizeText(v1::TextStageSpec& text, const ModelPreset* preset, Errors& errors) {
+  if (text.parallelism() == v1::PARALLELISM_UNSPECIFIED) {
+    text.set_parallelism(v1::PARALLELISM_NONE);
+  }
+  if (!text.has_degree()) text.set_degree(1);
+  if (text.dtype() == v1::DTYPE_UNSPECIFIED) text.set_dtype(v1::DTYPE_BF16);
+
+  if (text.parallelism() == v1::PARALLELISM_SEQUENCE) {
+    errors.Add("text.parallelism",
+               "sequence is not supported for the text stage; use none or tensor");
+  }
+  const int degree = text.degree();
+  if (degree < 1) {
+    errors.Add("text.degree", absl::StrCat(degree, " must be at least 1"));
+  } else if (degree > 1 && text.parallelism() == v1::PARALLELISM_NONE) {
+    errors.Add("text.degree",
+               absl::StrCat(degree, " needs parallelism tensor (text.parallelism is none)"));
+  } else if (preset != nullptr && text.parallelism() == v1::PARALLELISM_TENSOR) {
+    const TextConfig& t = preset->text;
+    CheckDivides("text.degree", degree, t.num_heads,
+                 absl::StrCat("attention heads of ", preset->name), errors);
+    if (t.num_kv_heads % degree != 0 && degree % t.num_kv_heads != 0) {
+      errors.Add("text.degree",
+                 absl::StrCat(degree, " does not divide the ", t.num_kv_heads, " KV heads of ",
+                              preset->name, " and is not a multiple of them"));
+    }
+    CheckDivides("text.degree", degree, t.intermediate_size,
+                 absl::StrCat("MLP width (intermediate_size) of ", preset->name), errors);
+  }
+}
+
+bool FiniteNonNegative(const std::string& field, double v, Errors& errors) {
+  if (!std::isfinite(v)) {
+    errors.Add(field, absl::StrCat(v, " must be a finite number"));
+    return false;
+  }
+  if (v < 0) {
+    errors.Add(field, absl::StrCat(v, " must not be negative"));
+    return false;
+  }
+  return true;
+}
+
+void NormalizeTraining(v1::TrainingSpec& t, int data_parallel_size, Errors& errors) {
+  // One sample per replica; an invalid data_parallel_size is reported on its own.
+  if (!t.has_batch_size()) t.set_batch_size(std::max(data_parallel_size, 1));
+  if (!t.has_learning_rate()) t.set_learning_rate(kDefaultLearningRate);
+  if (t.schedule() == v1::LR_SCHEDULE_UNSPECIFIED) t.set_schedule(v1::LR_SCHEDULE_COSINE);
+  if (!t.has_warmup_steps()) t.set_warmup_steps(0);
+  if (!t.has_weight_decay()) t.set_weight_decay(0.0);
+  if (!t.has_grad_clip_norm()) t.set_grad_clip_norm(kDefaultGradClipNorm);
+  if (!t.has_seed()) t.set_seed(kDefaultSeed);
+  if (!t.has_min_learning_rate()) t.set_min_learning_rate(0.0);
+
+  if (t.batch_size() < 1) {
+    errors.Add("training.batch_size", absl::StrCat(t.batch_size(), " must be at least 1"));
+  } else if (data_parallel_size >= 1 && t.batch_size() % data_parallel_size != 0) {
+    errors.Add("training.batch_size",
+               absl::StrCat(t.batch_size(), " is not divisible by data_parallel_size ",
+                            data_parallel_size));
+  }
+  const bool lr_ok = std::isfinite(t.learning_rate()) && t.learning_rate() > 0;
+  if (!lr_ok) {
+    errors.Add("training.learning_rate",
+               absl::StrCat(t.learning_rate(), " must be positive and finite"));
+  }
+  if (t.warmup_steps() < 0) {
+    errors.Add("training.warmup_steps", absl::StrCat(t.warmup_steps(), " must not be negative"));
+  }
+  FiniteNonNegative("training.weight_decay", t.weight_decay(), errors);
+  FiniteNonNegative("training.grad_clip_norm", t.grad_clip_norm(), errors);
+
+  bool length_ok = true;
+  if (t.max_steps() < 0) {
+    errors.Add("training.max_steps", absl::StrCat(t.max_steps(), " must not be negative"));
+    length_ok = false;
+  }
+  if (t.epochs() < 0) {
+    errors.Add("training.epochs", absl::StrCat(t.epochs(), " must not be negative"));
+    length_ok = false;
+  }
+  if (length_ok && t.max_steps() > 0 && t.epochs() > 0) {
+    errors.Add("training", absl::StrCat("set exactly one of max_steps and epochs, not both "
+                                        "(max_steps ", t.max_steps(), ", epochs ", t.epochs(),
+                                        ")"));
+  } else if (length_ok && t.max_steps() == 0 && t.epochs() == 0) {
+    errors.Add("training", "set exactly one of max_steps and epochs; neither is set");
+  }
+  if (FiniteNonNegative("training.min_learning_rate", t.min_learning_rate(), errors) && lr_ok &&
+      t.min_learning_rate() > t.learning_rate()) {
+    errors.Add("training.min_learning_rate",
+               absl::StrCat(t.min_learning_rate(), " exceeds learning_rate ", t.learning_rate()));
+  }
+}
+
+void NormalizeData(v1::DataSpec& data, Errors& errors) {
+  if (!data.has_min_pixels()) data.set_min_pixels(kDefaultMinPixels);
+  if (!data.has_max_pixels()) data.set_max_pixels(kDefaultMaxPixels);
+  if (!data.has_max_seq_len()) data.set_max_seq_len(kDefaultMaxSeqLen);
+
+  std::set<std::string> registered_sorted;
+  for (const auto& [name, source] : data.registry()) registered_sorted.insert(name);
+  const std::string registered =
+      registered_sorted.empty() ? "none" : absl::StrJoin(registered_sorted, ", ");
+  if (data.datasets().empty()) {
+    errors.Add("data.datasets", absl::StrCat("at least one dataset is required; registered: ",
+                                             registered));
+  }
+  std::set<std::string> listed;
+  for (int i = 0; i < data.datasets_size(); ++i) {
+    const std::string& name = data.datasets(i);
+    const std::string field = absl::StrCat("data.datasets[", i, "]");
+    if (data.registry().count(name) == 0) {
+      errors.Add(field, absl::StrCat(Quote(name), " is not in data.registry; registered: ",
+                                     registered));
+    } else if (!listed.insert(name).second) {
+      errors.Add(field, absl::StrCat(Quote(name), " is listed more than once"));
+    }
+  }
+  // Map order is unspecified: visit entries by name so that errors come out in a stable order.
+  for (const std::string& name : registered_sorted) {
+    v1::DatasetSource& source = (*data.mutable_registry())[name];
+    const std::string field = absl::StrCat("data.registry.", name);
+    if (name.empty()) errors.Add("data.registry", "dataset names must not be empty");
+    if (!source.has_weight()) source.set_weight(1.0);
+    if (source.annotation_path().empty()) errors.Add(field + ".annotation_path", "is required");
+    if (!(std::isfinite(source.weight()) && source.weight() > 0)) {
+      errors.Add(field + ".weight", absl::StrCat(source.weight(), " must be positive"));
+    }
+  }
+  bool pixels_ok = true;
+  if (data.min_pixels() < 1) {
+    errors.Add("data.min_pixels", absl::StrCat(data.min_pixels(), " must be positive"));
+    pixels_ok = false;
+  }
+  if (data.max_pixels() < 1) {
+    errors.Add("data.max_pixels", absl::StrCat(data.max_pixels(), " must be positive"));
+    pixels_ok = false;
+  }
+  if (pixels_ok && data.min_pixels() > data.max_pixels()) {
+    errors.Add("data.min_pixels", absl::StrCat(data.min_pixels(), " exceeds data.max_pixels ",
+                                               data.max_pixels()));
+  }
+  if (data.max_seq_len() < 1) {
+    errors.Add("data.max_seq_len", absl::StrCat(data.max_seq_len(), " must be positive"));
+  }
+}
+
+// Lexical normalisation of a '/'-separated path: drops "." and empty parts, resolves "..".
+// Returns false when ".." climbs above the start. Absolute paths keep their leading '/'.
+bool NormalizePath(const std::string& path, std::vector<std::string>* parts) {
+  parts->clear();
+  for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
+    if (part == ".") continue;
+    if (part == "..") {
+      if (parts->empty()) return false;
+      parts->pop_back();
+      continue;
+    }
+    parts->emplace_back(part);
+  }
+  return true;
+}
+
+void NormalizeCheckpoint(v1::CheckpointSpec& ckpt, const std::string& job_name,
+                         const SpecOptions& options, Errors& errors) {
+  if (!ckpt.has_keep_latest()) ckpt.set_keep_latest(kDefaultKeepLatest);
+  if (ckpt.directory().empty()) ckpt.set_directory(job_name);
+
+  if (ckpt.every_steps() < 0) {
+    errors.Add("checkpoint.every_steps",
+               absl::StrCat(ckpt.every_steps(), " must not be negative"));
+  }
+  if (ckpt.keep_latest() < 1) {
+    errors.Add("checkpoint.keep_latest",
+               absl::StrCat(ckpt.keep_latest(), " must be at least 1"));
+  }
+  const std::string& dir = ckpt.directory();
+  if (dir.empty()) return;  // no valid name either; "name" already carries the error
+  const std::string root = options.checkpoint_root;
+  const std::string escapes =
+      absl::StrCat(Quote(dir), " escapes the checkpoint root",
+                   root.empty() ? std::string() : absl::StrCat(" ", root));
+  std::vector<std::string> parts;
+  if (dir[0] == '/') {
+    std::vector<std::string> root_parts;
+    if (root.empty() || root[0] != '/') {
+      errors.Add("checkpoint.directory",
+                 absl::StrCat(Quote(dir), " must be relative to the checkpoint root"));
+      return;
+    }
+    bool inside = NormalizePath(dir, &parts) && NormalizePath(root, &root_parts) &&
+                  parts.size() >= root_parts.size() &&
+                  std::equal(root_parts.begin(), root_parts.end(), parts.begin());
+    if (!inside) {
+      errors.Add("checkpoint.directory", escapes);
+      return;
+    }
+    parts.erase(parts.begin(), parts.begin() + root_parts.size());
+  } else if (!NormalizePath(dir, &parts)) {
+    errors.Add("checkpoint.directory", escapes);
+    return;
+  }
+  if (parts.empty()) {
+    errors.Add("checkpoint.directory",
+               absl::StrCat(Quote(dir), " is the checkpoint root itself; name a subdirectory"));
+    return;
+  }
+  ckpt.set_directory(absl::StrJoin(parts, "/"));
+}
+
+}  // namespace
+
+absl::Status NormalizeAndValidateSpec(v1::JobSpec* spec, const SpecOptions& options) {
+  Errors errors;
+  const bool name_ok = CheckName(spec->name(), errors);
+  for (const auto& [key, value] : spec->labels()) {
+    if (key.empty()) errors.Add("labels", "label keys must not be empty");
+  }
+
+  const ModelPreset* preset = nullptr;
+  const std::string known = absl::StrJoin(ModelPresetNames(), ", ");
+  if (spec->model().preset().empty()) {
+    errors.Add("model.preset", absl::StrCat("is required; known presets: ", known));
+  } else {
+    preset = FindModelPreset(spec->model().preset());
+    if (preset == nullptr) {
+      errors.Add("model.preset", absl::StrCat("unknown preset ", Quote(spec->model().preset()),
+                                              "; known presets: ", known));
+    }
+  }
+  NormalizeVision(*spec->mutable_vision(), preset, errors);
+  NormalizeText(*spec->mutable_text(), preset, errors);
+
+  if (!spec->has_data_parallel_size()) spec->set_data_parallel_size(1);
+  if (spec->data_parallel_size() < 1) {
+    errors.Add("data_parallel_size",
+               absl::StrCat(spec->data_parallel_size(), " must be at least 1"));
+  }
+  if (spec->placement() == v1::PLACEMENT_UNSPECIFIED) {
+    spec->set_placement(v1::PLACEMENT_COLLOCATE);
+  }
+  NormalizeTraining(*spec->mutable_training(), spec->data_parallel_size(), errors);
+  NormalizeData(*spec->mutable_data(), errors);
+  // The directory defaults to the job name; an invalid name is reported once, under "name".
+  NormalizeCheckpoint(*spec->mutable_checkpoint(), name_ok ? spec->name() : "", options, errors);
+  if (spec->restart().max_restarts() < 0) {
+    errors.Add("restart.max_restarts",
+               absl::StrCat(spec->restart().max_restarts(), " must not be negative"));
+  }
+  return errors.ToStatus();
+}
+
+absl::StatusOr<v1::JobSpec> ParseJobSpec(std::string_view text, const SpecOptions& options) {
+  v1::JobSpec spec;
+  absl::Status status = ParseProtoYaml(text, &spec);
+  if (!status.ok()) return status;
+  status = NormalizeAndValidateSpec(&spec, options);
+  if (!status.ok()) return status;
+  return spec;
+}
+
+}  // namespace dhp
