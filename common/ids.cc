@@ -1,0 +1,22 @@
+#include "common/ids.h"
+
+#include <cstdio>
+#include <mutex>
+#include <random>
+
+namespace dhp {
+
+std::string NewId(const std::string& prefix) {
+  static std::mutex mu;  // guards gen
+  static std::mt19937_64 gen{std::random_device{}()};
+  uint64_t bits;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    bits = gen() & 0xffffffffffffULL;
+  }
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%012llx", static_cast<unsigned long long>(bits));
+  return prefix + "-" + buf;
+}
+
+}  // namespace dhp

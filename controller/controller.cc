@@ -1,0 +1,296 @@
+#include "controller/controller.h"
+
+#include <future>
+
+#include "boost/asio/post.hpp"
+#include "common/logging.h"
+#include "common/proto_enum.h"
+#include "controller/job_state_machine.h"
+
+namespace dhp::controller {
+namespace {
+
+constexpr int kWatchBatch = 1000;
+constexpr int kWatchPollMs = 500;
+
+}  // namespace
+
+Controller::Controller(Store& store, const Clock& clock, MetricsRegistry& metrics,
+                       ControllerOptions options)
+    : store_(store),
+      metrics_(metrics),
+      options_(options),
+      jobs_(store, clock, options.spec),
+      nodes_(store, clock, options.nodes),
+      jobs_by_state_(metrics.AddGauge("dhp_jobs", "Jobs by state.", {"state"})),
+      nodes_by_state_(metrics.AddGauge("dhp_nodes", "Registered nodes by state.", {"state"})),
+      events_total_(metrics.AddCounter("dhp_events_total",
+                                       "Events recorded since the controller started.",
+                                       {"type"})),
+      work_(boost::asio::make_work_guard(io_)),
+      heartbeat_timer_(io_) {
+  last_event_id_ = store_.LastEventId();
+  metrics_.AddCollector([this] { CollectGauges(); });
+}
+
+Controller::~Controller() { Stop(); }
+
+void Controller::Start() {
+  loop_ = std::thread([this] { io_.run(); });
+  loop_id_ = loop_.get_id();
+  boost::asio::post(io_, [this] { ScheduleHeartbeatCheck(); });
+}
+
+void Controller::Stop() {
+  if (stopped_.exchange(true)) return;
+  events_cv_.notify_all();
+  boost::asio::post(io_, [this] { heartbeat_timer_.cancel(); });
+  work_.reset();
+  io_.stop();
+  if (loop_.joinable()) loop_.join();
+}
+
+absl::Status Controller::OnLoop(const std::function<absl::Status()>& fn) {
+  if (stopped_) return absl::UnavailableError("the controller is shutting down");
+  if (std::this_thread::get_id() == loop_id_) return fn();
+  auto task = std::make_shared<std::packaged_task<absl::Status()>>(fn);
+  std::future<absl::Status> result = task->get_future();
+  boost::asio::post(io_, [task] { (*task)(); });
+  while (result.wait_for(std::chrono::milliseconds(200)) != std::future_status::ready) {
+    if (stopped_) return absl::UnavailableError("the controller is shutting down");
+  }
+  return result.get();
+}
+
+void Controller::Publish(const std::vector<v1::Event>& events) {
+  if (events.empty()) return;
+  for (const v1::Event& e : events) {
+    events_total_.WithLabels({e.type()}).Inc();
+    DHP_LOG(INFO) << "event " << e.id() << " " << e.type() << " "
+                  << (e.job_id().empty() ? e.node_id() : e.job_id()) << " " << e.from_state()
+                  << " -> " << e.to_state() << ": " << e.reason();
+  }
+  {
+    std::lock_guard<std::mutex> lock(events_mu_);
+    last_event_id_ = std::max(last_event_id_, events.back().id());
+  }
+  events_cv_.notify_all();
+}
+
+void Controller::WaitForEventsAfter(int64_t seen, int ms) {
+  std::unique_lock<std::mutex> lock(events_mu_);
+  events_cv_.wait_for(lock, std::chrono::milliseconds(ms),
+                      [&] { return last_event_id_ > seen || stopped_; });
+}
+
+void Controller::ScheduleHeartbeatCheck() {
+  heartbeat_timer_.expires_after(std::chrono::milliseconds(options_.heartbeat_check_ms));
+  heartbeat_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || stopped_) return;
+    std::vector<v1::Event> events;
+    absl::Status s = nodes_.CheckHeartbeats(&events);
+    if (!s.ok()) DHP_LOG(ERROR) << "heartbeat check failed: " << s;
+    Publish(events);
+    ScheduleHeartbeatCheck();
+  });
+}
+
+// ---- jobs ----------------------------------------------------------------------------------
+
+absl::Status Controller::SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJobResponse* resp) {
+  return OnLoop([&] {
+    std::vector<v1::Event> events;
+    absl::Status s = jobs_.Submit(req, resp, &events);
+    Publish(events);
+    return s;
+  });
+}
+
+absl::Status Controller::GetJob(const v1::GetJobRequest& req, v1::GetJobResponse* resp) {
+  return OnLoop([&] { return jobs_.Get(req, resp); });
+}
+
+absl::Status Controller::ListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp) {
+  return OnLoop([&] { return jobs_.List(req, resp); });
+}
+
+absl::Status Controller::CancelJob(const v1::CancelJobRequest& req, v1::CancelJobResponse* resp) {
+  return OnLoop([&] {
+    std::vector<v1::Event> events;
+    absl::Status s = jobs_.Cancel(req, resp, &events);
+    Publish(events);
+    return s;
+  });
+}
+
+absl::Status Controller::ResumeJob(const v1::ResumeJobRequest& req, v1::ResumeJobResponse* resp) {
+  return OnLoop([&] {
+    std::vector<v1::Event> events;
+    absl::Status s = jobs_.Resume(req, resp, &events);
+    Publish(events);
+    return s;
+  });
+}
+
+absl::Status Controller::WatchJob(const v1::WatchJobRequest& req, api::EventSink& sink) {
+  const std::string& job_id = req.job_id();
+  int64_t after = req.after_event_id();
+  while (true) {
+    bool final = false;
+    int64_t seen_last = 0;
+    std::vector<v1::Event> batch;
+    absl::Status s = OnLoop([&]() -> absl::Status {
+      seen_last = store_.LastEventId();
+      if (!job_id.empty()) {
+        absl::StatusOr<v1::Job> job = store_.GetJob(job_id);
+        if (!job.ok()) return job.status();
+        final = IsTerminal(job->state());
+      }
+      batch = store_.ListEvents(job_id, after, kWatchBatch);
+      return absl::OkStatus();
+    });
+    if (!s.ok()) return s;
+    for (const v1::Event& e : batch) {
+      if (!sink.Write(e)) return absl::OkStatus();
+      after = e.id();
+    }
+    if (batch.size() == static_cast<size_t>(kWatchBatch)) continue;  // more history to replay
+    if (!req.follow() || final) return absl::OkStatus();
+    do {
+      if (sink.IsCancelled()) return absl::OkStatus();
+      if (stopped_) return absl::UnavailableError("the controller is shutting down");
+      WaitForEventsAfter(seen_last, kWatchPollMs);
+    } while ([&] {
+      std::lock_guard<std::mutex> lock(events_mu_);
+      return last_event_id_ <= seen_last;
+    }());
+  }
+}
+
+absl::Status Controller::ReportProgress(const v1::ReportProgressRequest& req,
+                                        v1::ReportProgressResponse* resp) {
+  return OnLoop([&] { return jobs_.ReportProgress(req, resp); });
+}
+
+// ---- nodes ---------------------------------------------------------------------------------
+
+absl::Status Controller::ListNodes(const v1::ListNodesRequest&, v1::ListNodesResponse* resp) {
+  return OnLoop([&] {
+    for (v1::Node& n : nodes_.List()) *resp->add_nodes() = std::move(n);
+    return absl::OkStatus();
+  });
+}
+
+absl::Status Controller::RegisterNode(const v1::RegisterNodeRequest& req,
+                                      v1::RegisterNodeResponse* resp) {
+  return OnLoop([&] {
+    std::vector<v1::Event> events;
+    absl::Status s = nodes_.Register(req, resp, &events);
+    Publish(events);
+    return s;
+  });
+}
+
+absl::Status Controller::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse*) {
+  return OnLoop([&] {
+    std::vector<v1::Event> events;
+    absl::Status s = nodes_.Heartbeat(req, &events);
+    Publish(events);
+    return s;
+  });
+}
+
+// ---- rendezvous ----------------------------------------------------------------------------
+
+absl::StatusOr<KvScopeKey> Controller::CheckScope(const v1::KvScope& scope) {
+  if (scope.job_id().empty()) return absl::InvalidArgumentError("scope.job_id: must not be empty");
+  if (scope.attempt() <= 0) {
+    return absl::InvalidArgumentError("scope.attempt: " + std::to_string(scope.attempt()) +
+                                      " must be at least 1");
+  }
+  absl::Status s =
+      OnLoop([&] { return jobs_.CheckCurrentAttempt(scope.job_id(), scope.attempt()); });
+  if (!s.ok()) return s;
+  return KvScopeKey{scope.job_id(), scope.attempt()};
+}
+
+std::chrono::milliseconds Controller::KvTimeout(int timeout_ms) const {
+  return std::chrono::milliseconds(std::clamp(timeout_ms, 0, options_.kv_max_timeout_ms));
+}
+
+absl::Status Controller::KvSet(const v1::KvSetRequest& req, v1::KvSetResponse*) {
+  absl::StatusOr<KvScopeKey> scope = CheckScope(req.scope());
+  if (!scope.ok()) return scope.status();
+  return kv_.Set(*scope, req.key(), req.value());
+}
+
+absl::Status Controller::KvGet(const v1::KvGetRequest& req, v1::KvGetResponse* resp) {
+  absl::StatusOr<KvScopeKey> scope = CheckScope(req.scope());
+  if (!scope.ok()) return scope.status();
+  absl::StatusOr<std::string> v = kv_.Get(*scope, req.key(), KvTimeout(req.timeout_ms()));
+  if (!v.ok()) return v.status();
+  resp->set_value(*v);
+  return absl::OkStatus();
+}
+
+absl::Status Controller::KvAdd(const v1::KvAddRequest& req, v1::KvAddResponse* resp) {
+  absl::StatusOr<KvScopeKey> scope = CheckScope(req.scope());
+  if (!scope.ok()) return scope.status();
+  absl::StatusOr<int64_t> v = kv_.Add(*scope, req.key(), req.delta());
+  if (!v.ok()) return v.status();
+  resp->set_value(*v);
+  return absl::OkStatus();
+}
+
+absl::Status Controller::KvWait(const v1::KvWaitRequest& req, v1::KvWaitResponse*) {
+  absl::StatusOr<KvScopeKey> scope = CheckScope(req.scope());
+  if (!scope.ok()) return scope.status();
+  std::vector<std::string> keys(req.keys().begin(), req.keys().end());
+  return kv_.Wait(*scope, keys, KvTimeout(req.timeout_ms()));
+}
+
+absl::Status Controller::KvCheck(const v1::KvCheckRequest& req, v1::KvCheckResponse* resp) {
+  absl::StatusOr<KvScopeKey> scope = CheckScope(req.scope());
+  if (!scope.ok()) return scope.status();
+  std::vector<std::string> keys(req.keys().begin(), req.keys().end());
+  resp->set_ready(kv_.Check(*scope, keys));
+  return absl::OkStatus();
+}
+
+absl::Status Controller::KvDelete(const v1::KvDeleteRequest& req, v1::KvDeleteResponse* resp) {
+  absl::StatusOr<KvScopeKey> scope = CheckScope(req.scope());
+  if (!scope.ok()) return scope.status();
+  resp->set_deleted(kv_.Delete(*scope, req.key()));
+  return absl::OkStatus();
+}
+
+// ---- health and metrics --------------------------------------------------------------------
+
+absl::Status Controller::Health() {
+  return OnLoop([&] {
+    store_.LastEventId();  // the store answers
+    return absl::OkStatus();
+  });
+}
+
+void Controller::CollectGauges() {
+  std::vector<std::pair<std::vector<std::string>, double>> jobs, nodes;
+  absl::Status s = OnLoop([&] {
+    std::map<v1::JobState, int64_t> counts = store_.CountJobsByState();
+    for (int i = 1; i < v1::JobState_descriptor()->value_count(); ++i) {
+      auto state = static_cast<v1::JobState>(v1::JobState_descriptor()->value(i)->number());
+      jobs.push_back({{ShortName(state)}, static_cast<double>(counts[state])});
+    }
+    std::map<std::string, int> by_state = {{"READY", 0}, {"LOST", 0}};
+    for (const v1::Node& n : nodes_.List()) by_state[ShortName(n.state())]++;
+    for (const auto& [state, n] : by_state) nodes.push_back({{state}, static_cast<double>(n)});
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return;
+  jobs_by_state_.SetAll(jobs);
+  nodes_by_state_.SetAll(nodes);
+}
+
+std::string Controller::MetricsText() { return metrics_.RenderText(); }
+
+}  // namespace dhp::controller

@@ -1,0 +1,106 @@
+// Controller: the dhp control plane behind the API. Implements api::DhpService once for both
+// transports.
+//
+// Threads: all durable state (Store, JobManager, NodeTracker) lives on one boost::asio
+// io_context thread (the loop). API calls arrive on gRPC and REST threads and post a closure
+// onto the loop, waiting for its result. Blocking calls (Watch, Kv waits) wait on their own
+// thread and visit the loop only to read. The rendezvous KV has its own lock.
+#ifndef DHP_CONTROLLER_CONTROLLER_H_
+#define DHP_CONTROLLER_CONTROLLER_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "api/service.h"
+#include "boost/asio/executor_work_guard.hpp"
+#include "boost/asio/io_context.hpp"
+#include "boost/asio/steady_timer.hpp"
+#include "common/clock.h"
+#include "common/metrics.h"
+#include "common/spec_validate.h"
+#include "controller/job_manager.h"
+#include "controller/node_tracker.h"
+#include "controller/rendezvous_kv.h"
+#include "controller/store.h"
+
+namespace dhp::controller {
+
+struct ControllerOptions {
+  SpecOptions spec;
+  NodeTrackerOptions nodes;
+  int heartbeat_check_ms = 1000;   // how often silent nodes are looked for
+  int kv_max_timeout_ms = 600000;  // longest Kv wait a caller may ask for
+};
+
+class Controller : public api::DhpService {
+ public:
+  Controller(Store& store, const Clock& clock, MetricsRegistry& metrics,
+             ControllerOptions options);
+  ~Controller() override;
+
+  // Starts the loop thread and the heartbeat check. Call once.
+  void Start();
+  // Ends open watch streams, stops the loop and joins it. Calls arriving later get UNAVAILABLE.
+  void Stop();
+
+  absl::Status SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJobResponse* resp) override;
+  absl::Status GetJob(const v1::GetJobRequest& req, v1::GetJobResponse* resp) override;
+  absl::Status ListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp) override;
+  absl::Status CancelJob(const v1::CancelJobRequest& req, v1::CancelJobResponse* resp) override;
+  absl::Status ResumeJob(const v1::ResumeJobRequest& req, v1::ResumeJobResponse* resp) override;
+  absl::Status WatchJob(const v1::WatchJobRequest& req, api::EventSink& sink) override;
+  absl::Status ListNodes(const v1::ListNodesRequest& req, v1::ListNodesResponse* resp) override;
+  absl::Status RegisterNode(const v1::RegisterNodeRequest& req,
+                            v1::RegisterNodeResponse* resp) override;
+  absl::Status Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) override;
+  absl::Status KvSet(const v1::KvSetRequest& req, v1::KvSetResponse* resp) override;
+  absl::Status KvGet(const v1::KvGetRequest& req, v1::KvGetResponse* resp) override;
+  absl::Status KvAdd(const v1::KvAddRequest& req, v1::KvAddResponse* resp) override;
+  absl::Status KvWait(const v1::KvWaitRequest& req, v1::KvWaitResponse* resp) override;
+  absl::Status KvCheck(const v1::KvCheckRequest& req, v1::KvCheckResponse* resp) override;
+  absl::Status KvDelete(const v1::KvDeleteRequest& req, v1::KvDeleteResponse* resp) override;
+  absl::Status ReportProgress(const v1::ReportProgressRequest& req,
+                              v1::ReportProgressResponse* resp) override;
+  absl::Status Health() override;
+  std::string MetricsText() override;
+
+ private:
+  // Runs `fn` on the loop thread and returns its status; UNAVAILABLE once stopped.
+  absl::Status OnLoop(const std::function<absl::Status()>& fn);
+  // Wakes watchers after events were committed. Loop thread only.
+  void Publish(const std::vector<v1::Event>& events);
+  // Waits until an event newer than `seen` exists, `ms` pass, or the controller stops.
+  void WaitForEventsAfter(int64_t seen, int ms);
+  void ScheduleHeartbeatCheck();
+  absl::StatusOr<KvScopeKey> CheckScope(const v1::KvScope& scope);
+  std::chrono::milliseconds KvTimeout(int timeout_ms) const;
+  void CollectGauges();
+
+  Store& store_;
+  MetricsRegistry& metrics_;
+  const ControllerOptions options_;
+  JobManager jobs_;
+  NodeTracker nodes_;
+  RendezvousKv kv_;
+  GaugeFamily& jobs_by_state_;
+  GaugeFamily& nodes_by_state_;
+  CounterFamily& events_total_;
+
+  boost::asio::io_context io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
+  boost::asio::steady_timer heartbeat_timer_;
+  std::thread loop_;
+  std::thread::id loop_id_;
+  std::atomic<bool> stopped_{false};
+
+  std::mutex events_mu_;  // guards last_event_id_
+  std::condition_variable events_cv_;
+  int64_t last_event_id_ = 0;
+};
+
+}  // namespace dhp::controller
+
+#endif  // DHP_CONTROLLER_CONTROLLER_H_

@@ -1,0 +1,273 @@
+#include "controller/job_manager.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+
+#include "common/ids.h"
+#include "common/proto_enum.h"
+#include "controller/job_state_machine.h"
+#include "controller/time_util.h"
+
+namespace dhp::controller {
+namespace {
+
+constexpr int kDefaultPageSize = 50;
+constexpr int kMaxPageSize = 1000;
+
+absl::Status RequireJobId(const std::string& job_id) {
+  if (job_id.empty()) return absl::InvalidArgumentError("job_id: must not be empty");
+  return absl::OkStatus();
+}
+
+std::string StateName(v1::JobState s) { return ShortName(s); }
+std::string RunStateName(v1::RunState s) { return ShortName(s); }
+
+}  // namespace
+
+std::string EncodePageToken(int64_t before_seq) { return "p" + std::to_string(before_seq); }
+
+absl::StatusOr<int64_t> DecodePageToken(const std::string& token) {
+  absl::Status bad = absl::InvalidArgumentError(
+      "page_token: \"" + token + "\" is not a token returned by ListJobs");
+  if (token.size() < 2 || token[0] != 'p') return bad;
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(token.c_str() + 1, &end, 10);
+  if (errno != 0 || *end != '\0' || v <= 0) return bad;
+  return static_cast<int64_t>(v);
+}
+
+JobManager::JobManager(Store& store, const Clock& clock, SpecOptions spec_options)
+    : store_(store), clock_(clock), spec_options_(std::move(spec_options)) {}
+
+v1::Event JobManager::MakeEvent(const v1::Job& job, const std::string& type,
+                                const std::string& from, const std::string& to,
+                                const std::string& reason) const {
+  v1::Event e;
+  e.set_job_id(job.id());
+  e.set_attempt(job.current_attempt());
+  *e.mutable_time() = MicrosToTimestamp(clock_.NowMicros());
+  e.set_type(type);
+  e.set_from_state(from);
+  e.set_to_state(to);
+  e.set_reason(reason);
+  return e;
+}
+
+absl::StatusOr<v1::JobSpec> JobManager::ParseSpec(const v1::SubmitJobRequest& req) const {
+  if (!req.spec_text().empty()) {
+    if (req.has_spec()) {
+      return absl::InvalidArgumentError("set either spec or spec_text, not both");
+    }
+    return ParseJobSpec(req.spec_text(), spec_options_);
+  }
+  if (!req.has_spec()) {
+    return absl::InvalidArgumentError("spec: missing; send the job spec as spec or spec_text");
+  }
+  v1::JobSpec spec = req.spec();
+  if (absl::Status s = NormalizeAndValidateSpec(&spec, spec_options_); !s.ok()) return s;
+  return spec;
+}
+
+absl::Status JobManager::Submit(const v1::SubmitJobRequest& req, v1::SubmitJobResponse* resp,
+                                std::vector<v1::Event>* events) {
+  absl::StatusOr<v1::JobSpec> spec = ParseSpec(req);
+  if (!spec.ok()) return spec.status();
+  const int64_t now = clock_.NowMicros();
+
+  v1::Job job;
+  *job.mutable_spec() = *spec;
+  job.set_state(v1::JOB_STATE_QUEUED);
+  job.set_message("submitted");
+  *job.mutable_create_time() = MicrosToTimestamp(now);
+  *job.mutable_update_time() = MicrosToTimestamp(now);
+  job.set_current_attempt(1);
+  if (req.dry_run()) {
+    job.set_message("dry run: the spec is valid; nothing was stored");
+    *resp->mutable_job() = job;
+    return absl::OkStatus();
+  }
+  job.set_id(NewId("j"));
+
+  v1::Run run;
+  run.set_job_id(job.id());
+  run.set_attempt(1);
+  run.set_state(v1::RUN_STATE_PENDING);
+  *run.mutable_create_time() = MicrosToTimestamp(now);
+
+  JobWrite write;
+  write.job = job;
+  write.create = true;
+  write.runs.push_back(run);
+  write.events.push_back(MakeEvent(job, "job.state", "", StateName(job.state()), "submitted"));
+  absl::StatusOr<std::vector<v1::Event>> added = store_.Commit(write);
+  if (!added.ok()) return added.status();
+  events->insert(events->end(), added->begin(), added->end());
+  *resp->mutable_job() = job;
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::Get(const v1::GetJobRequest& req, v1::GetJobResponse* resp) {
+  if (absl::Status s = RequireJobId(req.job_id()); !s.ok()) return s;
+  absl::StatusOr<v1::Job> job = store_.GetJob(req.job_id());
+  if (!job.ok()) return job.status();
+  *resp->mutable_job() = *job;
+  for (v1::Run& r : store_.ListRuns(req.job_id())) *resp->add_runs() = std::move(r);
+  for (v1::Checkpoint& c : store_.ListCheckpoints(req.job_id())) {
+    *resp->add_checkpoints() = std::move(c);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::List(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp) {
+  if (req.page_size() < 0 || req.page_size() > kMaxPageSize) {
+    return absl::InvalidArgumentError("page_size: " + std::to_string(req.page_size()) +
+                                      " is out of range; use 1.." +
+                                      std::to_string(kMaxPageSize) + " (0: default " +
+                                      std::to_string(kDefaultPageSize) + ")");
+  }
+  JobQuery query;
+  for (int s : req.states()) {
+    if (s == v1::JOB_STATE_UNSPECIFIED || !v1::JobState_IsValid(s)) {
+      return absl::InvalidArgumentError("states: " + std::to_string(s) +
+                                        " is not a job state; use one of " +
+                                        EnumChoices(v1::JobState_descriptor()));
+    }
+    query.states.push_back(static_cast<v1::JobState>(s));
+  }
+  query.labels.insert(req.labels().begin(), req.labels().end());
+  query.limit = req.page_size() == 0 ? kDefaultPageSize : req.page_size();
+  if (!req.page_token().empty()) {
+    absl::StatusOr<int64_t> before = DecodePageToken(req.page_token());
+    if (!before.ok()) return before.status();
+    query.before_seq = *before;
+  }
+  absl::StatusOr<JobPage> page = store_.ListJobs(query);
+  if (!page.ok()) return page.status();
+  for (v1::Job& j : page->jobs) *resp->add_jobs() = std::move(j);
+  if (page->next_before_seq > 0) resp->set_next_page_token(EncodePageToken(page->next_before_seq));
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::Cancel(const v1::CancelJobRequest& req, v1::CancelJobResponse* resp,
+                                std::vector<v1::Event>* events) {
+  if (absl::Status s = RequireJobId(req.job_id()); !s.ok()) return s;
+  absl::StatusOr<v1::Job> job = store_.GetJob(req.job_id());
+  if (!job.ok()) return job.status();
+  v1::JobState target;
+  if (absl::Status s = CancelTarget(job->state(), &target); !s.ok()) {
+    return absl::FailedPreconditionError("cannot cancel job " + job->id() + ": " +
+                                         std::string(s.message()));
+  }
+  const std::string reason = req.reason().empty() ? "cancelled by user" : req.reason();
+  const int64_t now = clock_.NowMicros();
+  JobWrite write;
+  write.events.push_back(
+      MakeEvent(*job, "job.state", StateName(job->state()), StateName(target), reason));
+  job->set_state(target);
+  job->set_message(reason);
+  *job->mutable_update_time() = MicrosToTimestamp(now);
+  if (target == v1::JOB_STATE_CANCELLED) {
+    // Nothing was running: the current run ends here too.
+    for (v1::Run& run : store_.ListRuns(job->id())) {
+      if (run.attempt() != job->current_attempt()) continue;
+      write.events.push_back(MakeEvent(*job, "run.state", RunStateName(run.state()),
+                                       RunStateName(v1::RUN_STATE_CANCELLED), reason));
+      run.set_state(v1::RUN_STATE_CANCELLED);
+      run.set_reason(reason);
+      *run.mutable_end_time() = MicrosToTimestamp(now);
+      write.runs.push_back(run);
+    }
+  }
+  write.job = *job;
+  absl::StatusOr<std::vector<v1::Event>> added = store_.Commit(write);
+  if (!added.ok()) return added.status();
+  events->insert(events->end(), added->begin(), added->end());
+  *resp->mutable_job() = *job;
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::Resume(const v1::ResumeJobRequest& req, v1::ResumeJobResponse* resp,
+                                std::vector<v1::Event>* events) {
+  if (absl::Status s = RequireJobId(req.job_id()); !s.ok()) return s;
+  absl::StatusOr<v1::Job> job = store_.GetJob(req.job_id());
+  if (!job.ok()) return job.status();
+  if (absl::Status s = CheckResumable(job->state()); !s.ok()) {
+    return absl::FailedPreconditionError("cannot resume job " + job->id() + ": " +
+                                         std::string(s.message()));
+  }
+  const int64_t now = clock_.NowMicros();
+  const std::string from = StateName(job->state());
+  job->set_current_attempt(job->current_attempt() + 1);
+  v1::Run run;
+  run.set_job_id(job->id());
+  run.set_attempt(job->current_attempt());
+  run.set_state(v1::RUN_STATE_PENDING);
+  *run.mutable_create_time() = MicrosToTimestamp(now);
+  std::string reason = "resumed by user without a checkpoint (none recorded)";
+  std::vector<v1::Checkpoint> ckpts = store_.ListCheckpoints(job->id());
+  if (!ckpts.empty()) {
+    const v1::Checkpoint& latest = ckpts.back();  // ascending by step
+    run.set_resume_checkpoint_id(latest.id());
+    run.set_start_step(latest.step());
+    reason = "resumed by user from checkpoint " + std::to_string(latest.id()) + " at step " +
+             std::to_string(latest.step());
+  }
+  job->set_state(v1::JOB_STATE_QUEUED);
+  job->set_message(reason);
+  *job->mutable_update_time() = MicrosToTimestamp(now);
+
+  JobWrite write;
+  write.job = *job;
+  write.runs.push_back(run);
+  write.events.push_back(MakeEvent(*job, "job.state", from, StateName(job->state()), reason));
+  write.events.push_back(
+      MakeEvent(*job, "run.state", "", RunStateName(run.state()), "attempt created"));
+  absl::StatusOr<std::vector<v1::Event>> added = store_.Commit(write);
+  if (!added.ok()) return added.status();
+  events->insert(events->end(), added->begin(), added->end());
+  *resp->mutable_job() = *job;
+  *resp->mutable_run() = run;
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::CheckCurrentAttempt(const std::string& job_id, int attempt) {
+  if (absl::Status s = RequireJobId(job_id); !s.ok()) return s;
+  absl::StatusOr<v1::Job> job = store_.GetJob(job_id);
+  if (!job.ok()) return job.status();
+  if (attempt != job->current_attempt()) {
+    return absl::FailedPreconditionError(
+        "attempt " + std::to_string(attempt) + " of job " + job_id +
+        " is not current; the job is on attempt " + std::to_string(job->current_attempt()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::ReportProgress(const v1::ReportProgressRequest& req,
+                                        v1::ReportProgressResponse* resp) {
+  if (absl::Status s = CheckCurrentAttempt(req.job_id(), req.attempt()); !s.ok()) return s;
+  if (req.step() < 0) {
+    return absl::InvalidArgumentError("step: " + std::to_string(req.step()) +
+                                      " must not be negative");
+  }
+  absl::StatusOr<v1::Job> job = store_.GetJob(req.job_id());
+  if (!job.ok()) return job.status();
+  resp->set_stop(job->state() == v1::JOB_STATE_CANCELLING || IsTerminal(job->state()));
+  if (req.rank() != 0 || req.step() < job->latest_step()) return absl::OkStatus();
+  // Rank 0 speaks for the run; others only learn whether to stop.
+  job->set_latest_step(req.step());
+  job->set_latest_loss(req.loss());
+  *job->mutable_update_time() = MicrosToTimestamp(clock_.NowMicros());
+  JobWrite write;
+  write.job = *job;
+  for (v1::Run& run : store_.ListRuns(job->id())) {
+    if (run.attempt() != req.attempt()) continue;
+    run.set_last_step(req.step());
+    run.set_last_loss(req.loss());
+    write.runs.push_back(run);
+  }
+  return store_.Commit(write).status();
+}
+
+}  // namespace dhp::controller

@@ -1,0 +1,54 @@
+// JobManager: the job operations of the API (submit, get, list, cancel, resume, progress) as
+// transactions on the Store, with every transition checked by the job state machine and
+// recorded as an event.
+//
+// Thread-safety: not thread-safe; the Controller calls it only on its loop thread.
+#ifndef DHP_CONTROLLER_JOB_MANAGER_H_
+#define DHP_CONTROLLER_JOB_MANAGER_H_
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/clock.h"
+#include "common/spec_validate.h"
+#include "controller/store.h"
+#include "dhp/v1/service.pb.h"
+
+namespace dhp::controller {
+
+class JobManager {
+ public:
+  JobManager(Store& store, const Clock& clock, SpecOptions spec_options);
+
+  // Each mutating call appends the events it recorded to `events` (with their ids).
+  absl::Status Submit(const v1::SubmitJobRequest& req, v1::SubmitJobResponse* resp,
+                      std::vector<v1::Event>* events);
+  absl::Status Get(const v1::GetJobRequest& req, v1::GetJobResponse* resp);
+  absl::Status List(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp);
+  absl::Status Cancel(const v1::CancelJobRequest& req, v1::CancelJobResponse* resp,
+                      std::vector<v1::Event>* events);
+  absl::Status Resume(const v1::ResumeJobRequest& req, v1::ResumeJobResponse* resp,
+                      std::vector<v1::Event>* events);
+  absl::Status ReportProgress(const v1::ReportProgressRequest& req,
+                              v1::ReportProgressResponse* resp);
+
+  // NOT_FOUND unless the job exists and `attempt` is its current attempt.
+  absl::Status CheckCurrentAttempt(const std::string& job_id, int attempt);
+
+ private:
+  absl::StatusOr<v1::JobSpec> ParseSpec(const v1::SubmitJobRequest& req) const;
+  v1::Event MakeEvent(const v1::Job& job, const std::string& type, const std::string& from,
+                      const std::string& to, const std::string& reason) const;
+
+  Store& store_;
+  const Clock& clock_;
+  const SpecOptions spec_options_;
+};
+
+// ListJobs page tokens: opaque to clients ("p" + the sequence number to continue below).
+std::string EncodePageToken(int64_t before_seq);
+absl::StatusOr<int64_t> DecodePageToken(const std::string& token);
+
+}  // namespace dhp::controller
+
+#endif  // DHP_CONTROLLER_JOB_MANAGER_H_
