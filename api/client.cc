@@ -1,0 +1,87 @@
+#include "api/client.h"
+
+#include <chrono>
+
+#include "api/grpc_status.h"
+#include "grpcpp/grpcpp.h"
+
+namespace dhp::api {
+namespace {
+
+template <typename Stub, typename Req, typename Resp>
+using UnaryMethod = grpc::Status (Stub::*)(grpc::ClientContext*, const Req&, Resp*);
+
+template <typename Stub, typename Req, typename Resp>
+absl::StatusOr<Resp> Call(Stub* stub, UnaryMethod<Stub, Req, Resp> method, const Req& req,
+                          int timeout_ms, const std::string& target) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+  Resp resp;
+  grpc::Status s = (stub->*method)(&ctx, req, &resp);
+  if (s.ok()) return resp;
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    return absl::UnavailableError("controller at " + target + " is unavailable: " +
+                                  s.error_message());
+  }
+  return FromGrpcStatus(s);
+}
+
+}  // namespace
+
+DhpClient::DhpClient(const std::string& target, int default_timeout_ms)
+    : target_(target), timeout_ms_(default_timeout_ms) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  channel_ = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  jobs_ = v1::JobService::NewStub(channel_);
+  nodes_ = v1::NodeService::NewStub(channel_);
+  workers_ = v1::WorkerService::NewStub(channel_);
+}
+
+#define DHP_CLIENT_CALL(stub, Method, timeout)                                               \
+  absl::StatusOr<v1::Method##Response> DhpClient::Method(const v1::Method##Request& req) {   \
+    return Call(stub.get(), &std::remove_reference_t<decltype(*stub)>::Method, req, timeout, \
+                target_);                                                                    \
+  }
+
+DHP_CLIENT_CALL(jobs_, SubmitJob, timeout_ms_)
+DHP_CLIENT_CALL(jobs_, GetJob, timeout_ms_)
+DHP_CLIENT_CALL(jobs_, ListJobs, timeout_ms_)
+DHP_CLIENT_CALL(jobs_, CancelJob, timeout_ms_)
+DHP_CLIENT_CALL(jobs_, ResumeJob, timeout_ms_)
+DHP_CLIENT_CALL(nodes_, ListNodes, timeout_ms_)
+DHP_CLIENT_CALL(workers_, RegisterNode, timeout_ms_)
+DHP_CLIENT_CALL(workers_, Heartbeat, timeout_ms_)
+DHP_CLIENT_CALL(workers_, KvSet, timeout_ms_)
+DHP_CLIENT_CALL(workers_, KvGet, timeout_ms_ + req.timeout_ms())
+DHP_CLIENT_CALL(workers_, KvAdd, timeout_ms_)
+DHP_CLIENT_CALL(workers_, KvWait, timeout_ms_ + req.timeout_ms())
+DHP_CLIENT_CALL(workers_, KvCheck, timeout_ms_)
+DHP_CLIENT_CALL(workers_, KvDelete, timeout_ms_)
+DHP_CLIENT_CALL(workers_, ReportProgress, timeout_ms_)
+
+#undef DHP_CLIENT_CALL
+
+absl::Status DhpClient::WatchJob(const v1::WatchJobRequest& req,
+                                 const std::function<bool(const v1::Event&)>& on_event) {
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReader<v1::Event>> reader = jobs_->WatchJob(&ctx, req);
+  v1::Event event;
+  bool stopped = false;
+  while (reader->Read(&event)) {
+    if (!on_event(event)) {
+      stopped = true;
+      ctx.TryCancel();
+      break;
+    }
+  }
+  grpc::Status s = reader->Finish();
+  if (stopped) return absl::OkStatus();
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    return absl::UnavailableError("controller at " + target_ + " is unavailable: " +
+                                  s.error_message());
+  }
+  return FromGrpcStatus(s);
+}
+
+}  // namespace dhp::api

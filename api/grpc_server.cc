@@ -1,0 +1,121 @@
+#include "api/grpc_server.h"
+
+#include <chrono>
+
+#include "api/grpc_status.h"
+#include "dhp/v1/service.grpc.pb.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+
+namespace dhp::api {
+namespace {
+
+using grpc::ServerContext;
+
+// Forwards a unary RPC to the same-named DhpService method.
+#define DHP_UNARY(Method)                                                               \
+  grpc::Status Method(ServerContext*, const v1::Method##Request* req,                   \
+                      v1::Method##Response* resp) override {                            \
+    return ToGrpcStatus(service_.Method(*req, resp));                                   \
+  }
+
+class GrpcEventSink : public EventSink {
+ public:
+  GrpcEventSink(ServerContext* ctx, grpc::ServerWriter<v1::Event>* writer)
+      : ctx_(ctx), writer_(writer) {}
+  bool Write(const v1::Event& event) override { return writer_->Write(event); }
+  bool IsCancelled() const override { return ctx_->IsCancelled(); }
+
+ private:
+  ServerContext* ctx_;
+  grpc::ServerWriter<v1::Event>* writer_;
+};
+
+class JobServiceImpl final : public v1::JobService::Service {
+ public:
+  explicit JobServiceImpl(DhpService& service) : service_(service) {}
+  DHP_UNARY(SubmitJob)
+  DHP_UNARY(GetJob)
+  DHP_UNARY(ListJobs)
+  DHP_UNARY(CancelJob)
+  DHP_UNARY(ResumeJob)
+
+  grpc::Status WatchJob(ServerContext* ctx, const v1::WatchJobRequest* req,
+                        grpc::ServerWriter<v1::Event>* writer) override {
+    GrpcEventSink sink(ctx, writer);
+    return ToGrpcStatus(service_.WatchJob(*req, sink));
+  }
+
+ private:
+  DhpService& service_;
+};
+
+class NodeServiceImpl final : public v1::NodeService::Service {
+ public:
+  explicit NodeServiceImpl(DhpService& service) : service_(service) {}
+  DHP_UNARY(ListNodes)
+
+ private:
+  DhpService& service_;
+};
+
+class WorkerServiceImpl final : public v1::WorkerService::Service {
+ public:
+  explicit WorkerServiceImpl(DhpService& service) : service_(service) {}
+  DHP_UNARY(RegisterNode)
+  DHP_UNARY(Heartbeat)
+  DHP_UNARY(KvSet)
+  DHP_UNARY(KvGet)
+  DHP_UNARY(KvAdd)
+  DHP_UNARY(KvWait)
+  DHP_UNARY(KvCheck)
+  DHP_UNARY(KvDelete)
+  DHP_UNARY(ReportProgress)
+
+ private:
+  DhpService& service_;
+};
+
+#undef DHP_UNARY
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string& address,
+                                                              DhpService& service) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+
+  std::unique_ptr<GrpcServer> s(new GrpcServer());
+  s->jobs_ = std::make_unique<JobServiceImpl>(service);
+  s->nodes_ = std::make_unique<NodeServiceImpl>(service);
+  s->workers_ = std::make_unique<WorkerServiceImpl>(service);
+
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &s->port_);
+  builder.RegisterService(s->jobs_.get());
+  builder.RegisterService(s->nodes_.get());
+  builder.RegisterService(s->workers_.get());
+  builder.SetMaxReceiveMessageSize(16 << 20);
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || s->port_ == 0) {
+    return absl::UnavailableError("cannot listen for gRPC on " + address +
+                                  " (address in use or not local?)");
+  }
+  s->server_->GetHealthCheckService()->SetServingStatus(true);
+  return s;
+}
+
+void GrpcServer::Shutdown(int grace_ms) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  server_->GetHealthCheckService()->SetServingStatus(false);
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(grace_ms));
+  server_->Wait();
+}
+
+GrpcServer::~GrpcServer() {
+  if (server_ != nullptr) Shutdown(0);
+}
+
+}  // namespace dhp::api

@@ -1,0 +1,49 @@
+// GrpcServer: serves dhp.v1.JobService, NodeService and WorkerService over gRPC, plus the
+// standard grpc.health.v1 health service and server reflection, all forwarding to one
+// DhpService.
+//
+// Thread-safety: gRPC calls the service from its own thread pool; DhpService must be
+// thread-safe. Shutdown may be called from any thread, once.
+#ifndef DHP_API_GRPC_SERVER_H_
+#define DHP_API_GRPC_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "api/service.h"
+
+namespace grpc {
+class Server;
+class Service;
+}  // namespace grpc
+
+namespace dhp::api {
+
+class GrpcServer {
+ public:
+  // Listens on `address` ("127.0.0.1:0" picks a free port; see port()). `interceptor_hook`
+  // is not needed: metrics are recorded by wrapping `service` (api/instrumented_service.h).
+  static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const std::string& address,
+                                                           DhpService& service);
+  ~GrpcServer();
+
+  int port() const { return port_; }
+  // Marks the health service NOT_SERVING, then stops accepting calls and waits up to
+  // `grace_ms` for calls in flight (open Watch streams are cancelled after that).
+  void Shutdown(int grace_ms = 2000);
+
+ private:
+  GrpcServer() = default;
+
+  std::unique_ptr<grpc::Service> jobs_;
+  std::unique_ptr<grpc::Service> nodes_;
+  std::unique_ptr<grpc::Service> workers_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace dhp::api
+
+#endif  // DHP_API_GRPC_SERVER_H_

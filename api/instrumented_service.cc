@@ -1,0 +1,60 @@
+#include "api/instrumented_service.h"
+
+#include <chrono>
+
+#include "absl/status/status.h"
+
+namespace dhp::api {
+
+ApiMetrics::ApiMetrics(MetricsRegistry& registry)
+    : requests(registry.AddCounter("dhp_api_requests_total",
+                                   "API requests by transport, method and status code.",
+                                   {"transport", "method", "code"})),
+      latency(registry.AddHistogram("dhp_api_request_duration_seconds",
+                                    "API request latency by transport and method.",
+                                    {"transport", "method"})) {}
+
+InstrumentedService::InstrumentedService(DhpService& inner, ApiMetrics& metrics,
+                                         std::string transport)
+    : inner_(inner), metrics_(metrics), transport_(std::move(transport)) {}
+
+template <typename F>
+absl::Status InstrumentedService::Measure(const char* method, F&& call) {
+  auto start = std::chrono::steady_clock::now();
+  absl::Status s = call();
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  metrics_.requests.WithLabels({transport_, method, absl::StatusCodeToString(s.code())}).Inc();
+  metrics_.latency.WithLabels({transport_, method}).Observe(seconds);
+  return s;
+}
+
+#define DHP_MEASURED(Method, Req, Resp)                                   \
+  absl::Status InstrumentedService::Method(const Req& req, Resp resp) {   \
+    return Measure(#Method, [&] { return inner_.Method(req, resp); });    \
+  }
+
+DHP_MEASURED(SubmitJob, v1::SubmitJobRequest, v1::SubmitJobResponse*)
+DHP_MEASURED(GetJob, v1::GetJobRequest, v1::GetJobResponse*)
+DHP_MEASURED(ListJobs, v1::ListJobsRequest, v1::ListJobsResponse*)
+DHP_MEASURED(CancelJob, v1::CancelJobRequest, v1::CancelJobResponse*)
+DHP_MEASURED(ResumeJob, v1::ResumeJobRequest, v1::ResumeJobResponse*)
+DHP_MEASURED(WatchJob, v1::WatchJobRequest, EventSink&)
+DHP_MEASURED(ListNodes, v1::ListNodesRequest, v1::ListNodesResponse*)
+DHP_MEASURED(RegisterNode, v1::RegisterNodeRequest, v1::RegisterNodeResponse*)
+DHP_MEASURED(Heartbeat, v1::HeartbeatRequest, v1::HeartbeatResponse*)
+DHP_MEASURED(KvSet, v1::KvSetRequest, v1::KvSetResponse*)
+DHP_MEASURED(KvGet, v1::KvGetRequest, v1::KvGetResponse*)
+DHP_MEASURED(KvAdd, v1::KvAddRequest, v1::KvAddResponse*)
+DHP_MEASURED(KvWait, v1::KvWaitRequest, v1::KvWaitResponse*)
+DHP_MEASURED(KvCheck, v1::KvCheckRequest, v1::KvCheckResponse*)
+DHP_MEASURED(KvDelete, v1::KvDeleteRequest, v1::KvDeleteResponse*)
+DHP_MEASURED(ReportProgress, v1::ReportProgressRequest, v1::ReportProgressResponse*)
+
+#undef DHP_MEASURED
+
+absl::Status InstrumentedService::Health() {
+  return Measure("Health", [&] { return inner_.Health(); });
+}
+
+}  // namespace dhp::api
