@@ -1,0 +1,309 @@
+#include "common/proto_yaml.h"
+
+#include <limits>
+#include <string>
+
+#include "dhp/v1/job.pb.h"
+#include "dhp/v1/job_spec.pb.h"
+#include "dhp/v1/node.pb.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "google/protobuf/util/time_util.h"
+#include "gtest/gtest.h"
+
+namespace dhp {
+namespace {
+
+using google::protobuf::util::MessageDifferencer;
+using google::protobuf::util::TimeUtil;
+
+// The error message of a parse that must fail (and fail with INVALID_ARGUMENT).
+std::string ParseError(const std::string& text, google::protobuf::Message* msg,
+                       const std::string& root = "") {
+  absl::Status status = ParseProtoYaml(text, msg, root);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  return std::string(status.message());
+}
+
+std::string SpecError(const std::string& text) {
+  v1::JobSpec spec;
+  return ParseError(text, &spec);
+}
+
+v1::JobSpec FullSpec() {
+  v1::JobSpec spec;
+  spec.set_name("demo");
+  (*spec.mutable_labels())["team"] = "vlm";
+  (*spec.mutable_labels())["tier"] = "true";  // a string that looks like a bool
+  (*spec.mutable_labels())["empty"] = "";
+  spec.set_priority(-3);
+  spec.mutable_model()->set_preset("qwen2_5_vl_7b");
+  spec.mutable_vision()->set_parallelism(v1::PARALLELISM_SEQUENCE);
+  spec.mutable_vision()->set_degree(4);
+  spec.mutable_vision()->set_zero_stage(0);  // present optional zero: must survive
+  spec.mutable_vision()->set_activation_checkpointing(true);
+  spec.mutable_vision()->set_dtype(v1::DTYPE_BF16);
+  spec.mutable_text()->set_parallelism(v1::PARALLELISM_TENSOR);
+  spec.mutable_text()->set_degree(4);
+  spec.set_placement(v1::PLACEMENT_SEPARATE);
+  spec.mutable_training()->set_learning_rate(1e-5);
+  spec.mutable_training()->set_weight_decay(0.0);  // present optional zero double
+  spec.mutable_training()->set_max_steps(9000000000LL);
+  spec.mutable_training()->set_seed(18446744073709551615ULL);
+  spec.mutable_data()->add_datasets("a");
+  spec.mutable_data()->add_datasets("123");  // a string that looks like a number
+  auto& registry = *spec.mutable_data()->mutable_registry();
+  registry["a"].set_annotation_path("/data/a.jsonl");
+  registry["a"].set_weight(0.1);
+  registry["123"].set_annotation_path("b: c # not a comment");
+  spec.mutable_data()->set_max_pixels(12845056);
+  spec.mutable_checkpoint();  // present but empty
+  return spec;
+}
+
+TEST(ProtoYamlTest, YamlRoundTripOfFullSpec) {
+  const v1::JobSpec spec = FullSpec();
+  const std::string yaml = ProtoToYaml(spec);
+  v1::JobSpec back;
+  ASSERT_TRUE(ParseProtoYaml(yaml, &back).ok()) << yaml;
+  EXPECT_TRUE(MessageDifferencer::Equals(spec, back)) << yaml << "\n" << back.DebugString();
+  EXPECT_TRUE(back.vision().has_zero_stage());
+  EXPECT_EQ(back.vision().zero_stage(), 0);
+  EXPECT_TRUE(back.training().has_weight_decay());
+  EXPECT_FALSE(back.training().has_batch_size());
+  EXPECT_TRUE(back.has_checkpoint());
+  EXPECT_FALSE(back.has_restart());
+}
+
+TEST(ProtoYamlTest, YamlOutputIsShortAndReadable) {
+  const std::string yaml = ProtoToYaml(FullSpec());
+  EXPECT_NE(yaml.find("parallelism: sequence\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("zero_stage: 0\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("learning_rate: 1e-05\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("tier: \"true\""), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("- \"123\""), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("checkpoint: {}"), std::string::npos) << yaml;
+  EXPECT_EQ(yaml.find("batch_size"), std::string::npos) << yaml;          // unset optional
+  EXPECT_EQ(yaml.find("epochs"), std::string::npos) << yaml;              // default scalar
+  EXPECT_EQ(yaml.find("PARALLELISM_"), std::string::npos) << yaml;
+  // Map keys come out sorted.
+  EXPECT_LT(yaml.find("empty:"), yaml.find("team:")) << yaml;
+  EXPECT_LT(yaml.find("team:"), yaml.find("tier:")) << yaml;
+}
+
+TEST(ProtoYamlTest, TrickyStringsAndDoublesRoundTrip) {
+  const char* const strings[] = {"null", "~", "-", "- x", "#c", "a: b", "'q'", "\"dq\"",
+                                 " lead", "trail ", "multi\nline\n", "tab\there", "back\\slash",
+                                 "caf\xc3\xa9", "1e5", "-.inf", "0x10", "[x]", "{y}", "*alias",
+                                 "&anchor", "!tag", "%pct", "@at", "`tick", "|", ">", "?"};
+  const double doubles[] = {0.1 + 0.2, 1e300, 5e-324, -0.5, 3.0, 1e-5,
+                            std::numeric_limits<double>::infinity(),
+                            -std::numeric_limits<double>::infinity()};
+  v1::JobSpec spec;
+  for (const char* s : strings) {
+    (*spec.mutable_labels())[s] = s;
+    spec.mutable_data()->add_datasets(s);
+  }
+  int i = 0;
+  for (double d : doubles) {
+    (*spec.mutable_data()->mutable_registry())[std::to_string(i++)].set_weight(d);
+  }
+  const std::string yaml = ProtoToYaml(spec);
+  v1::JobSpec back;
+  ASSERT_TRUE(ParseProtoYaml(yaml, &back).ok()) << ParseProtoYaml(yaml, &back) << "\n" << yaml;
+  EXPECT_TRUE(MessageDifferencer::Equals(spec, back)) << yaml << "\n" << back.DebugString();
+}
+
+TEST(ProtoYamlTest, EmptyMessageAndEmptyDocument) {
+  EXPECT_EQ(ProtoToYaml(v1::JobSpec()), "{}\n");
+  v1::JobSpec spec;
+  spec.set_name("stale");
+  ASSERT_TRUE(ParseProtoYaml("", &spec).ok());
+  EXPECT_EQ(spec.name(), "");  // cleared first
+  ASSERT_TRUE(ParseProtoYaml("# only a comment\n", &spec).ok());
+  ASSERT_TRUE(ParseProtoYaml("{}", &spec).ok());
+  EXPECT_EQ(spec.ByteSizeLong(), 0u);
+}
+
+TEST(ProtoYamlTest, JsonInputWithCamelCaseNamesAndStrings) {
+  const std::string json = R"({
+    "name": "j",
+    "dataParallelSize": 2,
+    "vision": {"parallelism": "PARALLELISM_SEQUENCE", "zeroStage": "1", "degree": 2},
+    "text": {"parallelism": 3, "dtype": "Bf16"},
+    "training": {"maxSteps": "9007199254740993", "learningRate": 2.5e-4, "seed": "7"},
+    "data": {"datasets": ["x", "y"],
+             "registry": {"x": {"annotationPath": "x.jsonl", "weight": 2},
+                          "y": {"annotation_path": "y.json"}},
+             "maxPixels": "50176"},
+    "labels": {"k": "v"}
+  })";
+  v1::JobSpec spec;
+  ASSERT_TRUE(ParseProtoYaml(json, &spec).ok()) << ParseProtoYaml(json, &spec);
+  EXPECT_EQ(spec.data_parallel_size(), 2);
+  EXPECT_EQ(spec.vision().parallelism(), v1::PARALLELISM_SEQUENCE);
+  EXPECT_EQ(spec.vision().zero_stage(), 1);
+  EXPECT_EQ(spec.text().parallelism(), v1::PARALLELISM_TENSOR);
+  EXPECT_EQ(spec.text().dtype(), v1::DTYPE_BF16);
+  EXPECT_EQ(spec.training().max_steps(), 9007199254740993LL);  // exact, beyond 2^53
+  EXPECT_DOUBLE_EQ(spec.training().learning_rate(), 2.5e-4);
+  EXPECT_EQ(spec.training().seed(), 7u);
+  ASSERT_EQ(spec.data().datasets_size(), 2);
+  EXPECT_EQ(spec.data().datasets(1), "y");
+  EXPECT_EQ(spec.data().registry().at("x").annotation_path(), "x.jsonl");
+  EXPECT_DOUBLE_EQ(spec.data().registry().at("x").weight(), 2.0);
+  EXPECT_FALSE(spec.data().registry().at("y").has_weight());
+  EXPECT_EQ(spec.data().max_pixels(), 50176);
+  EXPECT_EQ(spec.labels().at("k"), "v");
+}
+
+TEST(ProtoYamlTest, JsonRoundTrip) {
+  const v1::JobSpec spec = FullSpec();
+  const std::string json = ProtoToJson(spec);
+  EXPECT_NE(json.find("\"annotation_path\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"zero_stage\":0"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"PARALLELISM_SEQUENCE\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"max_steps\":\"9000000000\""), std::string::npos) << json;
+  EXPECT_EQ(json.find("dataParallelSize"), std::string::npos) << json;
+  v1::JobSpec back;
+  ASSERT_TRUE(ParseProtoYaml(json, &back).ok()) << json;
+  EXPECT_TRUE(MessageDifferencer::Equals(spec, back)) << json;
+  const std::string pretty = ProtoToJson(spec, /*pretty=*/true);
+  EXPECT_NE(pretty.find('\n'), std::string::npos);
+  ASSERT_TRUE(ParseProtoYaml(pretty, &back).ok()) << pretty;
+  EXPECT_TRUE(MessageDifferencer::Equals(spec, back));
+}
+
+TEST(ProtoYamlTest, EnumsByShortFullNameAnyCaseOrNumber) {
+  for (const char* value : {"tensor", "TENSOR", "Tensor", "PARALLELISM_TENSOR",
+                            "parallelism_tensor", "3"}) {
+    v1::JobSpec spec;
+    ASSERT_TRUE(ParseProtoYaml(std::string("text: {parallelism: ") + value + "}", &spec).ok())
+        << value;
+    EXPECT_EQ(spec.text().parallelism(), v1::PARALLELISM_TENSOR) << value;
+  }
+}
+
+TEST(ProtoYamlTest, TimestampsRepeatedMessagesAndInt64) {
+  v1::Node node;
+  node.set_id("n1");
+  auto* gpu = node.mutable_resources()->add_gpus();
+  gpu->set_index(0);
+  gpu->set_memory_bytes(85899345920LL);
+  node.mutable_resources()->add_gpus()->set_index(1);
+  node.set_state(v1::NODE_STATE_READY);
+  ASSERT_TRUE(TimeUtil::FromString("2024-05-01T12:00:00.250Z", node.mutable_register_time()));
+  const std::string yaml = ProtoToYaml(node);
+  EXPECT_NE(yaml.find("register_time: 2024-05-01T12:00:00.250Z"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("state: ready"), std::string::npos) << yaml;
+  v1::Node back;
+  ASSERT_TRUE(ParseProtoYaml(yaml, &back).ok()) << yaml;
+  EXPECT_TRUE(MessageDifferencer::Equals(node, back)) << yaml;
+
+  v1::Job job;
+  ASSERT_TRUE(ParseProtoYaml("create_time: \"2024-01-02T03:04:05+01:00\"\nlatestStep: \"12\"",
+                             &job)
+                  .ok());
+  EXPECT_EQ(TimeUtil::ToString(job.create_time()), "2024-01-02T02:04:05Z");
+  EXPECT_EQ(job.latest_step(), 12);
+}
+
+TEST(ProtoYamlTest, NullMeansUnset) {
+  v1::JobSpec spec;
+  ASSERT_TRUE(ParseProtoYaml("name: ~\nvision:\ntraining: {batch_size: null}\n", &spec).ok());
+  EXPECT_EQ(spec.name(), "");
+  EXPECT_FALSE(spec.has_vision());
+  EXPECT_FALSE(spec.training().has_batch_size());
+}
+
+TEST(ProtoYamlTest, UnknownKeyNamesPathAndKnownKeys) {
+  EXPECT_EQ(SpecError("vision:\n  degre: 2\n"),
+            "vision.degre: unknown key; known keys: parallelism, degree, zero_stage, "
+            "activation_checkpointing, dtype");
+  EXPECT_EQ(SpecError("data:\n  registry:\n    shapes:\n      image_rot: x\n"),
+            "data.registry.shapes.image_rot: unknown key; known keys: annotation_path, "
+            "image_root, weight");
+  EXPECT_EQ(SpecError("nme: x"),
+            "nme: unknown key; known keys: name, labels, priority, model, vision, text, "
+            "data_parallel_size, placement, training, data, checkpoint, restart");
+}
+
+TEST(ProtoYamlTest, RootPrefixesPaths) {
+  v1::JobSpec spec;
+  EXPECT_EQ(ParseError("model: {presett: x}", &spec, "spec"),
+            "spec.model.presett: unknown key; known keys: preset, weights_path");
+}
+
+TEST(ProtoYamlTest, TypeErrorsSayWhatWasExpected) {
+  EXPECT_EQ(SpecError("vision: {degree: two}"),
+            "vision.degree: expected an integer, got \"two\"");
+  EXPECT_EQ(SpecError("vision: {degree: 2.5}"), "vision.degree: expected an integer, got \"2.5\"");
+  EXPECT_EQ(SpecError("vision: {activation_checkpointing: yes}"),
+            "vision.activation_checkpointing: expected true or false, got \"yes\"");
+  EXPECT_EQ(SpecError("training: {learning_rate: fast}"),
+            "training.learning_rate: expected a number, got \"fast\"");
+  EXPECT_EQ(SpecError("vision: [1, 2]"), "vision: expected a mapping, got a sequence");
+  EXPECT_EQ(SpecError("name: {a: 1}"), "name: expected a string, got a mapping");
+  EXPECT_EQ(SpecError("data: {datasets: shapes}"),
+            "data.datasets: expected a sequence, got \"shapes\"");
+  EXPECT_EQ(SpecError("data: {datasets: [a, [b]]}"),
+            "data.datasets[1]: expected a string, got a sequence");
+  EXPECT_EQ(SpecError("- a\n- b\n"), "expected a mapping, got a sequence");
+  v1::Job job;
+  EXPECT_EQ(ParseError("create_time: yesterday", &job),
+            "create_time: expected an RFC 3339 timestamp like \"2024-05-01T12:00:00Z\", got "
+            "\"yesterday\"");
+}
+
+TEST(ProtoYamlTest, RangeChecks) {
+  EXPECT_EQ(SpecError("vision: {degree: 2147483648}"),
+            "vision.degree: 2147483648 is out of range for int32 (-2147483648 to 2147483647)");
+  EXPECT_EQ(SpecError("priority: -2147483649"),
+            "priority: -2147483649 is out of range for int32 (-2147483648 to 2147483647)");
+  EXPECT_EQ(SpecError("training: {seed: -1}"),
+            "training.seed: -1 is out of range for uint64 (0 to 18446744073709551615)");
+  EXPECT_EQ(SpecError("training: {max_steps: \"99999999999999999999\"}"),
+            "training.max_steps: 99999999999999999999 is out of range for int64 "
+            "(-9223372036854775808 to 9223372036854775807)");
+  v1::JobSpec spec;
+  ASSERT_TRUE(ParseProtoYaml("vision: {degree: -2147483648}\ntraining: {seed: "
+                             "18446744073709551615}",
+                             &spec)
+                  .ok());
+  EXPECT_EQ(spec.training().seed(), 18446744073709551615ULL);
+}
+
+TEST(ProtoYamlTest, BadEnum) {
+  EXPECT_EQ(SpecError("vision: {parallelism: seq}"),
+            "vision.parallelism: expected one of none, sequence, tensor, got \"seq\"");
+  EXPECT_EQ(SpecError("placement: 7"),
+            "placement: expected one of collocate, separate, got \"7\"");
+}
+
+TEST(ProtoYamlTest, DuplicateKeys) {
+  EXPECT_EQ(SpecError("name: a\nname: b\n"), "name: duplicate key");
+  EXPECT_EQ(SpecError("vision:\n  zero_stage: 1\n  zeroStage: 0\n"),
+            "vision.zeroStage: duplicate key (same field as zero_stage)");
+  EXPECT_EQ(SpecError("labels: {a: x, a: y}"), "labels.a: duplicate key");
+  EXPECT_EQ(SpecError(R"({"name": "a", "name": "b"})"), "name: duplicate key");
+}
+
+TEST(ProtoYamlTest, SeveralErrorsAreReportedTogether) {
+  EXPECT_EQ(SpecError("nme: x\nvision: {degree: two, dtype: fp64}\n"),
+            "nme: unknown key; known keys: name, labels, priority, model, vision, text, "
+            "data_parallel_size, placement, training, data, checkpoint, restart; "
+            "vision.degree: expected an integer, got \"two\"; "
+            "vision.dtype: expected one of fp32, bf16, fp16, got \"fp64\"");
+}
+
+TEST(ProtoYamlTest, MalformedYamlGivesLineAndColumn) {
+  EXPECT_EQ(SpecError("name: a\nvision: {degree: 2\n"),
+            "malformed YAML at line 3, column 1: end of map flow not found");
+  EXPECT_EQ(SpecError("name: a\n  b: 2\n"),
+            "malformed YAML at line 2, column 4: illegal map value");
+  v1::JobSpec spec;
+  EXPECT_EQ(ParseError("name: a\n---\nname: b\n", &spec),
+            "expected one YAML document, got 2");
+}
+
+}  // namespace
+}  // namespace dhp
