@@ -1,0 +1,422 @@
+#include "api/http_server.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+
+#include "boost/asio/post.hpp"
+#include "boost/asio/write.hpp"
+#include "boost/beast/core/flat_buffer.hpp"
+#include "boost/beast/http/chunk_encode.hpp"
+#include "boost/beast/http/empty_body.hpp"
+#include "boost/beast/http/error.hpp"
+#include "boost/beast/http/parser.hpp"
+#include "boost/beast/http/read.hpp"
+#include "boost/beast/http/serializer.hpp"
+#include "boost/beast/http/write.hpp"
+
+namespace dhp::api {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using tcp = boost::asio::ip::tcp;
+
+// Sends a small plain-text response and marks the connection for closing.
+void WriteSimple(tcp::socket& socket, HttpStatus status, std::string body) {
+  http::response<http::string_body> res{status, 11};
+  res.set(http::field::content_type, "text/plain; charset=utf-8");
+  res.keep_alive(false);
+  res.body() = std::move(body);
+  res.prepare_payload();
+  beast::error_code ec;
+  http::write(socket, res, ec);
+}
+
+// Closes after an error response while the client may still be sending (e.g. a body over
+// the limit): without draining first, the kernel answers unread data with a reset, and the
+// client may lose the response. Drains for at most ~1 s or 64 MiB.
+void LingeringClose(tcp::socket& socket) {
+  const int fd = socket.native_handle();
+  ::shutdown(fd, SHUT_WR);
+  char buf[64 * 1024];
+  size_t drained = 0;
+  for (int i = 0; i < 10 && drained < (64u << 20); ++i) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) break;
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n <= 0) break;
+    drained += static_cast<size_t>(n);
+  }
+}
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+}  // namespace
+
+// ---- HttpResponder -------------------------------------------------------------------------
+
+HttpResponder::HttpResponder(tcp::socket& socket, const HttpRequest& request,
+                             const std::atomic<bool>& server_stopping)
+    : socket_(socket),
+      request_(request),
+      server_stopping_(server_stopping),
+      fd_(socket.native_handle()) {}
+
+bool HttpResponder::Fail() {
+  gone_.store(true);
+  keep_alive_ = false;
+  return false;
+}
+
+bool HttpResponder::Respond(HttpStatus status, std::string_view content_type, std::string body,
+                            const HttpHeaders& headers) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (status_code_ != 0) {
+    std::fprintf(stderr, "HttpResponder: a handler answered %s twice\n",
+                 std::string(request_.target()).c_str());
+    std::abort();
+  }
+  status_code_ = static_cast<int>(status);
+  if (gone_.load()) return Fail();
+  http::response<http::string_body> res{status, request_.version()};
+  res.set(http::field::content_type, beast::string_view(content_type.data(), content_type.size()));
+  for (const auto& [name, value] : headers) res.set(name, value);
+  res.keep_alive(request_.keep_alive() && !server_stopping_.load());
+  keep_alive_ = res.keep_alive();
+  res.body() = std::move(body);
+  res.prepare_payload();
+  beast::error_code ec;
+  http::write(socket_, res, ec);
+  return ec ? Fail() : true;
+}
+
+bool HttpResponder::BeginStream(HttpStatus status, std::string_view content_type,
+                                const HttpHeaders& headers) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (status_code_ != 0) {
+    std::fprintf(stderr, "HttpResponder: a handler answered %s twice\n",
+                 std::string(request_.target()).c_str());
+    std::abort();
+  }
+  status_code_ = static_cast<int>(status);
+  streaming_ = true;
+  if (gone_.load()) return Fail();
+  http::response<http::empty_body> res{status, request_.version()};
+  res.set(http::field::content_type, beast::string_view(content_type.data(), content_type.size()));
+  for (const auto& [name, value] : headers) res.set(name, value);
+  chunked_ = request_.version() >= 11;
+  if (chunked_) {
+    res.chunked(true);
+    res.keep_alive(request_.keep_alive() && !server_stopping_.load());
+  } else {
+    res.keep_alive(false);  // HTTP/1.0: the body ends when the connection closes
+  }
+  keep_alive_ = res.keep_alive();
+  http::response_serializer<http::empty_body> serializer{res};
+  beast::error_code ec;
+  http::write_header(socket_, serializer, ec);
+  return ec ? Fail() : true;
+}
+
+bool HttpResponder::WriteChunk(std::string_view data) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!streaming_ || stream_ended_) {
+    std::fprintf(stderr, "HttpResponder: WriteChunk outside a stream\n");
+    std::abort();
+  }
+  if (gone_.load() || server_stopping_.load()) return Fail();
+  if (data.empty()) return true;  // an empty chunk would end the stream
+  beast::error_code ec;
+  if (chunked_) {
+    asio::write(socket_, http::make_chunk(asio::const_buffer(data.data(), data.size())), ec);
+  } else {
+    asio::write(socket_, asio::const_buffer(data.data(), data.size()), ec);
+  }
+  return ec ? Fail() : true;
+}
+
+bool HttpResponder::EndStream() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!streaming_ || stream_ended_) return !gone_.load();
+  stream_ended_ = true;
+  if (gone_.load()) return Fail();
+  if (!chunked_) return true;
+  beast::error_code ec;
+  asio::write(socket_, http::make_chunk_last(), ec);
+  return ec ? Fail() : true;
+}
+
+bool HttpResponder::ClientGone() const {
+  if (gone_.load() || server_stopping_.load()) return true;
+  pollfd p{fd_, POLLIN | POLLRDHUP, 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL)) return true;
+  if (p.revents & POLLIN) {
+    char c;
+    // 0: orderly shutdown by the peer. Data (a pipelined request) means it is still there.
+    const ssize_t n = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+int HttpResponder::status_code() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_code_;
+}
+
+bool HttpResponder::started() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_code_ != 0;
+}
+
+bool HttpResponder::streaming() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return streaming_;
+}
+
+bool HttpResponder::keep_alive() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return keep_alive_ && !gone_.load();
+}
+
+// ---- HttpServer ----------------------------------------------------------------------------
+
+HttpServer::HttpServer(HttpServerOptions options, HttpHandler handler)
+    : options_(std::move(options)), handler_(std::move(handler)), acceptor_(io_) {}
+
+HttpServer::~HttpServer() { Stop(); }
+
+absl::Status HttpServer::Start() {
+  if (started_) return absl::FailedPreconditionError("HttpServer::Start called twice");
+  boost::system::error_code ec;
+  const std::string host = options_.address == "localhost" ? "127.0.0.1" : options_.address;
+  const asio::ip::address address = asio::ip::make_address(host, ec);
+  if (ec) {
+    return absl::InvalidArgumentError("bind address \"" + options_.address +
+                                      "\" is not an IP address (e.g. 0.0.0.0, 127.0.0.1, ::)");
+  }
+  const tcp::endpoint endpoint(address, options_.port);
+  const std::string where = options_.address + ":" + std::to_string(options_.port);
+  acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(endpoint, ec);
+  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    boost::system::error_code ignored;
+    acceptor_.close(ignored);
+    return absl::UnavailableError("cannot listen on " + where + ": " + ec.message());
+  }
+  port_.store(acceptor_.local_endpoint(ec).port());
+  started_ = true;
+  AcceptNext();
+  accept_thread_ = std::thread([this] { io_.run(); });
+  return absl::OkStatus();
+}
+
+void HttpServer::AcceptNext() {
+  acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
+    if (stopping_.load() || ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+    if (ec) {
+      // Out of file descriptors and the like: back off instead of spinning.
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    } else {
+      OnAccept(std::move(socket));
+    }
+    AcceptNext();
+  });
+}
+
+void HttpServer::ReapLocked(std::vector<std::thread>* finished) {
+  for (auto it = connections_.begin(); it != connections_.end();) {
+    if ((*it)->done) {
+      finished->push_back(std::move((*it)->thread));
+      it = connections_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void HttpServer::OnAccept(tcp::socket socket) {
+  std::vector<std::thread> finished;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ReapLocked(&finished);
+    if (connections_.size() >= options_.max_connections) {
+      boost::system::error_code ignored;
+      socket.close(ignored);
+    } else {
+      auto conn = std::make_unique<Connection>(std::move(socket));
+      Connection* raw = conn.get();
+      connections_.push_back(std::move(conn));
+      raw->thread = std::thread([this, raw] { Serve(raw); });
+    }
+  }
+  for (std::thread& t : finished) t.join();
+}
+
+void HttpServer::Serve(Connection* conn) {
+  boost::system::error_code ignored;
+  conn->socket.set_option(tcp::no_delay(true), ignored);
+  beast::flat_buffer buffer;
+  while (!stopping_.load() && ServeOne(conn, buffer)) {
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  conn->socket.shutdown(tcp::socket::shutdown_both, ignored);
+  conn->socket.close(ignored);
+  conn->done = true;
+}
+
+bool HttpServer::ServeOne(Connection* conn, beast::flat_buffer& buffer) {
+  tcp::socket& socket = conn->socket;
+  if (buffer.size() == 0) {
+    // Between requests: wait for the next one at most idle_timeout.
+    pollfd p{socket.native_handle(), POLLIN, 0};
+    int r;
+    do {
+      r = ::poll(&p, 1, static_cast<int>(options_.idle_timeout.count()));
+    } while (r < 0 && errno == EINTR);
+    if (r <= 0 || stopping_.load()) return false;
+  }
+
+  http::request_parser<http::string_body> parser;
+  parser.body_limit(options_.max_body_bytes);
+  parser.header_limit(64 * 1024);
+  beast::error_code ec;
+  http::read_header(socket, buffer, parser, ec);
+  if (!ec && !parser.is_done()) {
+    const auto expect = parser.get()[http::field::expect];
+    if (beast::iequals(expect, "100-continue")) {
+      static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+      asio::write(socket, asio::const_buffer(kContinue, sizeof(kContinue) - 1), ec);
+    }
+    if (!ec) http::read(socket, buffer, parser, ec);
+  }
+  if (ec) {
+    if (ec == http::error::body_limit) {
+      WriteSimple(socket, HttpStatus::payload_too_large,
+                  "request body exceeds the limit of " + std::to_string(options_.max_body_bytes) +
+                      " bytes\n");
+      LingeringClose(socket);
+    } else if (ec.category() == http::make_error_code(http::error::bad_target).category() &&
+               ec != http::error::end_of_stream && ec != http::error::partial_message) {
+      WriteSimple(socket, HttpStatus::bad_request,
+                  "malformed HTTP request: " + ec.message() + "\n");
+      LingeringClose(socket);
+    }
+    return false;  // end_of_stream (client closed between requests) lands here too
+  }
+
+  const HttpRequest request = parser.release();
+  HttpResponder responder(socket, request, stopping_);
+  try {
+    handler_(request, responder);
+  } catch (const std::exception& e) {
+    if (!responder.started()) {
+      responder.Respond(HttpStatus::internal_server_error, "text/plain; charset=utf-8",
+                        std::string("internal error: ") + e.what() + "\n");
+    }
+    return false;
+  }
+  if (!responder.started()) {
+    responder.Respond(HttpStatus::internal_server_error, "text/plain; charset=utf-8",
+                      "the handler sent no response\n");
+  } else if (responder.streaming()) {
+    responder.EndStream();
+  }
+  return responder.keep_alive() && !stopping_.load();
+}
+
+void HttpServer::Stop() {
+  if (!started_ || stopping_.exchange(true)) return;
+  asio::post(io_, [this] {
+    boost::system::error_code ignored;
+    acceptor_.close(ignored);
+  });
+  accept_thread_.join();
+
+  // Wake every connection blocked in a read or write; handlers see ClientGone().
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& conn : connections_) {
+      if (!conn->done) ::shutdown(conn->socket.native_handle(), SHUT_RDWR);
+      threads.push_back(std::move(conn->thread));
+    }
+  }
+  for (std::thread& t : threads) {
+    if (t.joinable()) t.join();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  connections_.clear();
+}
+
+// ---- URL helpers ---------------------------------------------------------------------------
+
+absl::StatusOr<std::string> PercentDecode(std::string_view text, bool plus_is_space) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '%') {
+      const int hi = i + 1 < text.size() ? HexValue(text[i + 1]) : -1;
+      const int lo = i + 2 < text.size() ? HexValue(text[i + 2]) : -1;
+      if (hi < 0 || lo < 0) {
+        return absl::InvalidArgumentError("malformed percent-escape in \"" + std::string(text) +
+                                          "\"");
+      }
+      out += static_cast<char>(hi * 16 + lo);
+      i += 2;
+    } else if (c == '+' && plus_is_space) {
+      out += ' ';
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<RequestTarget> ParseRequestTarget(std::string_view target) {
+  RequestTarget out;
+  const size_t q = target.find('?');
+  out.path = std::string(target.substr(0, q));
+  if (out.path.empty() || out.path[0] != '/') {
+    return absl::InvalidArgumentError("request target must start with '/'");
+  }
+  if (q == std::string_view::npos) return out;
+  std::string_view query = target.substr(q + 1);
+  const size_t hash = query.find('#');
+  if (hash != std::string_view::npos) query = query.substr(0, hash);
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view part = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (part.empty()) continue;
+    const size_t eq = part.find('=');
+    absl::StatusOr<std::string> key = PercentDecode(part.substr(0, eq), true);
+    if (!key.ok()) return key.status();
+    absl::StatusOr<std::string> value = PercentDecode(
+        eq == std::string_view::npos ? std::string_view() : part.substr(eq + 1), true);
+    if (!value.ok()) return value.status();
+    out.query.emplace_back(*std::move(key), *std::move(value));
+  }
+  return out;
+}
+
+}  // namespace dhp::api

@@ -1,0 +1,169 @@
+// HttpServer: a small HTTP/1.1 server on Boost.Beast, with keep-alive and chunked streaming.
+//
+// It knows nothing about dhp's API: every complete request goes to one HttpHandler, which
+// answers through an HttpResponder, either once (Respond) or as a stream of chunks
+// (BeginStream, WriteChunk..., EndStream). The REST gateway (api/rest_gateway.h) is the
+// handler that maps requests onto DhpService.
+//
+// Threading: one acceptor thread (an io_context running async_accept) and one thread per
+// connection that reads requests synchronously and runs the handler inline. Handlers may
+// therefore block (a long KvWait, an endless watch stream) without holding up any other
+// connection, and a keep-alive request costs no thread hand-off. Idle keep-alive
+// connections are closed after `idle_timeout`; at most `max_connections` are open at once
+// (more are refused by closing them).
+//
+// Thread-safety: Start/Stop/port may be called from any thread (Start and Stop not
+// concurrently with each other). Stop closes the listener, shuts every connection's socket
+// down so blocked reads and writes fail (HttpResponder::ClientGone turns true for streams),
+// then waits for the handlers still running to return. HttpResponder is thread-safe.
+#ifndef DHP_API_HTTP_SERVER_H_
+#define DHP_API_HTTP_SERVER_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "boost/asio/io_context.hpp"
+#include "boost/asio/ip/tcp.hpp"
+#include "boost/beast/core/flat_buffer.hpp"
+#include "boost/beast/http/message.hpp"
+#include "boost/beast/http/status.hpp"
+#include "boost/beast/http/string_body.hpp"
+
+namespace dhp::api {
+
+using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>;
+using HttpStatus = boost::beast::http::status;
+using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
+
+// The answer to one request. Exactly one of: Respond once; or BeginStream, any number of
+// WriteChunk, EndStream. Every call returns false once the client is gone (a write failed,
+// the peer closed, or the server is stopping); the handler should then return promptly.
+class HttpResponder {
+ public:
+  HttpResponder(boost::asio::ip::tcp::socket& socket, const HttpRequest& request,
+                const std::atomic<bool>& server_stopping);
+  HttpResponder(const HttpResponder&) = delete;
+  HttpResponder& operator=(const HttpResponder&) = delete;
+
+  bool Respond(HttpStatus status, std::string_view content_type, std::string body,
+               const HttpHeaders& headers = {});
+  // Sends the status line and headers with chunked transfer encoding (HTTP/1.0 clients get
+  // a close-delimited body instead).
+  bool BeginStream(HttpStatus status, std::string_view content_type,
+                   const HttpHeaders& headers = {});
+  // Sends one chunk and flushes it to the socket.
+  bool WriteChunk(std::string_view data);
+  // Sends the last chunk. Called by the server if the handler leaves a stream open.
+  bool EndStream();
+
+  // True once a write failed, the server is stopping, or the peer closed its side of the
+  // connection (noticed without reading: poll + MSG_PEEK). Cheap enough to poll often.
+  bool ClientGone() const;
+
+  // The status sent, 0 while nothing has been sent.
+  int status_code() const;
+  bool started() const;
+  bool streaming() const;
+  // False when the connection must be closed after this response.
+  bool keep_alive() const;
+
+ private:
+  bool Fail();  // marks the client gone; returns false
+
+  boost::asio::ip::tcp::socket& socket_;
+  const HttpRequest& request_;
+  const std::atomic<bool>& server_stopping_;
+  const int fd_;
+
+  mutable std::mutex mu_;  // guards the fields below and serializes writes to socket_
+  int status_code_ = 0;
+  bool streaming_ = false;
+  bool stream_ended_ = false;
+  bool chunked_ = false;
+  bool keep_alive_ = true;
+  std::atomic<bool> gone_{false};
+};
+
+using HttpHandler = std::function<void(const HttpRequest&, HttpResponder&)>;
+
+struct HttpServerOptions {
+  std::string address = "0.0.0.0";
+  uint16_t port = 0;                // 0: an ephemeral port (see HttpServer::port)
+  size_t max_body_bytes = 4 << 20;  // larger bodies get 413
+  size_t max_connections = 4096;
+  std::chrono::milliseconds idle_timeout{std::chrono::minutes(2)};
+};
+
+class HttpServer {
+ public:
+  HttpServer(HttpServerOptions options, HttpHandler handler);
+  ~HttpServer();  // Stops.
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds and starts serving. UNAVAILABLE if the address cannot be bound (port in use),
+  // INVALID_ARGUMENT if it does not parse, FAILED_PRECONDITION if already started.
+  absl::Status Start();
+  // The bound port (the actual one when options.port was 0); 0 before Start.
+  uint16_t port() const { return port_.load(); }
+  // Idempotent. Waits for running handlers to return.
+  void Stop();
+
+ private:
+  struct Connection {
+    explicit Connection(boost::asio::ip::tcp::socket s) : socket(std::move(s)) {}
+    boost::asio::ip::tcp::socket socket;
+    std::thread thread;
+    bool done = false;  // guarded by HttpServer::mu_; socket closed, thread about to exit
+  };
+
+  void AcceptNext();
+  void OnAccept(boost::asio::ip::tcp::socket socket);
+  void Serve(Connection* conn);
+  // Returns false when the connection must close.
+  bool ServeOne(Connection* conn, boost::beast::flat_buffer& buffer);
+  void ReapLocked(std::vector<std::thread>* finished);
+
+  const HttpServerOptions options_;
+  const HttpHandler handler_;
+  std::atomic<uint16_t> port_{0};
+  std::atomic<bool> stopping_{false};
+  bool started_ = false;  // only touched by Start/Stop, which are not concurrent
+
+  boost::asio::io_context io_;
+  boost::asio::ip::tcp::acceptor acceptor_;  // used only on accept_thread_ after Start
+  std::thread accept_thread_;
+
+  std::mutex mu_;  // guards connections_ (membership and each Connection::done)
+  std::list<std::unique_ptr<Connection>> connections_;
+};
+
+// ---- URL helpers ---------------------------------------------------------------------------
+
+// Decodes %XX escapes (and '+' as a space when `plus_is_space`). INVALID_ARGUMENT on a
+// malformed escape.
+absl::StatusOr<std::string> PercentDecode(std::string_view text, bool plus_is_space);
+
+struct RequestTarget {
+  std::string path;                                        // still percent-encoded
+  std::vector<std::pair<std::string, std::string>> query;  // decoded, in order
+};
+// Splits "/a/b?x=1&y=%20" into path and decoded query parameters ("?flag" gives value "").
+absl::StatusOr<RequestTarget> ParseRequestTarget(std::string_view target);
+
+}  // namespace dhp::api
+
+#endif  // DHP_API_HTTP_SERVER_H_

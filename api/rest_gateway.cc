@@ -1,0 +1,502 @@
+#include "api/rest_gateway.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/proto_enum.h"
+#include "common/proto_yaml.h"
+
+namespace dhp::api {
+namespace {
+
+namespace http = boost::beast::http;
+using Clock = std::chrono::steady_clock;
+using QueryParams = std::vector<std::pair<std::string, std::string>>;
+
+constexpr char kJson[] = "application/json";
+
+constexpr auto kNoId = [](auto&, const std::string&) {};
+constexpr auto kSetJobId = [](auto& req, const std::string& id) { req.set_job_id(id); };
+constexpr auto kSetNodeId = [](auto& req, const std::string& id) { req.set_node_id(id); };
+
+std::string JsonEscape(absl::string_view s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(c));
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string VerbName(http::verb verb) {
+  const auto name = http::to_string(verb);
+  return std::string(name.data(), name.size());
+}
+
+void SendError(HttpResponder& responder, const absl::Status& status,
+               const HttpHeaders& headers = {}) {
+  responder.Respond(static_cast<http::status>(HttpStatusFor(status.code())), kJson,
+                    StatusToJson(status) + "\n", headers);
+}
+
+absl::Status ParseBody(std::string_view body, google::protobuf::Message* msg) {
+  absl::Status s = ParseProtoYaml(body, msg);
+  if (s.ok()) return s;
+  return absl::InvalidArgumentError("request body: " + std::string(s.message()));
+}
+
+absl::StatusOr<bool> ParseBoolParam(const std::string& name, const std::string& value) {
+  const std::string v = absl::AsciiStrToLower(value);
+  if (v.empty() || v == "true" || v == "1" || v == "yes") return true;
+  if (v == "false" || v == "0" || v == "no") return false;
+  return absl::InvalidArgumentError(
+      absl::StrCat("query parameter ", name, ": expected true or false, got \"", value, "\""));
+}
+
+template <typename Int>
+absl::StatusOr<Int> ParseIntParam(const std::string& name, const std::string& value) {
+  Int n;
+  if (!absl::SimpleAtoi(value, &n)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("query parameter ", name, ": expected an integer, got \"", value, "\""));
+  }
+  return n;
+}
+
+// A sink that writes one JSON line per event into a chunked response.
+class NdjsonSink final : public EventSink {
+ public:
+  explicit NdjsonSink(HttpResponder& responder) : responder_(responder), start_(Clock::now()) {}
+
+  bool Write(const v1::Event& event) override {
+    std::string line = ProtoToJson(event);
+    line += '\n';
+    std::lock_guard<std::mutex> lock(mu_);
+    return StartLocked() && responder_.WriteChunk(line);
+  }
+
+  bool IsCancelled() const override {
+    if (responder_.ClientGone()) return true;
+    // The service is waiting for events: send the headers so that the client sees the
+    // stream is open (curl shows nothing until then).
+    if (!started_.load() && Clock::now() - start_ > std::chrono::milliseconds(50)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!StartLocked()) return true;
+    }
+    return false;
+  }
+
+  // After WatchJob returned `status`.
+  void Finish(const absl::Status& status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_.load()) {
+      if (!status.ok()) return SendError(responder_, status);
+      StartLocked();
+    } else if (!status.ok() && !responder_.ClientGone()) {
+      responder_.WriteChunk("{\"error\": " + StatusToJson(status) + "}\n");
+    }
+    responder_.EndStream();
+  }
+
+ private:
+  bool StartLocked() const {
+    if (started_.load()) return true;
+    started_.store(true);
+    return responder_.BeginStream(http::status::ok, "application/x-ndjson",
+                                  {{"Cache-Control", "no-cache"}});
+  }
+
+  HttpResponder& responder_;
+  const Clock::time_point start_;
+  mutable std::mutex mu_;  // guards sending the headers exactly once, and event order
+  mutable std::atomic<bool> started_{false};
+};
+
+}  // namespace
+
+int HttpStatusFor(absl::StatusCode code) {
+  using C = absl::StatusCode;
+  // clang-format off
+  switch (code) {
+    case C::kOk:                 return 200;
+    case C::kInvalidArgument:    return 400;
+    case C::kNotFound:           return 404;
+    case C::kAlreadyExists:      return 409;
+    case C::kFailedPrecondition: return 409;
+    case C::kDeadlineExceeded:   return 504;
+    case C::kUnauthenticated:    return 401;
+    case C::kPermissionDenied:   return 403;
+    case C::kUnavailable:        return 503;
+    case C::kUnimplemented:      return 501;
+    case C::kResourceExhausted:  return 429;
+    default:                     return 500;
+  }
+  // clang-format on
+}
+
+std::string StatusToJson(const absl::Status& status) {
+  return absl::StrCat("{\"code\": ", static_cast<int>(status.code()),
+                      ", \"status\": ", JsonEscape(absl::StatusCodeToString(status.code())),
+                      ", \"message\": ", JsonEscape(status.message()), "}");
+}
+
+// ---- routing -------------------------------------------------------------------------------
+
+class RestGateway::Router {
+ public:
+  Router(DhpService& service, TokenAuth auth, RestRequestObserver observer)
+      : service_(service), auth_(std::move(auth)), observer_(std::move(observer)) {
+    AddRoutes();
+  }
+
+  void Handle(const HttpRequest& request, HttpResponder& responder);
+
+ private:
+  // One path segment of a pattern: a literal ("jobs", "nodes:register"), or a capture
+  // ("{id}", matching a non-empty segment without ':') with an optional literal suffix
+  // ("{id}:cancel").
+  struct Segment {
+    std::string literal;
+    bool capture = false;
+  };
+  struct Call {
+    const HttpRequest& request;
+    HttpResponder& responder;
+    std::string id;  // the captured path id, decoded
+    const QueryParams& query;
+    bool pretty = false;
+  };
+  struct Route {
+    http::verb method;
+    std::vector<Segment> segments;
+    std::string name;
+    std::vector<std::string> params;  // accepted query parameters besides "pretty"
+    bool any_query = false;           // /healthz, /metrics: ignore query parameters
+    std::function<void(Call&)> handle;
+  };
+
+  void AddRoutes();
+  void Add(http::verb method, absl::string_view pattern, std::string name,
+           std::vector<std::string> params, std::function<void(Call&)> handle);
+  static bool Match(const Route& route, const std::vector<absl::string_view>& parts,
+                    absl::string_view* captured);
+
+  // Builds the request with `build(Req&) -> Status`, calls the service, answers.
+  template <typename Req, typename Resp, typename Build>
+  void Unary(Call& call, absl::Status (DhpService::*method)(const Req&, Resp*), Build build) {
+    Req req;
+    absl::Status status = build(req);
+    Resp resp;
+    if (status.ok()) status = (service_.*method)(req, &resp);
+    if (!status.ok()) return SendError(call.responder, status);
+    call.responder.Respond(http::status::ok, kJson, ProtoToJson(resp, call.pretty) + "\n");
+  }
+  // A POST whose body is the request; `set_id(req, id)` stores the path id (if any).
+  template <typename Req, typename Resp, typename SetId = decltype(kNoId)>
+  void BodyCall(Call& call, absl::Status (DhpService::*method)(const Req&, Resp*),
+                SetId set_id = kNoId) {
+    Unary(call, method, [&](Req& req) {
+      absl::Status s = ParseBody(call.request.body(), &req);
+      if (s.ok()) set_id(req, call.id);
+      return s;
+    });
+  }
+  void SubmitJob(Call& call);
+  void ListJobs(Call& call);
+  void Watch(Call& call, const std::string& job_id);
+
+  DhpService& service_;
+  const TokenAuth auth_;
+  const RestRequestObserver observer_;
+  std::vector<Route> routes_;  // immutable after construction
+};
+
+void RestGateway::Router::Add(http::verb method, absl::string_view pattern, std::string name,
+                              std::vector<std::string> params, std::function<void(Call&)> handle) {
+  Route route{method, {}, std::move(name), std::move(params), false, std::move(handle)};
+  for (absl::string_view part : absl::StrSplit(pattern.substr(1), '/')) {
+    Segment seg;
+    if (absl::ConsumePrefix(&part, "{id}")) seg.capture = true;
+    seg.literal = std::string(part);
+    route.segments.push_back(std::move(seg));
+  }
+  route.any_query = route.name == "Healthz" || route.name == "Metrics";
+  routes_.push_back(std::move(route));
+}
+
+bool RestGateway::Router::Match(const Route& route, const std::vector<absl::string_view>& parts,
+                                absl::string_view* captured) {
+  if (parts.size() != route.segments.size()) return false;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Segment& seg = route.segments[i];
+    absl::string_view part = parts[i];
+    if (!seg.capture) {
+      if (part != seg.literal) return false;
+      continue;
+    }
+    if (!absl::ConsumeSuffix(&part, seg.literal)) return false;
+    if (part.empty() || part.find(':') != absl::string_view::npos) return false;
+    *captured = part;
+  }
+  return true;
+}
+
+void RestGateway::Router::AddRoutes() {
+  using V = http::verb;
+  Add(V::post, "/v1/jobs", "SubmitJob", {"dry_run"}, [this](Call& c) { SubmitJob(c); });
+  Add(V::get, "/v1/jobs", "ListJobs", {"state", "label", "page_size", "page_token"},
+      [this](Call& c) { ListJobs(c); });
+  Add(V::get, "/v1/jobs/{id}", "GetJob", {}, [this](Call& c) {
+    Unary(c, &DhpService::GetJob, [&](v1::GetJobRequest& r) {
+      r.set_job_id(c.id);
+      return absl::OkStatus();
+    });
+  });
+  Add(V::post, "/v1/jobs/{id}:cancel", "CancelJob", {},
+      [this](Call& c) { BodyCall(c, &DhpService::CancelJob, kSetJobId); });
+  Add(V::post, "/v1/jobs/{id}:resume", "ResumeJob", {},
+      [this](Call& c) { BodyCall(c, &DhpService::ResumeJob, kSetJobId); });
+  Add(V::get, "/v1/jobs/{id}/events", "WatchJob", {"after", "follow"},
+      [this](Call& c) { Watch(c, c.id); });
+  Add(V::get, "/v1/events", "WatchJob", {"after", "follow"}, [this](Call& c) { Watch(c, ""); });
+  Add(V::post, "/v1/jobs/{id}/progress", "ReportProgress", {},
+      [this](Call& c) { BodyCall(c, &DhpService::ReportProgress, kSetJobId); });
+  Add(V::get, "/v1/nodes", "ListNodes", {}, [this](Call& c) {
+    Unary(c, &DhpService::ListNodes, [](v1::ListNodesRequest&) { return absl::OkStatus(); });
+  });
+  Add(V::post, "/v1/nodes:register", "RegisterNode", {},
+      [this](Call& c) { BodyCall(c, &DhpService::RegisterNode); });
+  Add(V::post, "/v1/nodes/{id}:heartbeat", "Heartbeat", {},
+      [this](Call& c) { BodyCall(c, &DhpService::Heartbeat, kSetNodeId); });
+  Add(V::post, "/v1/kv:set", "KvSet", {}, [this](Call& c) { BodyCall(c, &DhpService::KvSet); });
+  Add(V::post, "/v1/kv:get", "KvGet", {}, [this](Call& c) { BodyCall(c, &DhpService::KvGet); });
+  Add(V::post, "/v1/kv:add", "KvAdd", {}, [this](Call& c) { BodyCall(c, &DhpService::KvAdd); });
+  Add(V::post, "/v1/kv:wait", "KvWait", {}, [this](Call& c) { BodyCall(c, &DhpService::KvWait); });
+  Add(V::post, "/v1/kv:check", "KvCheck", {},
+      [this](Call& c) { BodyCall(c, &DhpService::KvCheck); });
+  Add(V::post, "/v1/kv:delete", "KvDelete", {},
+      [this](Call& c) { BodyCall(c, &DhpService::KvDelete); });
+  Add(V::get, "/healthz", "Healthz", {}, [this](Call& c) {
+    const absl::Status health = service_.Health();
+    if (health.ok()) {
+      c.responder.Respond(http::status::ok, "text/plain; charset=utf-8", "ok\n");
+    } else {
+      c.responder.Respond(http::status::service_unavailable, "text/plain; charset=utf-8",
+                          std::string(health.message()) + "\n");
+    }
+  });
+  Add(V::get, "/metrics", "Metrics", {}, [this](Call& c) {
+    c.responder.Respond(http::status::ok, "text/plain; version=0.0.4; charset=utf-8",
+                        service_.MetricsText());
+  });
+}
+
+void RestGateway::Router::SubmitJob(Call& c) {
+  Unary(c, &DhpService::SubmitJob, [&](v1::SubmitJobRequest& req) {
+    const std::string& body = c.request.body();
+    const auto raw_type = c.request[http::field::content_type];
+    absl::string_view content_type(raw_type.data(), raw_type.size());
+    content_type = absl::StripAsciiWhitespace(content_type.substr(0, content_type.find(';')));
+    const std::string type = absl::AsciiStrToLower(content_type);
+    const bool yaml_type = type == "application/yaml" || type == "text/yaml" ||
+                           type == "application/x-yaml" || type == "text/x-yaml";
+    const absl::string_view trimmed = absl::StripAsciiWhitespace(body);
+    if (yaml_type || (!trimmed.empty() && trimmed.front() != '{')) {
+      req.set_spec_text(body);
+    } else {
+      absl::Status s = ParseBody(body, &req);
+      if (!s.ok()) return s;
+    }
+    for (const auto& [key, value] : c.query) {
+      if (key != "dry_run") continue;
+      absl::StatusOr<bool> dry_run = ParseBoolParam(key, value);
+      if (!dry_run.ok()) return dry_run.status();
+      req.set_dry_run(*dry_run);
+    }
+    return absl::OkStatus();
+  });
+}
+
+void RestGateway::Router::ListJobs(Call& c) {
+  Unary(c, &DhpService::ListJobs, [&](v1::ListJobsRequest& req) {
+    for (const auto& [key, value] : c.query) {
+      if (key == "state") {
+        for (absl::string_view piece : absl::StrSplit(value, ',', absl::SkipWhitespace())) {
+          piece = absl::StripAsciiWhitespace(piece);
+          const std::optional<int> state =
+              ParseEnumName(v1::JobState_descriptor(), std::string(piece));
+          if (!state.has_value() || *state == v1::JOB_STATE_UNSPECIFIED) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("query parameter state: unknown job state \"", piece, "\"; one of ",
+                             EnumChoices(v1::JobState_descriptor())));
+          }
+          req.add_states(static_cast<v1::JobState>(*state));
+        }
+      } else if (key == "label") {
+        const size_t eq = value.find('=');
+        if (eq == std::string::npos || eq == 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "query parameter label: expected key=value (e.g. label=team=vision), got \"", value,
+              "\""));
+        }
+        (*req.mutable_labels())[value.substr(0, eq)] = value.substr(eq + 1);
+      } else if (key == "page_size") {
+        absl::StatusOr<int32_t> n = ParseIntParam<int32_t>(key, value);
+        if (!n.ok()) return n.status();
+        req.set_page_size(*n);
+      } else if (key == "page_token") {
+        req.set_page_token(value);
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
+void RestGateway::Router::Watch(Call& c, const std::string& job_id) {
+  v1::WatchJobRequest req;
+  req.set_job_id(job_id);
+  for (const auto& [key, value] : c.query) {
+    if (key == "after") {
+      absl::StatusOr<int64_t> after = ParseIntParam<int64_t>(key, value);
+      if (!after.ok()) return SendError(c.responder, after.status());
+      req.set_after_event_id(*after);
+    } else if (key == "follow") {
+      absl::StatusOr<bool> follow = ParseBoolParam(key, value);
+      if (!follow.ok()) return SendError(c.responder, follow.status());
+      req.set_follow(*follow);
+    }
+  }
+  NdjsonSink sink(c.responder);
+  const absl::Status status = service_.WatchJob(req, sink);
+  sink.Finish(status);
+}
+
+void RestGateway::Router::Handle(const HttpRequest& request, HttpResponder& responder) {
+  const Clock::time_point start = Clock::now();
+  std::string_view route_name = "Unknown";
+  const std::string_view raw_target(request.target().data(), request.target().size());
+  absl::StatusOr<RequestTarget> target = ParseRequestTarget(raw_target);
+  if (!target.ok()) {
+    SendError(responder, absl::InvalidArgumentError(
+                             absl::StrCat("bad request target: ", target.status().message())));
+  } else {
+    absl::string_view path = target->path;
+    if (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
+    const std::vector<absl::string_view> parts = absl::StrSplit(path.substr(1), '/');
+    const Route* match = nullptr;
+    absl::string_view captured;
+    std::vector<std::string> allowed;
+    for (const Route& route : routes_) {
+      absl::string_view id;
+      if (!Match(route, parts, &id)) continue;
+      if (route.method == request.method()) {
+        match = &route;
+        captured = id;
+        break;
+      }
+      allowed.push_back(VerbName(route.method));
+    }
+    const std::string method = VerbName(request.method());
+    if (match == nullptr && allowed.empty()) {
+      SendError(responder,
+                absl::NotFoundError(absl::StrCat("no such route: ", method, " ", target->path)));
+    } else if (match == nullptr) {
+      const std::string allow = absl::StrJoin(allowed, ", ");
+      responder.Respond(
+          http::status::method_not_allowed, kJson,
+          StatusToJson(absl::UnimplementedError(absl::StrCat(
+              "method ", method, " is not allowed on ", target->path, "; allowed: ", allow))) +
+              "\n",
+          {{"Allow", allow}});
+    } else {
+      route_name = match->name;
+      Call call{request, responder, "", target->query};
+      absl::Status status;
+      absl::StatusOr<std::string> id =
+          PercentDecode(std::string_view(captured.data(), captured.size()), false);
+      if (!id.ok())
+        status = id.status();
+      else
+        call.id = *std::move(id);
+      if (status.ok() && !match->any_query) {  // /healthz and /metrics need no token
+        const auto authorization = request[http::field::authorization];
+        status = auth_.Check(std::string_view(authorization.data(), authorization.size()));
+      }
+      for (const auto& [key, value] : target->query) {
+        if (!status.ok() || match->any_query) break;
+        if (key == "pretty") {
+          absl::StatusOr<bool> pretty = ParseBoolParam(key, value);
+          if (!pretty.ok())
+            status = pretty.status();
+          else
+            call.pretty = *pretty;
+        } else if (std::find(match->params.begin(), match->params.end(), key) ==
+                   match->params.end()) {
+          std::vector<std::string> known = match->params;
+          known.push_back("pretty");
+          status = absl::InvalidArgumentError(
+              absl::StrCat("unknown query parameter \"", key, "\" for ", match->name, " (", method,
+                           " ", target->path, "); known: ", absl::StrJoin(known, ", ")));
+        }
+      }
+      if (status.ok()) {
+        match->handle(call);
+      } else {
+        SendError(responder, status);
+      }
+    }
+  }
+  if (observer_) {
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    observer_(route_name, responder.status_code(), seconds);
+  }
+}
+
+// ---- RestGateway ---------------------------------------------------------------------------
+
+RestGateway::RestGateway(DhpService& service, RestGatewayOptions options,
+                         RestRequestObserver observer)
+    : router_(std::make_unique<Router>(service, options.auth, std::move(observer))) {
+  HttpServerOptions http;
+  http.address = options.address;
+  http.port = options.port;
+  http.max_body_bytes = options.max_body_bytes;
+  http.max_connections = options.max_connections;
+  http.idle_timeout = options.idle_timeout;
+  Router* router = router_.get();
+  server_ = std::make_unique<HttpServer>(
+      std::move(http), [router](const HttpRequest& request, HttpResponder& responder) {
+        router->Handle(request, responder);
+      });
+}
+
+RestGateway::~RestGateway() { Stop(); }
+
+absl::Status RestGateway::Start() { return server_->Start(); }
+
+uint16_t RestGateway::port() const { return server_->port(); }
+
+void RestGateway::Stop() { server_->Stop(); }
+
+}  // namespace dhp::api

@@ -1,0 +1,107 @@
+// RestGateway: the REST/JSON face of DhpService, served over HTTP/1.1 (api/http_server.h).
+//
+// Bodies and responses are the dhp.v1 request/response messages in the proto JSON mapping
+// (proto field names); bodies are parsed strictly by ParseProtoYaml, so an unknown key is a
+// 400 that names it. Ids in the path fill (and override) the id fields of the request.
+//
+//   POST /v1/jobs                    SubmitJob   JSON SubmitJobRequest; a YAML body
+//                                                (Content-Type application/yaml or text/yaml,
+//                                                or anything but a JSON object) becomes
+//                                                spec_text. ?dry_run=true
+//   GET  /v1/jobs                    ListJobs    ?state=running (repeatable, or comma-separated;
+//                                                short or full names) &label=team=vision
+//                                                (repeatable) &page_size=N &page_token=T
+//   GET  /v1/jobs/{id}               GetJob
+//   POST /v1/jobs/{id}:cancel        CancelJob   optional body {"reason": "..."}
+//   POST /v1/jobs/{id}:resume        ResumeJob
+//   GET  /v1/jobs/{id}/events        WatchJob    ?after=N &follow=true
+//   GET  /v1/events                  WatchJob    all jobs and nodes; ?after=N &follow=true
+//   POST /v1/jobs/{id}/progress      ReportProgress
+//   GET  /v1/nodes                   ListNodes
+//   POST /v1/nodes:register          RegisterNode
+//   POST /v1/nodes/{id}:heartbeat    Heartbeat
+//   POST /v1/kv:set|get|add|wait|check|delete   KvSet ... KvDelete
+//   GET  /healthz                    Healthz     200 "ok", or 503 and the reason
+//   GET  /metrics                    Metrics     Prometheus text, version 0.0.4
+//
+// Every /v1 route also takes ?pretty for indented JSON; other query parameters are refused
+// (400 naming them), as are malformed values (page_size=abc, state=bogus).
+//
+// Watch streams are newline-delimited JSON (application/x-ndjson, chunked), one Event per
+// line, flushed per event. Headers go out with the first event, or once the service has been
+// waiting ~50 ms (it polls EventSink::IsCancelled while idle), so an error found before the
+// first event (NOT_FOUND) is still a proper HTTP error. An error after that ends the stream
+// with a line {"error": {"code": ..., "status": ..., "message": ...}}.
+//
+// Errors are {"code": <grpc code>, "status": "NOT_FOUND", "message": "..."} with the HTTP
+// status of HttpStatusFor: INVALID_ARGUMENT 400, NOT_FOUND 404, ALREADY_EXISTS and
+// FAILED_PRECONDITION 409, RESOURCE_EXHAUSTED 429, UNAUTHENTICATED 401, PERMISSION_DENIED 403,
+// UNIMPLEMENTED 501, UNAVAILABLE 503, DEADLINE_EXCEEDED 504, others 500. An unknown path is
+// 404, a known path with the wrong method 405 (with Allow), a body over the limit 413.
+//
+// Thread-safety: requests are served concurrently (one thread per connection), so the
+// service and the observer are called from many threads at once. Start/Stop as HttpServer.
+#ifndef DHP_API_REST_GATEWAY_H_
+#define DHP_API_REST_GATEWAY_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "api/auth.h"
+#include "api/http_server.h"
+#include "api/service.h"
+
+namespace dhp::api {
+
+struct RestGatewayOptions {
+  std::string address = "0.0.0.0";
+  uint16_t port = 0;                // 0: ephemeral; RestGateway::port() tells which
+  size_t max_body_bytes = 4 << 20;  // 413 beyond
+  size_t max_connections = 4096;
+  std::chrono::milliseconds idle_timeout{std::chrono::minutes(2)};
+  TokenAuth auth;                     // when enabled, /v1 routes need the bearer token (401)
+};
+
+// Called once per request after it is answered (for streams: when the stream ends), with the
+// route's RPC name ("SubmitJob", "WatchJob", ..., "Healthz", "Metrics"; "Unknown" for 404/405
+// on unmatched routes), the HTTP status sent and the seconds spent. Called concurrently.
+using RestRequestObserver =
+    std::function<void(std::string_view route_name, int http_status, double seconds)>;
+
+class RestGateway {
+ public:
+  // `service` must outlive the gateway. `observer` may be empty.
+  RestGateway(DhpService& service, RestGatewayOptions options,
+              RestRequestObserver observer = nullptr);
+  ~RestGateway();  // Stops.
+  RestGateway(const RestGateway&) = delete;
+  RestGateway& operator=(const RestGateway&) = delete;
+
+  // Binds and serves. UNAVAILABLE when the port cannot be bound.
+  absl::Status Start();
+  // The bound port (the real one when options.port was 0); 0 before Start.
+  uint16_t port() const;
+  // Stops accepting, disconnects clients (watch streams see IsCancelled), waits for handlers
+  // still inside the service to return. Idempotent.
+  void Stop();
+
+ private:
+  class Router;
+  std::unique_ptr<Router> router_;
+  std::unique_ptr<HttpServer> server_;
+};
+
+// The HTTP status for a Status code (see the table above); 200 for OK.
+int HttpStatusFor(absl::StatusCode code);
+// {"code": 5, "status": "NOT_FOUND", "message": "..."} for a non-OK status.
+std::string StatusToJson(const absl::Status& status);
+
+}  // namespace dhp::api
+
+#endif  // DHP_API_REST_GATEWAY_H_

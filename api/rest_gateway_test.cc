@@ -1,0 +1,530 @@
+// Tests the REST gateway end to end: a fake DhpService behind a real gateway on 127.0.0.1:0,
+// driven by a small synchronous Beast client over real sockets.
+#include "api/rest_gateway.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "api/rest_gateway_test_util.h"
+#include "boost/asio/connect.hpp"
+#include "boost/asio/ip/tcp.hpp"
+#include "boost/asio/write.hpp"
+#include "boost/beast/core/flat_buffer.hpp"
+#include "boost/beast/http.hpp"
+#include "common/proto_yaml.h"
+#include "gtest/gtest.h"
+
+namespace dhp::api {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using tcp = boost::asio::ip::tcp;
+using testing::ContentType;
+using testing::FakeService;
+using testing::Lines;
+using testing::Response;
+using Client = testing::TestHttpClient;
+using namespace std::chrono_literals;
+
+class RestGatewayTest : public ::testing::Test {
+ protected:
+  void SetUp() override { StartGateway({}); }
+  void TearDown() override { gateway_->Stop(); }
+
+  void StartGateway(RestGatewayOptions options) {
+    options.address = "127.0.0.1";
+    options.port = 0;
+    gateway_ = std::make_unique<RestGateway>(
+        service_, options, [this](std::string_view route, int status, double seconds) {
+          std::lock_guard<std::mutex> lock(observed_mu_);
+          observed_.emplace_back(std::string(route), status);
+          EXPECT_GE(seconds, 0);
+        });
+    ASSERT_TRUE(gateway_->Start().ok());
+    ASSERT_NE(gateway_->port(), 0);
+    client_ = std::make_unique<Client>(gateway_->port());
+  }
+
+  // Waits for the observer to have seen (route, status): it runs after the response is sent.
+  bool Observed(const std::string& route, int status) {
+    for (int i = 0; i < 400; ++i) {
+      {
+        std::lock_guard<std::mutex> lock(observed_mu_);
+        for (const auto& [r, s] : observed_) {
+          if (r == route && s == status) return true;
+        }
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    return false;
+  }
+
+  // Declared before the gateway: its threads call the observer until it has stopped.
+  FakeService service_;
+  std::mutex observed_mu_;  // guards observed_
+  std::vector<std::pair<std::string, int>> observed_;
+  std::unique_ptr<RestGateway> gateway_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST_F(RestGatewayTest, GetJobPassesPathIdAndReturnsJson) {
+  Response res = client_->Get("/v1/jobs/j-42");
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_EQ(ContentType(res), "application/json");
+  EXPECT_EQ(service_.Last<v1::GetJobRequest>().job_id(), "j-42");
+  v1::GetJobResponse parsed;
+  ASSERT_TRUE(ParseProtoYaml(res.body(), &parsed).ok()) << res.body();
+  EXPECT_EQ(parsed.job().id(), "j-42");
+  EXPECT_EQ(parsed.job().state(), v1::JOB_STATE_RUNNING);
+  EXPECT_NE(res.body().find("\"JOB_STATE_RUNNING\""), std::string::npos) << res.body();
+  ASSERT_EQ(parsed.runs_size(), 1);
+  EXPECT_TRUE(Observed("GetJob", 200));
+}
+
+TEST_F(RestGatewayTest, PercentEncodedPathIdIsDecoded) {
+  EXPECT_EQ(client_->Get("/v1/jobs/a%20b").result_int(), 200);
+  EXPECT_EQ(service_.Last<v1::GetJobRequest>().job_id(), "a b");
+}
+
+TEST_F(RestGatewayTest, SubmitJobJsonBody) {
+  Response res = client_->Post("/v1/jobs", R"({"spec_text": "name: x", "dry_run": true})");
+  EXPECT_EQ(res.result_int(), 200) << res.body();
+  const v1::SubmitJobRequest req = service_.Last<v1::SubmitJobRequest>();
+  EXPECT_EQ(req.spec_text(), "name: x");
+  EXPECT_TRUE(req.dry_run());
+  v1::SubmitJobResponse parsed;
+  ASSERT_TRUE(ParseProtoYaml(res.body(), &parsed).ok()) << res.body();
+  EXPECT_EQ(parsed.job().id(), "j-1");
+  EXPECT_TRUE(Observed("SubmitJob", 200));
+}
+
+TEST_F(RestGatewayTest, SubmitJobYamlBodyGoesToSpecText) {
+  const std::string yaml = "name: demo\nmodel:\n  preset: tiny\n";
+  Response res = client_->Send(http::verb::post, "/v1/jobs?dry_run=true", yaml, "application/yaml");
+  EXPECT_EQ(res.result_int(), 200) << res.body();
+  v1::SubmitJobRequest req = service_.Last<v1::SubmitJobRequest>();
+  EXPECT_EQ(req.spec_text(), yaml);
+  EXPECT_TRUE(req.dry_run());
+  EXPECT_FALSE(req.has_spec());
+
+  // Not a JSON object, whatever the content type says: also spec_text.
+  res = client_->Send(http::verb::post, "/v1/jobs", yaml, "text/plain");
+  EXPECT_EQ(res.result_int(), 200) << res.body();
+  req = service_.Last<v1::SubmitJobRequest>();
+  EXPECT_EQ(req.spec_text(), yaml);
+  EXPECT_FALSE(req.dry_run());
+
+  res =
+      client_->Send(http::verb::post, "/v1/jobs", "{\"name\": \"x\"}", "text/yaml; charset=utf-8");
+  EXPECT_EQ(res.result_int(), 200) << res.body();
+  EXPECT_EQ(service_.Last<v1::SubmitJobRequest>().spec_text(), "{\"name\": \"x\"}");
+}
+
+TEST_F(RestGatewayTest, ListJobsQueryParameters) {
+  Response res = client_->Get(
+      "/v1/jobs?state=running&state=QUEUED,job_state_failed&label=team=vision"
+      "&label=x%3Dy=a%20b&page_size=10&page_token=tok");
+  ASSERT_EQ(res.result_int(), 200) << res.body();
+  const v1::ListJobsRequest req = service_.Last<v1::ListJobsRequest>();
+  ASSERT_EQ(req.states_size(), 3);
+  EXPECT_EQ(req.states(0), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(req.states(1), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(req.states(2), v1::JOB_STATE_FAILED);
+  ASSERT_EQ(req.labels_size(), 2);
+  EXPECT_EQ(req.labels().at("team"), "vision");
+  EXPECT_EQ(req.labels().at("x"), "y=a b");
+  EXPECT_EQ(req.page_size(), 10);
+  EXPECT_EQ(req.page_token(), "tok");
+  v1::ListJobsResponse parsed;
+  ASSERT_TRUE(ParseProtoYaml(res.body(), &parsed).ok()) << res.body();
+  EXPECT_EQ(parsed.jobs_size(), 2);
+  EXPECT_EQ(parsed.next_page_token(), "next");
+}
+
+TEST_F(RestGatewayTest, BadQueryParametersAre400NamingTheParameter) {
+  const int before = service_.calls();
+  Response res = client_->Get("/v1/jobs?page_size=abc");
+  EXPECT_EQ(res.result_int(), 400);
+  EXPECT_NE(res.body().find("page_size"), std::string::npos) << res.body();
+  res = client_->Get("/v1/jobs?state=bogus");
+  EXPECT_EQ(res.result_int(), 400);
+  EXPECT_NE(res.body().find("state"), std::string::npos) << res.body();
+  EXPECT_NE(res.body().find("bogus"), std::string::npos) << res.body();
+  EXPECT_NE(res.body().find("running"), std::string::npos) << res.body();  // the choices
+  res = client_->Get("/v1/jobs?label=novalue");
+  EXPECT_EQ(res.result_int(), 400);
+  EXPECT_NE(res.body().find("label"), std::string::npos) << res.body();
+  res = client_->Get("/v1/jobs?colour=red");
+  EXPECT_EQ(res.result_int(), 400);
+  EXPECT_NE(res.body().find("colour"), std::string::npos) << res.body();
+  res = client_->Get("/v1/events?after=x");
+  EXPECT_EQ(res.result_int(), 400);
+  EXPECT_NE(res.body().find("after"), std::string::npos) << res.body();
+  EXPECT_EQ(service_.calls(), before);  // none reached the service
+}
+
+TEST_F(RestGatewayTest, PrettyJson) {
+  Response res = client_->Get("/v1/jobs/j-1?pretty");
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_GT(std::count(res.body().begin(), res.body().end(), '\n'), 2) << res.body();
+}
+
+TEST_F(RestGatewayTest, CancelResumeAndPathIdsOverrideBody) {
+  Response res =
+      client_->Post("/v1/jobs/j-7:cancel", R"({"job_id": "other", "reason": "user asked"})");
+  EXPECT_EQ(res.result_int(), 200) << res.body();
+  v1::CancelJobRequest cancel = service_.Last<v1::CancelJobRequest>();
+  EXPECT_EQ(cancel.job_id(), "j-7");
+  EXPECT_EQ(cancel.reason(), "user asked");
+  EXPECT_NE(res.body().find("JOB_STATE_CANCELLING"), std::string::npos) << res.body();
+
+  res = client_->Post("/v1/jobs/j-8:cancel");  // no body
+  EXPECT_EQ(res.result_int(), 200) << res.body();
+  EXPECT_EQ(service_.Last<v1::CancelJobRequest>().job_id(), "j-8");
+
+  res = client_->Post("/v1/jobs/j-9:resume");
+  EXPECT_EQ(res.result_int(), 200) << res.body();
+  EXPECT_EQ(service_.Last<v1::ResumeJobRequest>().job_id(), "j-9");
+  EXPECT_TRUE(Observed("CancelJob", 200));
+  EXPECT_TRUE(Observed("ResumeJob", 200));
+}
+
+TEST_F(RestGatewayTest, UnknownKeyInBodyIs400NamingTheKey) {
+  Response res = client_->Post("/v1/jobs/j-7:cancel", R"({"reson": "typo"})");
+  EXPECT_EQ(res.result_int(), 400);
+  EXPECT_EQ(ContentType(res), "application/json");
+  EXPECT_NE(res.body().find("\"code\": 3"), std::string::npos) << res.body();
+  EXPECT_NE(res.body().find("\"status\": \"INVALID_ARGUMENT\""), std::string::npos) << res.body();
+  EXPECT_NE(res.body().find("reson"), std::string::npos) << res.body();
+  res = client_->Post("/v1/kv:add", R"({"delta": "not a number"})");
+  EXPECT_EQ(res.result_int(), 400);
+  EXPECT_NE(res.body().find("delta"), std::string::npos) << res.body();
+  res = client_->Post("/v1/kv:add", "{\"delta\": ");
+  EXPECT_EQ(res.result_int(), 400) << res.body();
+  EXPECT_TRUE(Observed("CancelJob", 400));
+}
+
+TEST_F(RestGatewayTest, WorkerFacingRoutes) {
+  Response res = client_->Post("/v1/nodes:register", R"({"node": {"hostname": "h1"}})");
+  EXPECT_EQ(res.result_int(), 200) << res.body();
+  v1::RegisterNodeResponse registered;
+  ASSERT_TRUE(ParseProtoYaml(res.body(), &registered).ok()) << res.body();
+  EXPECT_EQ(registered.node_id(), "n-h1");
+  EXPECT_EQ(service_.Last<v1::RegisterNodeRequest>().node().hostname(), "h1");
+
+  res = client_->Post("/v1/nodes/n-1:heartbeat");
+  EXPECT_EQ(res.result_int(), 200) << res.body();
+  EXPECT_EQ(res.body(), "{}\n");
+  EXPECT_EQ(service_.Last<v1::HeartbeatRequest>().node_id(), "n-1");
+
+  res = client_->Post("/v1/kv:add", R"({"scope": {"job_id": "j-1", "attempt": 2}, "key": "k",
+                                        "delta": 5})");
+  EXPECT_EQ(res.result_int(), 200) << res.body();
+  v1::KvAddResponse added;
+  ASSERT_TRUE(ParseProtoYaml(res.body(), &added).ok()) << res.body();
+  EXPECT_EQ(added.value(), 105);
+  EXPECT_EQ(service_.Last<v1::KvAddRequest>().scope().attempt(), 2);
+
+  for (const char* verb : {"set", "get", "delete"}) {
+    res = client_->Post(std::string("/v1/kv:") + verb, R"({"key": "k"})");
+    EXPECT_EQ(res.result_int(), 200) << verb << ": " << res.body();
+  }
+  for (const char* verb : {"wait", "check"}) {
+    res = client_->Post(std::string("/v1/kv:") + verb, R"({"keys": ["a", "b"]})");
+    EXPECT_EQ(res.result_int(), 200) << verb << ": " << res.body();
+  }
+  EXPECT_EQ(service_.Last<v1::KvDeleteRequest>().key(), "k");
+  EXPECT_EQ(service_.Last<v1::KvWaitRequest>().keys_size(), 2);
+  v1::KvCheckResponse checked;
+  ASSERT_TRUE(ParseProtoYaml(res.body(), &checked).ok()) << res.body();
+  EXPECT_TRUE(checked.ready());
+
+  res = client_->Post("/v1/jobs/j-3/progress", R"({"rank": 1, "step": 10, "loss": 1.5,
+                                                   "metrics": {"tokens_per_s": 100}})");
+  EXPECT_EQ(res.result_int(), 200) << res.body();
+  const v1::ReportProgressRequest progress = service_.Last<v1::ReportProgressRequest>();
+  EXPECT_EQ(progress.job_id(), "j-3");
+  EXPECT_EQ(progress.step(), 10);
+  EXPECT_EQ(progress.metrics().at("tokens_per_s"), 100);
+  v1::ReportProgressResponse progressed;
+  ASSERT_TRUE(ParseProtoYaml(res.body(), &progressed).ok()) << res.body();
+  EXPECT_TRUE(progressed.stop());
+
+  res = client_->Get("/v1/nodes");
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_NE(res.body().find("n-1"), std::string::npos) << res.body();
+  EXPECT_TRUE(Observed("KvAdd", 200));
+  EXPECT_TRUE(Observed("Heartbeat", 200));
+  EXPECT_TRUE(Observed("ListNodes", 200));
+}
+
+TEST_F(RestGatewayTest, ServiceErrorsMapToHttpStatus) {
+  const std::vector<std::pair<absl::Status, int>> cases = {
+      {absl::InvalidArgumentError("bad \"x\"\n"), 400},
+      {absl::NotFoundError("job j-1 not found"), 404},
+      {absl::AlreadyExistsError("dup"), 409},
+      {absl::FailedPreconditionError("job is final"), 409},
+      {absl::DeadlineExceededError("slow"), 504},
+      {absl::UnauthenticatedError("who"), 401},
+      {absl::PermissionDeniedError("no"), 403},
+      {absl::UnavailableError("later"), 503},
+      {absl::UnimplementedError("nope"), 501},
+      {absl::ResourceExhaustedError("full"), 429},
+      {absl::InternalError("boom"), 500},
+      {absl::DataLossError("gone"), 500},
+  };
+  for (const auto& [status, http_status] : cases) {
+    service_.error = status;
+    Response res = client_->Get("/v1/jobs/j-1");
+    EXPECT_EQ(res.result_int(), http_status) << status;
+    EXPECT_EQ(ContentType(res), "application/json");
+    EXPECT_EQ(res.body(), StatusToJson(status) + "\n");
+  }
+  EXPECT_EQ(StatusToJson(absl::InvalidArgumentError("bad \"x\"\n")),
+            R"({"code": 3, "status": "INVALID_ARGUMENT", "message": "bad \"x\"\n"})");
+  EXPECT_EQ(StatusToJson(absl::NotFoundError("job j-1 not found")),
+            R"({"code": 5, "status": "NOT_FOUND", "message": "job j-1 not found"})");
+  EXPECT_TRUE(Observed("GetJob", 404));
+}
+
+TEST_F(RestGatewayTest, UnknownPathIs404AndWrongMethodIs405) {
+  Response res = client_->Get("/v1/nope");
+  EXPECT_EQ(res.result_int(), 404);
+  EXPECT_NE(res.body().find("\"status\": \"NOT_FOUND\""), std::string::npos) << res.body();
+  EXPECT_EQ(client_->Get("/v1/jobs/j-1/nope").result_int(), 404);
+  EXPECT_EQ(client_->Post("/v1/jobs/j-1:explode").result_int(), 404);
+
+  res = client_->Send(http::verb::delete_, "/v1/jobs/j-1");
+  EXPECT_EQ(res.result_int(), 405);
+  EXPECT_EQ(std::string(res[http::field::allow]), "GET");
+  res = client_->Get("/v1/jobs/j-1:cancel");
+  EXPECT_EQ(res.result_int(), 405);
+  EXPECT_EQ(std::string(res[http::field::allow]), "POST");
+  res = client_->Send(http::verb::put, "/v1/jobs");
+  EXPECT_EQ(res.result_int(), 405);
+  EXPECT_EQ(std::string(res[http::field::allow]), "POST, GET");
+  EXPECT_EQ(service_.calls(), 0);
+  EXPECT_TRUE(Observed("Unknown", 404));
+  EXPECT_TRUE(Observed("Unknown", 405));
+}
+
+TEST_F(RestGatewayTest, HealthzAndMetrics) {
+  Response res = client_->Get("/healthz");
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_EQ(res.body(), "ok\n");
+  service_.health = absl::UnavailableError("store is read-only");
+  res = client_->Get("/healthz");
+  EXPECT_EQ(res.result_int(), 503);
+  EXPECT_EQ(res.body(), "store is read-only\n");
+
+  res = client_->Get("/metrics");
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_EQ(ContentType(res), "text/plain; version=0.0.4; charset=utf-8");
+  EXPECT_EQ(res.body(), "# TYPE dhp_up gauge\ndhp_up 1\n");
+  EXPECT_TRUE(Observed("Healthz", 200));
+  EXPECT_TRUE(Observed("Healthz", 503));
+  EXPECT_TRUE(Observed("Metrics", 200));
+}
+
+TEST_F(RestGatewayTest, KeepAliveServesManyRequestsOnOneConnection) {
+  const auto local = client_->socket().local_endpoint();
+  for (int i = 0; i < 50; ++i) {
+    Response res = client_->Get("/v1/jobs/j-" + std::to_string(i));
+    ASSERT_EQ(res.result_int(), 200);
+    EXPECT_TRUE(res.keep_alive());
+    EXPECT_EQ(service_.Last<v1::GetJobRequest>().job_id(), "j-" + std::to_string(i));
+  }
+  EXPECT_EQ(client_->socket().local_endpoint(), local);  // still the same connection
+}
+
+TEST_F(RestGatewayTest, FiniteWatchStreamsNdjsonAndKeepsConnection) {
+  service_.watch_events = 4;
+  client_->StartStream("/v1/jobs/j-5/events?after=10", 0);
+  Response res = client_->FinishStream();
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_EQ(ContentType(res), "application/x-ndjson");
+  EXPECT_TRUE(res.chunked());
+  const std::vector<std::string> lines = Lines(res.body());
+  ASSERT_EQ(lines.size(), 4u) << res.body();
+  for (int i = 0; i < 4; ++i) {
+    v1::Event event;
+    ASSERT_TRUE(ParseProtoYaml(lines[i], &event).ok()) << lines[i];
+    EXPECT_EQ(event.id(), 11 + i);
+    EXPECT_EQ(event.job_id(), "j-5");
+  }
+  const v1::WatchJobRequest req = service_.Last<v1::WatchJobRequest>();
+  EXPECT_EQ(req.job_id(), "j-5");
+  EXPECT_EQ(req.after_event_id(), 10);
+  EXPECT_FALSE(req.follow());
+  // The connection is still usable.
+  EXPECT_EQ(client_->Get("/healthz").result_int(), 200);
+  EXPECT_TRUE(Observed("WatchJob", 200));
+}
+
+TEST_F(RestGatewayTest, FollowStreamEndsWhenClientCloses) {
+  service_.watch_events = 5;
+  Response res = client_->StartStream("/v1/events?after=0&follow=true", 5);
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_EQ(Lines(res.body()).size(), 5u) << res.body();
+  EXPECT_EQ(service_.Last<v1::WatchJobRequest>().job_id(), "");
+  EXPECT_TRUE(service_.Last<v1::WatchJobRequest>().follow());
+
+  // While the stream is open, other connections are served.
+  Client other(gateway_->port());
+  EXPECT_EQ(other.Get("/v1/jobs/j-1").result_int(), 200);
+
+  client_->Close();
+  EXPECT_TRUE(service_.WaitWatchReturned(5s)) << "WatchJob did not notice the client leaving";
+}
+
+TEST_F(RestGatewayTest, QuietFollowStreamSendsHeadersEarly) {
+  service_.watch_events = 0;
+  Response res = client_->StartStream("/v1/jobs/j-1/events?follow", 0);  // headers only
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_EQ(ContentType(res), "application/x-ndjson");
+  client_->Close();
+  EXPECT_TRUE(service_.WaitWatchReturned(5s));
+}
+
+TEST_F(RestGatewayTest, WatchErrorBeforeEventsIsHttpError) {
+  service_.error = absl::NotFoundError("no job j-404");
+  Response res = client_->Get("/v1/jobs/j-404/events");
+  EXPECT_EQ(res.result_int(), 404);
+  EXPECT_EQ(res.body(), StatusToJson(service_.error) + "\n");
+}
+
+TEST_F(RestGatewayTest, WatchErrorAfterEventsEndsStreamWithErrorLine) {
+  service_.watch_events = 2;
+  service_.watch_error_after = absl::InternalError("store failed");
+  client_->StartStream("/v1/jobs/j-1/events", 0);
+  Response res = client_->FinishStream();
+  EXPECT_EQ(res.result_int(), 200);
+  const std::vector<std::string> lines = Lines(res.body());
+  ASSERT_EQ(lines.size(), 3u) << res.body();
+  EXPECT_EQ(lines[2], "{\"error\": " + StatusToJson(service_.watch_error_after) + "}");
+}
+
+TEST_F(RestGatewayTest, StopEndsOpenStreamsAndIdleConnections) {
+  service_.watch_events = 1;
+  Client watcher(gateway_->port());
+  watcher.StartStream("/v1/events?follow=true", 1);
+  EXPECT_EQ(client_->Get("/healthz").result_int(), 200);  // an idle keep-alive connection
+  const auto start = std::chrono::steady_clock::now();
+  gateway_->Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  EXPECT_TRUE(service_.WaitWatchReturned(1s));
+  gateway_->Stop();  // idempotent
+}
+
+TEST_F(RestGatewayTest, BodyOverLimitIs413) {
+  gateway_->Stop();
+  RestGatewayOptions options;
+  options.max_body_bytes = 1024;
+  StartGateway(options);
+  Response res = client_->Post("/v1/jobs", "{\"spec_text\": \"" + std::string(4000, 'x') + "\"}");
+  EXPECT_EQ(res.result_int(), 413);
+  EXPECT_EQ(service_.calls(), 0);
+  Client again(gateway_->port());
+  EXPECT_EQ(again.Post("/v1/jobs", R"({"spec_text": "small"})").result_int(), 200);
+}
+
+TEST_F(RestGatewayTest, ExpectContinueIsHonoured) {
+  http::request<http::string_body> req{http::verb::post, "/v1/jobs", 11};
+  req.set(http::field::host, "127.0.0.1");
+  req.set(http::field::expect, "100-continue");
+  req.set(http::field::content_type, "application/json");
+  req.body() = R"({"spec_text": "x"})";
+  req.prepare_payload();
+  http::request_serializer<http::string_body> sr{req};
+  http::write_header(client_->socket(), sr);
+  http::response_parser<http::empty_body> cont_parser;
+  http::read_header(client_->socket(), client_->buffer(), cont_parser);
+  EXPECT_EQ(cont_parser.get().result_int(), 100);
+  http::write(client_->socket(), sr);
+  Response res;
+  http::read(client_->socket(), client_->buffer(), res);
+  EXPECT_EQ(res.result_int(), 200) << res.body();
+}
+
+TEST_F(RestGatewayTest, ConcurrentClientsAndLatency) {
+  constexpr int kClients = 16;
+  constexpr int kRequests = 200;
+  std::vector<std::thread> threads;
+  std::mutex mu;  // guards latencies and failures
+  std::vector<double> latencies;
+  int failures = 0;
+  for (int t = 0; t < kClients; ++t) {
+    threads.emplace_back([&, t] {
+      Client client(gateway_->port());
+      std::vector<double> mine;
+      int bad = 0;
+      for (int i = 0; i < kRequests; ++i) {
+        const auto start = std::chrono::steady_clock::now();
+        Response res = client.Get("/v1/jobs/c" + std::to_string(t) + "-" + std::to_string(i));
+        mine.push_back(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        if (res.result_int() != 200) ++bad;
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      latencies.insert(latencies.end(), mine.begin(), mine.end());
+      failures += bad;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures, 0);
+  std::sort(latencies.begin(), latencies.end());
+  const double p50 = latencies[latencies.size() / 2];
+  const double p99 = latencies[latencies.size() * 99 / 100];
+  std::printf("%d requests over %d keep-alive connections: p50 %.3f ms, p99 %.3f ms\n",
+              kClients * kRequests, kClients, p50 * 1e3, p99 * 1e3);
+  EXPECT_LT(p99, 0.25);  // loose: shared CI machines are noisy; the bench reports real numbers
+}
+
+TEST(RestGatewayStandaloneTest, PortInUseIsUnavailable) {
+  FakeService service;
+  RestGatewayOptions options;
+  options.address = "127.0.0.1";
+  RestGateway first(service, options);
+  ASSERT_TRUE(first.Start().ok());
+  options.port = first.port();
+  RestGateway second(service, options);
+  const absl::Status status = second.Start();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  options.address = "not-an-ip";
+  options.port = 0;
+  RestGateway third(service, options);
+  EXPECT_EQ(third.Start().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(RestGatewayStandaloneTest, Http10ClientGetsResponseAndClose) {
+  FakeService service;
+  RestGatewayOptions options;
+  options.address = "127.0.0.1";
+  RestGateway gateway(service, options);
+  ASSERT_TRUE(gateway.Start().ok());
+  Client client(gateway.port());
+  http::request<http::string_body> req{http::verb::get, "/healthz", 10};
+  http::write(client.socket(), req);
+  Response res;
+  http::read(client.socket(), client.buffer(), res);
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_FALSE(res.keep_alive());
+  char c;
+  beast::error_code ec;
+  client.socket().read_some(asio::buffer(&c, 1), ec);
+  EXPECT_EQ(ec, asio::error::eof);
+}
+
+}  // namespace
+}  // namespace dhp::api
