@@ -11,25 +11,36 @@ namespace {
 template <typename Stub, typename Req, typename Resp>
 using UnaryMethod = grpc::Status (Stub::*)(grpc::ClientContext*, const Req&, Resp*);
 
-template <typename Stub, typename Req, typename Resp>
-absl::StatusOr<Resp> Call(Stub* stub, UnaryMethod<Stub, Req, Resp> method, const Req& req,
-                          int timeout_ms, const std::string& target) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
-  Resp resp;
-  grpc::Status s = (stub->*method)(&ctx, req, &resp);
-  if (s.ok()) return resp;
-  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    return absl::UnavailableError("controller at " + target + " is unavailable: " +
-                                  s.error_message());
-  }
-  return FromGrpcStatus(s);
+absl::Status Unavailable(const std::string& target, const grpc::Status& s) {
+  return absl::UnavailableError("controller at " + target + " is unavailable: " +
+                                s.error_message());
 }
 
 }  // namespace
 
-DhpClient::DhpClient(const std::string& target, int default_timeout_ms)
-    : target_(target), timeout_ms_(default_timeout_ms) {
+void DhpClient::Prepare(grpc::ClientContext* ctx, int timeout_ms) const {
+  if (timeout_ms > 0) {
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+  }
+  if (!authorization_.empty()) ctx->AddMetadata("authorization", authorization_);
+}
+
+template <typename Stub, typename Req, typename Resp>
+absl::StatusOr<Resp> DhpClient::Call(Stub* stub, UnaryMethod<Stub, Req, Resp> method,
+                                     const Req& req, int timeout_ms) const {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, timeout_ms);
+  Resp resp;
+  grpc::Status s = (stub->*method)(&ctx, req, &resp);
+  if (s.ok()) return resp;
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) return Unavailable(target_, s);
+  return FromGrpcStatus(s);
+}
+
+DhpClient::DhpClient(const std::string& target, int default_timeout_ms, std::string token)
+    : target_(target),
+      timeout_ms_(default_timeout_ms),
+      authorization_(token.empty() ? "" : "Bearer " + token) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   channel_ = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
@@ -40,8 +51,7 @@ DhpClient::DhpClient(const std::string& target, int default_timeout_ms)
 
 #define DHP_CLIENT_CALL(stub, Method, timeout)                                               \
   absl::StatusOr<v1::Method##Response> DhpClient::Method(const v1::Method##Request& req) {   \
-    return Call(stub.get(), &std::remove_reference_t<decltype(*stub)>::Method, req, timeout, \
-                target_);                                                                    \
+    return Call(stub.get(), &std::remove_reference_t<decltype(*stub)>::Method, req, timeout); \
   }
 
 DHP_CLIENT_CALL(jobs_, SubmitJob, timeout_ms_)
@@ -65,6 +75,7 @@ DHP_CLIENT_CALL(workers_, ReportProgress, timeout_ms_)
 absl::Status DhpClient::WatchJob(const v1::WatchJobRequest& req,
                                  const std::function<bool(const v1::Event&)>& on_event) {
   grpc::ClientContext ctx;
+  Prepare(&ctx, 0);
   std::unique_ptr<grpc::ClientReader<v1::Event>> reader = jobs_->WatchJob(&ctx, req);
   v1::Event event;
   bool stopped = false;
@@ -77,10 +88,7 @@ absl::Status DhpClient::WatchJob(const v1::WatchJobRequest& req,
   }
   grpc::Status s = reader->Finish();
   if (stopped) return absl::OkStatus();
-  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    return absl::UnavailableError("controller at " + target_ + " is unavailable: " +
-                                  s.error_message());
-  }
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) return Unavailable(target_, s);
   return FromGrpcStatus(s);
 }
 

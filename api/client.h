@@ -19,8 +19,10 @@ namespace dhp::api {
 
 class DhpClient {
  public:
-  // `target` is host:port. Does not connect until the first call.
-  explicit DhpClient(const std::string& target, int default_timeout_ms = 30000);
+  // `target` is host:port. Does not connect until the first call. A non-empty `token` is
+  // sent as `authorization: Bearer <token>` with every call.
+  explicit DhpClient(const std::string& target, int default_timeout_ms = 30000,
+                     std::string token = "");
 
   const std::string& target() const { return target_; }
 
@@ -47,8 +49,15 @@ class DhpClient {
   absl::StatusOr<v1::ReportProgressResponse> ReportProgress(const v1::ReportProgressRequest& req);
 
  private:
+  void Prepare(grpc::ClientContext* ctx, int timeout_ms) const;
+  template <typename Stub, typename Req, typename Resp>
+  absl::StatusOr<Resp> Call(Stub* stub,
+                            grpc::Status (Stub::*method)(grpc::ClientContext*, const Req&, Resp*),
+                            const Req& req, int timeout_ms) const;
+
   std::string target_;
   int timeout_ms_;
+  std::string authorization_;  // "Bearer <token>" or empty
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
   std::unique_ptr<v1::NodeService::Stub> nodes_;

@@ -13,10 +13,18 @@ namespace {
 
 using grpc::ServerContext;
 
-// Forwards a unary RPC to the same-named DhpService method.
+// The "authorization" metadata of a call, empty when absent.
+std::string_view Authorization(const ServerContext* ctx) {
+  auto it = ctx->client_metadata().find("authorization");
+  if (it == ctx->client_metadata().end()) return {};
+  return std::string_view(it->second.data(), it->second.size());
+}
+
+// Forwards a unary RPC to the same-named DhpService method, after the token check.
 #define DHP_UNARY(Method)                                                               \
-  grpc::Status Method(ServerContext*, const v1::Method##Request* req,                   \
+  grpc::Status Method(ServerContext* ctx, const v1::Method##Request* req,               \
                       v1::Method##Response* resp) override {                            \
+    if (absl::Status s = auth_.Check(Authorization(ctx)); !s.ok()) return ToGrpcStatus(s); \
     return ToGrpcStatus(service_.Method(*req, resp));                                   \
   }
 
@@ -34,7 +42,7 @@ class GrpcEventSink : public EventSink {
 
 class JobServiceImpl final : public v1::JobService::Service {
  public:
-  explicit JobServiceImpl(DhpService& service) : service_(service) {}
+  JobServiceImpl(DhpService& service, const TokenAuth& auth) : service_(service), auth_(auth) {}
   DHP_UNARY(SubmitJob)
   DHP_UNARY(GetJob)
   DHP_UNARY(ListJobs)
@@ -43,26 +51,29 @@ class JobServiceImpl final : public v1::JobService::Service {
 
   grpc::Status WatchJob(ServerContext* ctx, const v1::WatchJobRequest* req,
                         grpc::ServerWriter<v1::Event>* writer) override {
+    if (absl::Status s = auth_.Check(Authorization(ctx)); !s.ok()) return ToGrpcStatus(s);
     GrpcEventSink sink(ctx, writer);
     return ToGrpcStatus(service_.WatchJob(*req, sink));
   }
 
  private:
   DhpService& service_;
+  const TokenAuth& auth_;
 };
 
 class NodeServiceImpl final : public v1::NodeService::Service {
  public:
-  explicit NodeServiceImpl(DhpService& service) : service_(service) {}
+  NodeServiceImpl(DhpService& service, const TokenAuth& auth) : service_(service), auth_(auth) {}
   DHP_UNARY(ListNodes)
 
  private:
   DhpService& service_;
+  const TokenAuth& auth_;
 };
 
 class WorkerServiceImpl final : public v1::WorkerService::Service {
  public:
-  explicit WorkerServiceImpl(DhpService& service) : service_(service) {}
+  WorkerServiceImpl(DhpService& service, const TokenAuth& auth) : service_(service), auth_(auth) {}
   DHP_UNARY(RegisterNode)
   DHP_UNARY(Heartbeat)
   DHP_UNARY(KvSet)
@@ -75,6 +86,7 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
 
  private:
   DhpService& service_;
+  const TokenAuth& auth_;
 };
 
 #undef DHP_UNARY
@@ -82,14 +94,16 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string& address,
-                                                              DhpService& service) {
+                                                              DhpService& service,
+                                                              TokenAuth auth) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
   std::unique_ptr<GrpcServer> s(new GrpcServer());
-  s->jobs_ = std::make_unique<JobServiceImpl>(service);
-  s->nodes_ = std::make_unique<NodeServiceImpl>(service);
-  s->workers_ = std::make_unique<WorkerServiceImpl>(service);
+  s->auth_ = std::move(auth);
+  s->jobs_ = std::make_unique<JobServiceImpl>(service, s->auth_);
+  s->nodes_ = std::make_unique<NodeServiceImpl>(service, s->auth_);
+  s->workers_ = std::make_unique<WorkerServiceImpl>(service, s->auth_);
 
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &s->port_);

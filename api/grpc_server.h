@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "api/auth.h"
 #include "api/service.h"
 
 namespace grpc {
@@ -22,10 +23,12 @@ namespace dhp::api {
 
 class GrpcServer {
  public:
-  // Listens on `address` ("127.0.0.1:0" picks a free port; see port()). `interceptor_hook`
-  // is not needed: metrics are recorded by wrapping `service` (api/instrumented_service.h).
+  // Listens on `address` ("127.0.0.1:0" picks a free port; see port()). Metrics are
+  // recorded by wrapping `service` (api/instrumented_service.h). With `auth` enabled, dhp's
+  // services refuse calls without the bearer token (health and reflection stay open).
   static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const std::string& address,
-                                                           DhpService& service);
+                                                           DhpService& service,
+                                                           TokenAuth auth = TokenAuth());
   ~GrpcServer();
 
   int port() const { return port_; }
@@ -40,6 +43,7 @@ class GrpcServer {
   std::unique_ptr<grpc::Service> nodes_;
   std::unique_ptr<grpc::Service> workers_;
   std::unique_ptr<grpc::Server> server_;
+  TokenAuth auth_;
   int port_ = 0;
   bool shut_down_ = false;
 };

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "api/auth.h"
 #include "api/grpc_server.h"
 #include "api/instrumented_service.h"
 #include "api/rest_gateway.h"
@@ -30,6 +31,7 @@ struct Flags {
   std::string port_file;
   int heartbeat_interval_ms = 2000;
   int heartbeat_timeout_ms = 10000;
+  std::string auth_token_file;
 };
 
 void ParseFlags(int argc, char** argv, Flags& f, CLI::App& app) {
@@ -55,6 +57,9 @@ void ParseFlags(int argc, char** argv, Flags& f, CLI::App& app) {
   app.add_option("--heartbeat-timeout-ms", f.heartbeat_timeout_ms,
                  "Silence after which a worker is marked LOST")
       ->capture_default_str();
+  app.add_option("--auth-token-file", f.auth_token_file,
+                 "Require 'authorization: Bearer <token>' (the file's content) on every API call "
+                 "except /healthz and /metrics");
   app.parse(argc, argv);
   if (f.db.empty()) f.db = f.data_dir + "/dhp.db";
   if (f.checkpoint_root.empty()) f.checkpoint_root = f.data_dir + "/checkpoints";
@@ -104,6 +109,16 @@ int main(int argc, char** argv) {
   if (!store.ok()) return Fail("cannot open the database " + flags.db + ": " +
                                std::string(store.status().message()));
 
+  dhp::api::TokenAuth auth;
+  if (!flags.auth_token_file.empty()) {
+    absl::StatusOr<std::string> token = dhp::api::ReadTokenFile(flags.auth_token_file);
+    if (!token.ok()) return Fail(std::string(token.status().message()));
+    auth = dhp::api::TokenAuth(*token);
+  } else if (flags.bind != "127.0.0.1" && flags.bind != "localhost" && flags.bind != "::1") {
+    DHP_LOG(WARNING) << "listening on " << flags.bind << " without --auth-token-file: anyone "
+                     << "who can reach this host can submit and cancel jobs";
+  }
+
   dhp::SystemClock clock;
   dhp::MetricsRegistry metrics;
   dhp::controller::ControllerOptions options;
@@ -119,12 +134,13 @@ int main(int argc, char** argv) {
 
   const std::string grpc_address = flags.bind + ":" + std::to_string(flags.grpc_port);
   absl::StatusOr<std::unique_ptr<dhp::api::GrpcServer>> grpc =
-      dhp::api::GrpcServer::Start(grpc_address, grpc_service);
+      dhp::api::GrpcServer::Start(grpc_address, grpc_service, auth);
   if (!grpc.ok()) return Fail(std::string(grpc.status().message()));
 
   dhp::api::RestGatewayOptions rest_options;
   rest_options.address = flags.bind;
   rest_options.port = static_cast<uint16_t>(flags.http_port);
+  rest_options.auth = auth;
   dhp::api::RestGateway rest(rest_service, rest_options);
   if (absl::Status s = rest.Start(); !s.ok()) return Fail(std::string(s.message()));
 

@@ -4,7 +4,8 @@
 //   dhpctl list [--state running] [--label team=vision] [--limit N]
 //   dhpctl get JOB | cancel JOB [--reason R] | resume JOB | watch JOB | events | nodes
 //
-// --server / DHP_SERVER picks the controller (host:port of its gRPC API); -o table|json|yaml.
+// --server / DHP_SERVER picks the controller (host:port of its gRPC API); -o table|json|yaml;
+// --token-file / DHP_TOKEN the API token when the controller requires one.
 // Exit codes: 0 success; 1 the controller refused or failed the request; 2 bad usage or an
 // unreadable file; 3 the controller is unreachable; with --follow, 4 when the job ends FAILED
 // and 5 when it ends CANCELLED.
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "api/auth.h"
 #include "api/client.h"
 #include "api/dhpctl/output.h"
 #include "common/clock.h"
@@ -26,6 +28,7 @@ namespace {
 
 struct Globals {
   std::string server;
+  std::string token_file;
   std::string output = "table";
   int timeout_ms = 30000;
   Format format() const {
@@ -112,6 +115,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"table", "json", "yaml"}))
       ->capture_default_str();
   app.add_option("--timeout-ms", g.timeout_ms, "Deadline of each request")->capture_default_str();
+  app.add_option("--token-file", g.token_file,
+                 "File with the controller's API token (env DHP_TOKEN holds the token itself)");
 
   std::string file, job_id, reason;
   bool follow = false, dry_run = false;
@@ -148,7 +153,17 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
 
-  api::DhpClient client(g.server, g.timeout_ms);
+  const char* env_token = std::getenv("DHP_TOKEN");
+  std::string token = env_token ? env_token : "";
+  if (!g.token_file.empty()) {
+    absl::StatusOr<std::string> t = api::ReadTokenFile(g.token_file);
+    if (!t.ok()) {
+      std::cerr << "dhpctl: " << t.status().message() << "\n";
+      return 2;
+    }
+    token = *t;
+  }
+  api::DhpClient client(g.server, g.timeout_ms, token);
 
   if (submit->parsed()) {
     v1::SubmitJobRequest req;

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
+#include "api/auth.h"
 #include "api/client.h"
 #include "common/logging.h"
 #include "worker/agent/agent.h"
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   std::string server = env_server ? env_server : "127.0.0.1:7070";
   std::string node_id, address;
   int cpu_slots = 0;
+  std::string token_file;
   app.add_option("--controller,--server", server,
                  "Controller gRPC address host:port (env DHP_SERVER)")
       ->capture_default_str();
@@ -26,7 +28,19 @@ int main(int argc, char** argv) {
                  "Address other nodes reach this one at (default: the hostname)");
   app.add_option("--cpu-slots", cpu_slots,
                  "Rank slots to offer on CPU (default: one per CPU when there is no GPU)");
+  app.add_option("--token-file", token_file,
+                 "File with the controller's API token (env DHP_TOKEN holds the token itself)");
   CLI11_PARSE(app, argc, argv);
+  const char* env_token = std::getenv("DHP_TOKEN");
+  std::string token = env_token ? env_token : "";
+  if (!token_file.empty()) {
+    absl::StatusOr<std::string> t = dhp::api::ReadTokenFile(token_file);
+    if (!t.ok()) {
+      DHP_LOG(ERROR) << t.status().message();
+      return 2;
+    }
+    token = *t;
+  }
 
   sigset_t signals;
   sigemptyset(&signals);
@@ -42,7 +56,7 @@ int main(int argc, char** argv) {
   options.node.set_agent_version("dhp-worker 0.1");
   *options.node.mutable_resources() = dhp::worker::DetectResources(cpu_slots);
 
-  dhp::api::DhpClient client(server, 5000);
+  dhp::api::DhpClient client(server, 5000, token);
   dhp::worker::Agent agent(client, options);
   std::thread waiter([&] {
     int sig = 0;
