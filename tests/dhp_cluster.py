@@ -55,7 +55,7 @@ class Cluster:
         self.logs.append(f)
         return f
 
-    def start_controller(self, grpc_port=0, http_port=0):
+    def start_controller(self, grpc_port=0, http_port=0, extra_args=()):
         port_file = os.path.join(self.tmp.name, "ports.json")
         if os.path.exists(port_file):
             os.remove(port_file)
@@ -65,7 +65,7 @@ class Cluster:
              "--grpc-port", str(grpc_port), "--http-port", str(http_port),
              "--port-file", port_file,
              "--heartbeat-timeout-ms", str(self.heartbeat_timeout_ms),
-             "--heartbeat-interval-ms", str(self.heartbeat_interval_ms)],
+             "--heartbeat-interval-ms", str(self.heartbeat_interval_ms)] + list(extra_args),
             stdout=log, stderr=log)
         wait_for(lambda: os.path.exists(port_file) or self.controller.poll() is not None,
                  what="the controller's port file")
@@ -81,11 +81,12 @@ class Cluster:
         self.controller.wait(timeout=10)
         return self.controller.returncode
 
-    def start_worker(self, node_id, cpu_slots=2):
+    def start_worker(self, node_id, cpu_slots=2, env=None):
         log = self._log("worker-%s.log" % node_id)
         proc = subprocess.Popen(
             [self.bins.worker, "--server", self.server, "--node-id", node_id,
-             "--cpu-slots", str(cpu_slots)], stdout=log, stderr=log)
+             "--cpu-slots", str(cpu_slots)], stdout=log, stderr=log,
+            env=dict(os.environ, **(env or {})))
         self.workers[node_id] = proc
         return proc
 
@@ -118,11 +119,11 @@ class Cluster:
     def server(self):
         return "127.0.0.1:%d" % self.grpc_port
 
-    def dhpctl(self, *args, input_text=None, timeout=30):
+    def dhpctl(self, *args, input_text=None, timeout=30, env=None):
         """Runs dhpctl; returns (exit code, stdout, stderr)."""
         proc = subprocess.run([self.bins.dhpctl, "--server", self.server] + list(args),
                               input=input_text, capture_output=True, text=True,
-                              timeout=timeout)
+                              timeout=timeout, env=dict(os.environ, **(env or {})))
         return proc.returncode, proc.stdout, proc.stderr
 
     def dhpctl_json(self, *args):
@@ -131,7 +132,7 @@ class Cluster:
             raise AssertionError("dhpctl %s failed (%d): %s" % (" ".join(args), code, err))
         return json.loads(out)
 
-    def http(self, method, path, body=None, content_type="application/json"):
+    def http(self, method, path, body=None, content_type="application/json", headers=None):
         """Returns (status, body text)."""
         data = None
         if body is not None:
@@ -140,6 +141,8 @@ class Cluster:
                                      data=data, method=method)
         if data is not None:
             req.add_header("Content-Type", content_type)
+        for key, value in (headers or {}).items():
+            req.add_header(key, value)
         try:
             with urllib.request.urlopen(req, timeout=30) as resp:
                 return resp.status, resp.read().decode()

@@ -161,7 +161,7 @@ class ControlPlaneTest(unittest.TestCase):
         wait_for(lambda: re.search(r"(?m)^node-b +READY", c.dhpctl("nodes")[1]), timeout=10,
                  what="READY again")
         _, out, _ = c.dhpctl("events")
-        self.assertRegex(out, r"node node-b  node.state  READY -> LOST  \(no heartbeat for \d+ s")
+        self.assertRegex(out, r"node node-b  node.state  READY -> LOST  \(no heartbeat for [\d.]+ s \(timeout 1.5 s\)\)")
         self.assertIn("node node-b  node.state  LOST -> READY  (heartbeat resumed)", out)
 
     def test_metrics_pass_promtool_and_count_requests(self):
@@ -245,6 +245,46 @@ class ControlPlaneTest(unittest.TestCase):
         code, _, err = self.cluster.dhpctl("submit", "-f", "/nonexistent.yaml")
         self.assertEqual(code, 2)
         self.assertEqual(err, "dhpctl: cannot read spec file /nonexistent.yaml\n")
+
+
+class AuthTest(unittest.TestCase):
+    def setUp(self):
+        self.cluster = Cluster(BINS)
+        self.token_file = os.path.join(self.cluster.tmp.name, "token")
+        with open(self.token_file, "w") as f:
+            f.write("tok-123\n")
+        self.cluster.start_controller(extra_args=["--auth-token-file", self.token_file])
+
+    def tearDown(self):
+        self.cluster.close()
+
+    def test_token_is_required_on_grpc_and_rest_but_not_for_probes(self):
+        c = self.cluster
+        code, _, err = c.dhpctl("list")
+        self.assertEqual(code, 1)
+        self.assertEqual(err, "dhpctl: UNAUTHENTICATED: missing credentials: send 'authorization: "
+                              "Bearer <token>' (dhpctl: --token-file or DHP_TOKEN)\n")
+        code, _, err = c.dhpctl("list", env={"DHP_TOKEN": "wrong"})
+        self.assertEqual(err, "dhpctl: UNAUTHENTICATED: invalid credentials: the token is wrong\n")
+        code, out, err = c.dhpctl("--token-file", self.token_file, "submit", "-f",
+                                  c.config("tiny-cpu.yaml"))
+        self.assertEqual(code, 0, err)
+        code, out, _ = c.dhpctl("list", env={"DHP_TOKEN": "tok-123"})
+        self.assertIn("tiny-cpu", out)
+
+        status, body = c.http("GET", "/v1/jobs")
+        self.assertEqual(status, 401)
+        self.assertEqual(json.loads(body)["status"], "UNAUTHENTICATED")
+        status, body = c.http("GET", "/v1/jobs", headers={"Authorization": "Bearer tok-123"})
+        self.assertEqual(status, 200)
+        self.assertEqual(len(json.loads(body)["jobs"]), 1)
+        self.assertEqual(c.http("GET", "/healthz")[0], 200)
+        self.assertEqual(c.http("GET", "/metrics")[0], 200)
+
+        c.start_worker("node-t", env={"DHP_TOKEN": "tok-123"})
+        nodes = wait_for(lambda: c.dhpctl_json("--token-file", self.token_file, "nodes")
+                         .get("nodes"), what="authenticated registration")
+        self.assertEqual(nodes[0]["id"], "node-t")
 
 
 if __name__ == "__main__":
