@@ -1,0 +1,153 @@
+#include "worker/model/hf_config.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "worker/model/model_config.h"
+
+namespace dhp {
+namespace {
+
+using nlohmann::json;
+
+// Reads `obj[key]` into `*out` when present. `where` names the object for messages
+// ("vision_config."); `required` turns absence into an error.
+template <typename T>
+absl::Status Read(const json& obj, const std::string& where, const char* key, bool required,
+                  T* out) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) {
+    if (!required) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("config.json: ", where, key, " is missing"));
+  }
+  try {
+    *out = it->get<T>();
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("config.json: ", where, key, " = ", it->dump(),
+                                                   " has the wrong type: ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+#define DHP_RETURN_IF_ERROR(expr) \
+  do {                            \
+    absl::Status _st = (expr);    \
+    if (!_st.ok()) return _st;    \
+  } while (0)
+
+absl::Status CheckActivation(const json& obj, const std::string& where) {
+  std::string act = "silu";
+  DHP_RETURN_IF_ERROR(Read(obj, where, "hidden_act", false, &act));
+  if (act != "silu") {
+    return absl::InvalidArgumentError(absl::StrCat("config.json: ", where, "hidden_act = \"", act,
+                                                   "\": only \"silu\" is supported"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseVision(const json& vj, VisionConfig* v) {
+  const std::string w = "vision_config.";
+  DHP_RETURN_IF_ERROR(CheckActivation(vj, w));
+  DHP_RETURN_IF_ERROR(Read(vj, w, "depth", true, &v->depth));
+  DHP_RETURN_IF_ERROR(Read(vj, w, "hidden_size", true, &v->hidden_size));
+  DHP_RETURN_IF_ERROR(Read(vj, w, "num_heads", true, &v->num_heads));
+  DHP_RETURN_IF_ERROR(Read(vj, w, "intermediate_size", true, &v->intermediate_size));
+  DHP_RETURN_IF_ERROR(Read(vj, w, "out_hidden_size", true, &v->out_hidden_size));
+  // Published configs write "in_chans" (and sometimes also "in_channels").
+  DHP_RETURN_IF_ERROR(Read(vj, w, "in_chans", false, &v->in_channels));
+  DHP_RETURN_IF_ERROR(Read(vj, w, "in_channels", false, &v->in_channels));
+  DHP_RETURN_IF_ERROR(Read(vj, w, "patch_size", false, &v->patch_size));
+  DHP_RETURN_IF_ERROR(Read(vj, w, "temporal_patch_size", false, &v->temporal_patch_size));
+  DHP_RETURN_IF_ERROR(Read(vj, w, "spatial_merge_size", false, &v->spatial_merge_size));
+  DHP_RETURN_IF_ERROR(Read(vj, w, "window_size", false, &v->window_size));
+  DHP_RETURN_IF_ERROR(Read(vj, w, "fullatt_block_indexes", false, &v->fullatt_block_indexes));
+  DHP_RETURN_IF_ERROR(Read(vj, w, "rms_norm_eps", false, &v->rms_norm_eps));
+  return absl::OkStatus();
+}
+
+absl::Status ParseText(const json& tj, const std::string& w, TextConfig* t) {
+  DHP_RETURN_IF_ERROR(CheckActivation(tj, w));
+  DHP_RETURN_IF_ERROR(Read(tj, w, "hidden_size", true, &t->hidden_size));
+  DHP_RETURN_IF_ERROR(Read(tj, w, "num_hidden_layers", true, &t->num_layers));
+  DHP_RETURN_IF_ERROR(Read(tj, w, "num_attention_heads", true, &t->num_heads));
+  DHP_RETURN_IF_ERROR(Read(tj, w, "intermediate_size", true, &t->intermediate_size));
+  DHP_RETURN_IF_ERROR(Read(tj, w, "vocab_size", true, &t->vocab_size));
+  t->num_kv_heads = t->num_heads;  // transformers' default when the key is absent
+  DHP_RETURN_IF_ERROR(Read(tj, w, "num_key_value_heads", false, &t->num_kv_heads));
+  DHP_RETURN_IF_ERROR(Read(tj, w, "tie_word_embeddings", false, &t->tie_word_embeddings));
+  DHP_RETURN_IF_ERROR(Read(tj, w, "rms_norm_eps", false, &t->rms_norm_eps));
+  DHP_RETURN_IF_ERROR(Read(tj, w, "rope_theta", false, &t->rope_theta));
+  DHP_RETURN_IF_ERROR(Read(tj, w, "max_position_embeddings", false, &t->max_position_embeddings));
+  auto rs = tj.find("rope_scaling");
+  if (rs != tj.end() && rs->is_object()) {
+    std::vector<int> section;
+    DHP_RETURN_IF_ERROR(Read(*rs, w + "rope_scaling.", "mrope_section", true, &section));
+    if (section.size() != 3) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: ", w, "rope_scaling.mrope_section has ", section.size(),
+                       " entries: expected 3 (t, h, w)"));
+    }
+    t->mrope_section = {section[0], section[1], section[2]};
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ModelPreset> ParseHfConfig(const std::string& json_text, const std::string& name) {
+  json root = json::parse(json_text, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded() || !root.is_object()) {
+    return absl::InvalidArgumentError("config.json: not a JSON object");
+  }
+  ModelPreset p;
+  p.name = name;
+  auto vj = root.find("vision_config");
+  if (vj == root.end() || !vj->is_object()) {
+    return absl::InvalidArgumentError("config.json: vision_config is missing");
+  }
+  DHP_RETURN_IF_ERROR(ParseVision(*vj, &p.vision));
+
+  auto tj = root.find("text_config");
+  const bool nested = tj != root.end() && tj->is_object() && tj->contains("hidden_size");
+  DHP_RETURN_IF_ERROR(nested ? ParseText(*tj, "text_config.", &p.text)
+                             : ParseText(root, "", &p.text));
+  // tie_word_embeddings is a top-level field in either layout.
+  DHP_RETURN_IF_ERROR(Read(root, "", "tie_word_embeddings", false, &p.text.tie_word_embeddings));
+
+  SpecialTokens& s = p.tokens;
+  DHP_RETURN_IF_ERROR(Read(root, "", "bos_token_id", false, &s.endoftext));
+  DHP_RETURN_IF_ERROR(Read(root, "", "eos_token_id", false, &s.im_end));
+  DHP_RETURN_IF_ERROR(Read(root, "", "vision_start_token_id", false, &s.vision_start));
+  DHP_RETURN_IF_ERROR(Read(root, "", "vision_end_token_id", false, &s.vision_end));
+  DHP_RETURN_IF_ERROR(Read(root, "", "image_token_id", false, &s.image_pad));
+  DHP_RETURN_IF_ERROR(Read(root, "", "video_token_id", false, &s.video_pad));
+
+  absl::Status valid = ValidateModelConfig(p.vision, p.text);
+  if (!valid.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("config.json: ", valid.message()));
+  }
+  return p;
+}
+
+absl::StatusOr<ModelPreset> LoadHfConfig(const std::string& path) {
+  std::filesystem::path file(path);
+  std::error_code ec;
+  if (std::filesystem::is_directory(file, ec)) file /= "config.json";
+  std::ifstream in(file);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("cannot read ", file.string(),
+                                            ": pass a config.json or a checkpoint directory"));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<ModelPreset> p = ParseHfConfig(text.str(), path);
+  if (!p.ok()) {
+    return absl::Status(p.status().code(), absl::StrCat(file.string(), ": ", p.status().message()));
+  }
+  return p;
+}
+
+}  // namespace dhp

@@ -1,0 +1,134 @@
+#include "worker/model/hf_config.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+namespace dhp {
+namespace {
+
+// The published Qwen2.5-VL-7B-Instruct config.json (text fields at the top level).
+constexpr char kSevenB[] = R"({
+  "architectures": ["Qwen2_5_VLForConditionalGeneration"],
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "eos_token_id": 151645,
+  "vision_start_token_id": 151652,
+  "vision_end_token_id": 151653,
+  "vision_token_id": 151654,
+  "image_token_id": 151655,
+  "video_token_id": 151656,
+  "hidden_act": "silu",
+  "hidden_size": 3584,
+  "initializer_range": 0.02,
+  "intermediate_size": 18944,
+  "max_position_embeddings": 128000,
+  "max_window_layers": 28,
+  "model_type": "qwen2_5_vl",
+  "num_attention_heads": 28,
+  "num_hidden_layers": 28,
+  "num_key_value_heads": 4,
+  "rms_norm_eps": 1e-06,
+  "rope_theta": 1000000.0,
+  "sliding_window": 32768,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vision_config": {
+    "depth": 32, "hidden_act": "silu", "hidden_size": 1280, "intermediate_size": 3420,
+    "num_heads": 16, "in_chans": 3, "out_hidden_size": 3584, "patch_size": 14,
+    "spatial_merge_size": 2, "spatial_patch_size": 14, "window_size": 112,
+    "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2, "temporal_patch_size": 2
+  },
+  "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+  "vocab_size": 152064
+})";
+
+TEST(HfConfigTest, PublishedSevenBMatchesPreset) {
+  absl::StatusOr<ModelPreset> p = ParseHfConfig(kSevenB, "7b");
+  ASSERT_TRUE(p.ok()) << p.status();
+  const ModelPreset* want = FindModelPreset("qwen2_5_vl_7b");
+  ASSERT_NE(want, nullptr);
+  EXPECT_EQ(p->vision.depth, want->vision.depth);
+  EXPECT_EQ(p->vision.hidden_size, want->vision.hidden_size);
+  EXPECT_EQ(p->vision.fullatt_block_indexes, want->vision.fullatt_block_indexes);
+  EXPECT_EQ(p->vision.out_hidden_size, 3584);
+  EXPECT_EQ(p->text.hidden_size, want->text.hidden_size);
+  EXPECT_EQ(p->text.num_layers, 28);
+  EXPECT_EQ(p->text.num_heads, 28);
+  EXPECT_EQ(p->text.num_kv_heads, 4);
+  EXPECT_EQ(p->text.intermediate_size, 18944);
+  EXPECT_EQ(p->text.vocab_size, 152064);
+  EXPECT_FALSE(p->text.tie_word_embeddings);
+  EXPECT_DOUBLE_EQ(p->text.rope_theta, 1e6);
+  EXPECT_EQ(p->text.mrope_section, (std::array<int, 3>{16, 24, 24}));
+  EXPECT_EQ(p->tokens.image_pad, 151655);
+  EXPECT_EQ(p->tokens.vision_start, 151652);
+  EXPECT_EQ(p->tokens.im_end, 151645);
+}
+
+TEST(HfConfigTest, NestedTextConfigLayout) {
+  constexpr char kNested[] = R"({
+    "tie_word_embeddings": true,
+    "image_token_id": 1005,
+    "text_config": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                    "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 1024,
+                    "rope_theta": 10000.0,
+                    "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}},
+    "vision_config": {"depth": 4, "hidden_size": 64, "num_heads": 4, "intermediate_size": 128,
+                      "out_hidden_size": 64, "fullatt_block_indexes": [1, 3]}
+  })";
+  absl::StatusOr<ModelPreset> p = ParseHfConfig(kNested, "nested");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->text.hidden_size, 64);
+  EXPECT_EQ(p->text.num_kv_heads, 2);
+  EXPECT_TRUE(p->text.tie_word_embeddings);
+  EXPECT_EQ(p->text.mrope_section, (std::array<int, 3>{2, 3, 3}));
+  EXPECT_EQ(p->vision.fullatt_block_indexes, (std::vector<int>{1, 3}));
+  EXPECT_EQ(p->tokens.image_pad, 1005);
+}
+
+TEST(HfConfigTest, ErrorsNameTheField) {
+  std::string missing = kSevenB;
+  missing.replace(missing.find("\"num_hidden_layers\""), 19, "\"num_hidden_layerz\"");
+  absl::StatusOr<ModelPreset> p = ParseHfConfig(missing, "x");
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("num_hidden_layers is missing"), std::string::npos)
+      << p.status();
+
+  std::string bad_type = kSevenB;
+  bad_type.replace(bad_type.find("\"depth\": 32"), 11, "\"depth\": \"x\"");
+  p = ParseHfConfig(bad_type, "x");
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("vision_config.depth"), std::string::npos) << p.status();
+
+  std::string bad_rope = kSevenB;
+  bad_rope.replace(bad_rope.find("[16, 24, 24]"), 12, "[16, 24, 25]");
+  p = ParseHfConfig(bad_rope, "x");
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("mrope_section"), std::string::npos) << p.status();
+
+  EXPECT_FALSE(ParseHfConfig("[1, 2]", "x").ok());
+  EXPECT_FALSE(ParseHfConfig("{not json", "x").ok());
+}
+
+TEST(HfConfigTest, LoadsFromCheckpointDirectory) {
+  std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / "hf_config_test_checkpoint";
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream out(dir / "config.json");
+    out << kSevenB;
+  }
+  absl::StatusOr<ModelPreset> p = LoadHfConfig(dir.string());
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->text.hidden_size, 3584);
+  absl::StatusOr<ModelPreset> none = LoadHfConfig((dir / "nope").string());
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace dhp

@@ -1,0 +1,42 @@
+#include "worker/model/torch_compat.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+namespace dhp {
+namespace {
+
+TEST(TorchCompatTest, MatmulRuns) {
+  at::Tensor a = at::arange(6, at::kFloat).view({2, 3});  // [[0,1,2],[3,4,5]]
+  at::Tensor b = at::ones({3, 2}, at::kFloat);
+  at::Tensor c = at::matmul(a, b);  // [2, 2]
+  EXPECT_FLOAT_EQ(c[0][0].item<float>(), 3.0f);
+  EXPECT_FLOAT_EQ(c[1][1].item<float>(), 12.0f);
+}
+
+// Reference attention computed by hand: softmax(q k^T / sqrt(d)) v.
+at::Tensor NaiveAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          bool causal) {
+  at::Tensor s = at::matmul(q, k.transpose(-1, -2)) / std::sqrt(double(q.size(-1)));
+  if (causal) {
+    int64_t l = q.size(-2);
+    at::Tensor mask = at::ones({l, l}, at::kBool).triu(1);
+    s = s.masked_fill(mask, -std::numeric_limits<float>::infinity());
+  }
+  return at::matmul(at::softmax(s, -1), v);
+}
+
+TEST(TorchCompatTest, ScaledDotProductAttentionMatchesNaive) {
+  at::manual_seed(0);
+  at::Tensor q = at::randn({2, 3, 5, 8});  // [B, H, L, D]
+  at::Tensor k = at::randn({2, 3, 5, 8});
+  at::Tensor v = at::randn({2, 3, 5, 8});
+  for (bool causal : {false, true}) {
+    at::Tensor got = compat::ScaledDotProductAttention(q, k, v, causal);
+    at::Tensor want = NaiveAttention(q, k, v, causal);
+    EXPECT_TRUE(at::allclose(got, want, 1e-5, 1e-6)) << "causal=" << causal;
+  }
+}
+
+}  // namespace
+}  // namespace dhp

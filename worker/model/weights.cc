@@ -1,0 +1,125 @@
+#include "worker/model/weights.h"
+
+#include <set>
+#include <sstream>
+
+namespace dhp {
+namespace {
+
+bool ToScalarType(StDtype d, at::ScalarType* out) {
+  switch (d) {
+    case StDtype::kF32: *out = at::kFloat; return true;
+    case StDtype::kF16: *out = at::kHalf; return true;
+    case StDtype::kBF16: *out = at::kBFloat16; return true;
+    case StDtype::kF64: *out = at::kDouble; return true;
+    case StDtype::kI64: *out = at::kLong; return true;
+    case StDtype::kI32: *out = at::kInt; return true;
+    case StDtype::kI8: *out = at::kChar; return true;
+    case StDtype::kU8: *out = at::kByte; return true;
+    case StDtype::kBool: *out = at::kBool; return true;
+  }
+  return false;
+}
+
+bool FromScalarType(at::ScalarType t, StDtype* out) {
+  switch (t) {
+    case at::kFloat: *out = StDtype::kF32; return true;
+    case at::kHalf: *out = StDtype::kF16; return true;
+    case at::kBFloat16: *out = StDtype::kBF16; return true;
+    case at::kLong: *out = StDtype::kI64; return true;
+    default: return false;
+  }
+}
+
+std::string ShapeText(at::IntArrayRef shape) {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  out << "]";
+  return out.str();
+}
+
+void AppendNames(std::ostringstream& out, const char* kind, const std::vector<std::string>& names,
+                 bool* first) {
+  if (names.empty()) return;
+  out << (*first ? "" : "; ") << names.size() << " " << kind << " (";
+  for (size_t i = 0; i < names.size() && i < 5; ++i) out << (i ? ", " : "") << names[i];
+  if (names.size() > 5) out << ", ...";
+  out << ")";
+  *first = false;
+}
+
+}  // namespace
+
+std::string LoadReport::Summary() const {
+  std::ostringstream out;
+  bool first = true;
+  AppendNames(out, "missing", missing, &first);
+  AppendNames(out, "unexpected", unexpected, &first);
+  AppendNames(out, "with the wrong shape", wrong_shape, &first);
+  if (first) out << loaded << " tensors loaded";
+  return out.str();
+}
+
+at::Tensor ReadTensor(const SafetensorsFile& file, const StTensorInfo& info) {
+  at::ScalarType type = at::kFloat;
+  ToScalarType(info.dtype, &type);
+  at::Tensor out = at::empty(info.shape, at::TensorOptions().dtype(type));
+  std::memcpy(out.data_ptr(), file.data(info), info.end - info.begin);
+  return out;
+}
+
+absl::StatusOr<LoadReport> LoadWeights(const CheckpointDir& ckpt, const NamedTensors& params,
+                                       bool strict) {
+  LoadReport report;
+  std::set<std::string> model_names;
+  std::vector<std::pair<const at::Tensor*, std::pair<const SafetensorsFile*, StTensorInfo>>> plan;
+  for (const auto& [name, tensor] : params) {
+    model_names.insert(name);
+    const SafetensorsFile* file = ckpt.FileOf(name);
+    if (file == nullptr) {
+      report.missing.push_back(name);
+      continue;
+    }
+    const StTensorInfo& info = file->tensors().at(name);
+    if (at::IntArrayRef(info.shape) != tensor.sizes()) {
+      report.wrong_shape.push_back(name + ": checkpoint " + ShapeText(info.shape) + ", model " +
+                                   ShapeText(tensor.sizes()));
+      continue;
+    }
+    plan.push_back({&tensor, {file, info}});
+  }
+  for (const std::string& name : ckpt.names()) {
+    if (model_names.count(name) == 0) report.unexpected.push_back(name);
+  }
+  if (strict && !report.clean()) {
+    return absl::InvalidArgumentError("checkpoint does not match the model: " + report.Summary());
+  }
+  at::NoGradGuard no_grad;
+  for (auto& [tensor, source] : plan) {
+    at::Tensor stored = ReadTensor(*source.first, source.second);
+    const_cast<at::Tensor*>(tensor)->copy_(stored);
+    ++report.loaded;
+  }
+  return report;
+}
+
+absl::Status SaveWeights(const std::string& path, const NamedTensors& tensors,
+                         const std::map<std::string, std::string>& metadata) {
+  std::vector<at::Tensor> keep;  // owns the contiguous CPU copies while writing
+  std::vector<StTensorData> data;
+  for (const auto& [name, tensor] : tensors) {
+    StDtype dtype;
+    if (!FromScalarType(tensor.scalar_type(), &dtype)) {
+      return absl::InvalidArgumentError("tensor \"" + name + "\" has a dtype safetensors "
+                                        "writing does not support here");
+    }
+    keep.push_back(tensor.detach().to(at::kCPU).contiguous());
+    const at::Tensor& t = keep.back();
+    data.push_back({name, dtype, t.sizes().vec(), t.data_ptr(),
+                    static_cast<size_t>(t.numel()) * t.element_size()});
+  }
+  return WriteSafetensors(path, data, metadata);
+}
+
+}  // namespace dhp

@@ -1,0 +1,46 @@
+// Model weights <-> safetensors, by parameter name (names match Hugging Face checkpoints).
+//
+// LoadWeights copies each checkpoint tensor into the model tensor of the same name (converting
+// F16/BF16/F32 as needed) and reports names that are missing from the checkpoint, unexpected in
+// it, or of the wrong shape; strict mode refuses any of them before changing a single tensor.
+// Thread-safety: no shared state; callers must not use the target tensors meanwhile.
+#ifndef DHP_WORKER_MODEL_WEIGHTS_H_
+#define DHP_WORKER_MODEL_WEIGHTS_H_
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "absl/status/statusor.h"
+#include "worker/model/safetensors.h"
+
+namespace dhp {
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+struct LoadReport {
+  int loaded = 0;
+  std::vector<std::string> missing;      // in the model, not in the checkpoint
+  std::vector<std::string> unexpected;   // in the checkpoint, not in the model
+  std::vector<std::string> wrong_shape;  // "name: checkpoint [a, b], model [c, d]"
+  bool clean() const { return missing.empty() && unexpected.empty() && wrong_shape.empty(); }
+  // "3 missing (a, b, c); 1 unexpected (x)" with at most 5 names per kind.
+  std::string Summary() const;
+};
+
+absl::StatusOr<LoadReport> LoadWeights(const CheckpointDir& ckpt, const NamedTensors& params,
+                                       bool strict);
+
+// A copy of one stored tensor as a CPU tensor of its stored dtype.
+at::Tensor ReadTensor(const SafetensorsFile& file, const StTensorInfo& info);
+
+// Writes the tensors (moved to CPU, made contiguous) to `path`. Dtypes F32, F16, BF16, I64.
+absl::Status SaveWeights(const std::string& path, const NamedTensors& tensors,
+                         const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace dhp
+
+#endif  // DHP_WORKER_MODEL_WEIGHTS_H_
