@@ -32,7 +32,8 @@ class JobManager {
   absl::Status ReportProgress(const v1::ReportProgressRequest& req,
                               v1::ReportProgressResponse* resp);
 
-  // NOT_FOUND unless the job exists and `attempt` is its current attempt.
+  // OK when the job exists and `attempt` is its current attempt; NOT_FOUND for an unknown job,
+  // FAILED_PRECONDITION (naming the current attempt) for any other attempt.
   absl::Status CheckCurrentAttempt(const std::string& job_id, int attempt);
 
  private:

@@ -24,6 +24,15 @@ absl::Status CheckNodeId(const std::string& id) {
   return absl::OkStatus();
 }
 
+// "70 s"; below 10 s with one decimal ("1.5 s"), so that short timeouts do not read "0 s".
+std::string FormatSeconds(int64_t micros) {
+  if (micros >= 10 * 1000000LL || micros % 1000000 == 0) {
+    return std::to_string(micros / 1000000) + " s";
+  }
+  const int64_t tenths = micros / 100000;
+  return std::to_string(tenths / 10) + "." + std::to_string(tenths % 10) + " s";
+}
+
 }  // namespace
 
 NodeTracker::NodeTracker(Store& store, const Clock& clock, NodeTrackerOptions options)
@@ -116,12 +125,12 @@ absl::Status NodeTracker::CheckHeartbeats(std::vector<v1::Event>* events) {
     int64_t last = TimestampToMicros(node.last_heartbeat_time());
     auto it = last_beat_.find(node.id());
     if (it != last_beat_.end()) last = std::max(last, it->second);
-    last = std::max(last, started_micros_);  // grace after a controller restart
-    if (now - last < timeout) continue;
+    // Grace after a controller restart: silence counts from our start at the earliest. `last`
+    // itself stays the real last beat, for the stored time and the reason.
+    if (now - std::max(last, started_micros_) < timeout) continue;
     *node.mutable_last_heartbeat_time() = MicrosToTimestamp(last);
-    const std::string reason = "no heartbeat for " + std::to_string((now - last) / 1000000) +
-                               " s (timeout " +
-                               std::to_string(options_.heartbeat_timeout_ms / 1000) + " s)";
+    const std::string reason = "no heartbeat for " + FormatSeconds(now - last) + " (timeout " +
+                               FormatSeconds(timeout) + ")";
     if (absl::Status s = SetState(&node, v1::NODE_STATE_LOST, reason, events); !s.ok()) return s;
   }
   return absl::OkStatus();

@@ -1,0 +1,293 @@
+// Tests NodeTracker with a FakeClock: registration and its validation, heartbeats, loss after
+// the timeout (and not before), recovery, and the grace period after a controller restart.
+#include "controller/node_tracker.h"
+
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/clock.h"
+#include "controller/store.h"
+#include "controller/time_util.h"
+#include "gtest/gtest.h"
+
+namespace dhp::controller {
+namespace {
+
+constexpr int64_t kSecond = 1'000'000;
+
+// (node_id, type, from, to, reason) of an event.
+using EventRow = std::tuple<std::string, std::string, std::string, std::string, std::string>;
+EventRow Row(const v1::Event& e) {
+  return {e.node_id(), e.type(), e.from_state(), e.to_state(), e.reason()};
+}
+std::vector<EventRow> Rows(const std::vector<v1::Event>& events) {
+  std::vector<EventRow> rows;
+  for (const v1::Event& e : events) rows.push_back(Row(e));
+  return rows;
+}
+
+v1::RegisterNodeRequest NodeRequest(const std::string& id, int cpu_slots = 2) {
+  v1::RegisterNodeRequest req;
+  req.mutable_node()->set_id(id);
+  req.mutable_node()->set_hostname(id + ".example");
+  req.mutable_node()->set_address("10.0.0.1");
+  req.mutable_node()->mutable_resources()->set_cpu_slots(cpu_slots);
+  return req;
+}
+
+class NodeTrackerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(":memory:");
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    options_.heartbeat_interval_ms = 2000;
+    options_.heartbeat_timeout_ms = 10000;
+    tracker_ = std::make_unique<NodeTracker>(*store_, clock_, options_);
+  }
+
+  absl::Status Register(const v1::RegisterNodeRequest& req, std::vector<v1::Event>* events) {
+    v1::RegisterNodeResponse resp;
+    return tracker_->Register(req, &resp, events);
+  }
+  absl::Status Heartbeat(const std::string& id, std::vector<v1::Event>* events) {
+    v1::HeartbeatRequest req;
+    req.set_node_id(id);
+    return tracker_->Heartbeat(req, events);
+  }
+  // Runs CheckHeartbeats and returns the events it recorded.
+  std::vector<v1::Event> Check() {
+    std::vector<v1::Event> events;
+    absl::Status s = tracker_->CheckHeartbeats(&events);
+    EXPECT_TRUE(s.ok()) << s;
+    return events;
+  }
+  v1::NodeState StateOf(const std::string& id) {
+    absl::StatusOr<v1::Node> node = store_->GetNode(id);
+    EXPECT_TRUE(node.ok()) << node.status();
+    return node.ok() ? node->state() : v1::NODE_STATE_UNSPECIFIED;
+  }
+
+  FakeClock clock_;
+  NodeTrackerOptions options_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<NodeTracker> tracker_;
+};
+
+TEST_F(NodeTrackerTest, RegisterMakesNodeReadyWithAnEvent) {
+  const int64_t now = clock_.NowMicros();
+  v1::RegisterNodeRequest req = NodeRequest("n1");
+  v1::RegisterNodeResponse resp;
+  std::vector<v1::Event> events;
+  ASSERT_TRUE(tracker_->Register(req, &resp, &events).ok());
+  EXPECT_EQ(resp.node_id(), "n1");
+  EXPECT_EQ(resp.heartbeat_interval_ms(), 2000);
+
+  absl::StatusOr<v1::Node> node = store_->GetNode("n1");
+  ASSERT_TRUE(node.ok());
+  EXPECT_EQ(node->state(), v1::NODE_STATE_READY);
+  EXPECT_EQ(node->hostname(), "n1.example");
+  EXPECT_EQ(node->address(), "10.0.0.1");
+  EXPECT_EQ(node->resources().cpu_slots(), 2);
+  EXPECT_EQ(TimestampToMicros(node->register_time()), now);
+  EXPECT_EQ(TimestampToMicros(node->last_heartbeat_time()), now);
+
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].id(), 1);
+  EXPECT_EQ(events[0].job_id(), "");
+  EXPECT_EQ(TimestampToMicros(events[0].time()), now);
+  EXPECT_EQ(Row(events[0]), EventRow("n1", "node.state", "", "READY", "registered"));
+  EXPECT_EQ(Rows(store_->ListEvents("", 0, 0)), Rows(events));
+
+  std::vector<v1::Node> listed = tracker_->List();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].id(), "n1");
+}
+
+TEST_F(NodeTrackerTest, RegisterWithoutIdUsesTheHostname) {
+  v1::RegisterNodeRequest req = NodeRequest("");
+  req.mutable_node()->set_hostname("gpu-host-3");
+  req.mutable_node()->mutable_resources()->set_cpu_slots(0);
+  req.mutable_node()->mutable_resources()->add_gpus()->set_index(0);  // GPUs alone suffice
+  v1::RegisterNodeResponse resp;
+  std::vector<v1::Event> events;
+  ASSERT_TRUE(tracker_->Register(req, &resp, &events).ok());
+  EXPECT_EQ(resp.node_id(), "gpu-host-3");
+  EXPECT_EQ(StateOf("gpu-host-3"), v1::NODE_STATE_READY);
+}
+
+TEST_F(NodeTrackerTest, RegisterRefusesNodesWithoutResourcesOrWithBadIds) {
+  std::vector<v1::Event> events;
+  absl::Status s = Register(NodeRequest("n1", /*cpu_slots=*/0), &events);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "node.resources: node n1 offers no GPUs and no CPU slots");
+
+  s = Register(NodeRequest("gpu node/1"), &events);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "node.id: \"gpu node/1\" may contain only letters, digits, '-', '.' and '_'");
+
+  v1::RegisterNodeRequest anonymous = NodeRequest("");
+  anonymous.mutable_node()->clear_hostname();
+  s = Register(anonymous, &events);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "node.id: must not be empty");
+
+  s = Register(NodeRequest(std::string(254, 'a')), &events);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "node.id: longer than 253 characters");
+
+  EXPECT_TRUE(events.empty());
+  EXPECT_TRUE(store_->ListNodes().empty());
+  EXPECT_EQ(store_->LastEventId(), 0);
+}
+
+TEST_F(NodeTrackerTest, HeartbeatOfUnknownNodeIsNotFound) {
+  std::vector<v1::Event> events;
+  absl::Status s = Heartbeat("x", &events);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.message(), "node x is not registered; register first");
+  EXPECT_TRUE(events.empty());
+}
+
+TEST_F(NodeTrackerTest, NodeIsLostOnlyAfterTheTimeout) {
+  std::vector<v1::Event> events;
+  ASSERT_TRUE(Register(NodeRequest("n1"), &events).ok());
+  const int64_t registered = clock_.NowMicros();
+
+  clock_.AdvanceMicros(10 * kSecond - 1);  // just below the timeout
+  EXPECT_TRUE(Check().empty());
+  EXPECT_EQ(StateOf("n1"), v1::NODE_STATE_READY);
+
+  clock_.AdvanceMicros(2);  // just beyond
+  std::vector<v1::Event> lost = Check();
+  EXPECT_EQ(Rows(lost), (std::vector<EventRow>{{"n1", "node.state", "READY", "LOST",
+                                                "no heartbeat for 10 s (timeout 10 s)"}}));
+  EXPECT_EQ(StateOf("n1"), v1::NODE_STATE_LOST);
+  EXPECT_EQ(TimestampToMicros(store_->GetNode("n1")->last_heartbeat_time()), registered);
+  EXPECT_TRUE(Check().empty());  // LOST once, not on every check
+}
+
+TEST_F(NodeTrackerTest, ShortTimeoutsAreReportedWithTenths) {
+  options_.heartbeat_timeout_ms = 1500;
+  tracker_ = std::make_unique<NodeTracker>(*store_, clock_, options_);
+  std::vector<v1::Event> events;
+  ASSERT_TRUE(Register(NodeRequest("n1"), &events).ok());
+  clock_.AdvanceMicros(1'499'999);
+  EXPECT_TRUE(Check().empty());
+  clock_.AdvanceMicros(120'001);
+  EXPECT_EQ(Rows(Check()), (std::vector<EventRow>{{"n1", "node.state", "READY", "LOST",
+                                                   "no heartbeat for 1.6 s (timeout 1.5 s)"}}));
+}
+
+TEST_F(NodeTrackerTest, HeartbeatsKeepANodeReady) {
+  std::vector<v1::Event> events;
+  ASSERT_TRUE(Register(NodeRequest("n1"), &events).ok());
+  clock_.AdvanceMicros(6 * kSecond);
+  ASSERT_TRUE(Heartbeat("n1", &events).ok());
+  const int64_t beat = clock_.NowMicros();
+  clock_.AdvanceMicros(6 * kSecond);  // 12 s after registering, 6 s after the beat
+  EXPECT_TRUE(Check().empty());
+  EXPECT_EQ(StateOf("n1"), v1::NODE_STATE_READY);
+  EXPECT_EQ(events.size(), 1u);  // only the registration
+  std::vector<v1::Node> listed = tracker_->List();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(TimestampToMicros(listed[0].last_heartbeat_time()), beat);
+
+  clock_.AdvanceMicros(4 * kSecond);  // 10 s after the beat
+  EXPECT_EQ(Rows(Check()), (std::vector<EventRow>{{"n1", "node.state", "READY", "LOST",
+                                                   "no heartbeat for 10 s (timeout 10 s)"}}));
+}
+
+TEST_F(NodeTrackerTest, HeartbeatTimesArePersistedEveryThirtySeconds) {
+  std::vector<v1::Event> events;
+  ASSERT_TRUE(Register(NodeRequest("n1"), &events).ok());
+  const int64_t registered = clock_.NowMicros();
+  for (int i = 0; i < 7; ++i) {  // beats at 5, 10, ..., 35 s
+    clock_.AdvanceMicros(5 * kSecond);
+    ASSERT_TRUE(Heartbeat("n1", &events).ok());
+    const int64_t stored = TimestampToMicros(store_->GetNode("n1")->last_heartbeat_time());
+    EXPECT_EQ(stored, i < 5 ? registered : registered + 30 * kSecond) << "beat " << i;
+    EXPECT_EQ(TimestampToMicros(tracker_->List()[0].last_heartbeat_time()),
+              clock_.NowMicros());
+  }
+  EXPECT_EQ(events.size(), 1u);  // persisting a beat is not an event
+}
+
+TEST_F(NodeTrackerTest, HeartbeatAfterLostMakesTheNodeReadyAgain) {
+  std::vector<v1::Event> events;
+  ASSERT_TRUE(Register(NodeRequest("n1"), &events).ok());
+  clock_.AdvanceMicros(11 * kSecond);
+  ASSERT_EQ(Check().size(), 1u);
+  ASSERT_EQ(StateOf("n1"), v1::NODE_STATE_LOST);
+
+  events.clear();
+  ASSERT_TRUE(Heartbeat("n1", &events).ok());
+  EXPECT_EQ(Rows(events), (std::vector<EventRow>{
+                              {"n1", "node.state", "LOST", "READY", "heartbeat resumed"}}));
+  EXPECT_EQ(StateOf("n1"), v1::NODE_STATE_READY);
+  EXPECT_EQ(TimestampToMicros(store_->GetNode("n1")->last_heartbeat_time()),
+            clock_.NowMicros());
+  EXPECT_EQ(Rows(store_->ListEvents("", 0, 0)),
+            (std::vector<EventRow>{
+                {"n1", "node.state", "", "READY", "registered"},
+                {"n1", "node.state", "READY", "LOST", "no heartbeat for 11 s (timeout 10 s)"},
+                {"n1", "node.state", "LOST", "READY", "heartbeat resumed"},
+            }));
+}
+
+TEST_F(NodeTrackerTest, ReRegisteringALostNodeKeepsItsRegisterTime) {
+  std::vector<v1::Event> events;
+  ASSERT_TRUE(Register(NodeRequest("n1"), &events).ok());
+  const int64_t first = clock_.NowMicros();
+  clock_.AdvanceMicros(20 * kSecond);
+  ASSERT_EQ(Check().size(), 1u);
+  events.clear();
+  ASSERT_TRUE(Register(NodeRequest("n1", 4), &events).ok());
+  EXPECT_EQ(Rows(events), (std::vector<EventRow>{
+                              {"n1", "node.state", "LOST", "READY", "re-registered"}}));
+  absl::StatusOr<v1::Node> node = store_->GetNode("n1");
+  ASSERT_TRUE(node.ok());
+  EXPECT_EQ(node->state(), v1::NODE_STATE_READY);
+  EXPECT_EQ(node->resources().cpu_slots(), 4);
+  EXPECT_EQ(TimestampToMicros(node->register_time()), first);
+  EXPECT_EQ(TimestampToMicros(node->last_heartbeat_time()), clock_.NowMicros());
+}
+
+TEST_F(NodeTrackerTest, ANewTrackerGivesStoredNodesAGracePeriod) {
+  std::vector<v1::Event> events;
+  ASSERT_TRUE(Register(NodeRequest("n1"), &events).ok());
+  const int64_t registered = clock_.NowMicros();
+
+  // The controller was down for a minute: its new tracker must not blame the node for that.
+  clock_.AdvanceMicros(60 * kSecond);
+  tracker_ = std::make_unique<NodeTracker>(*store_, clock_, options_);
+  EXPECT_TRUE(Check().empty());
+  clock_.AdvanceMicros(10 * kSecond - 1);
+  EXPECT_TRUE(Check().empty());
+  EXPECT_EQ(StateOf("n1"), v1::NODE_STATE_READY);
+
+  clock_.AdvanceMicros(2);
+  // The reason and the stored time tell the truth: the last beat was 70 s ago.
+  EXPECT_EQ(Rows(Check()), (std::vector<EventRow>{{"n1", "node.state", "READY", "LOST",
+                                                   "no heartbeat for 70 s (timeout 10 s)"}}));
+  EXPECT_EQ(StateOf("n1"), v1::NODE_STATE_LOST);
+  EXPECT_EQ(TimestampToMicros(store_->GetNode("n1")->last_heartbeat_time()), registered);
+}
+
+TEST_F(NodeTrackerTest, ANodeThatBeatsDuringTheGracePeriodStaysReady) {
+  std::vector<v1::Event> events;
+  ASSERT_TRUE(Register(NodeRequest("n1"), &events).ok());
+  clock_.AdvanceMicros(60 * kSecond);
+  tracker_ = std::make_unique<NodeTracker>(*store_, clock_, options_);
+  clock_.AdvanceMicros(5 * kSecond);
+  ASSERT_TRUE(Heartbeat("n1", &events).ok());
+  clock_.AdvanceMicros(9 * kSecond);  // 14 s after the restart, 9 s after the beat
+  EXPECT_TRUE(Check().empty());
+  EXPECT_EQ(StateOf("n1"), v1::NODE_STATE_READY);
+}
+
+}  // namespace
+}  // namespace dhp::controller

@@ -1,0 +1,400 @@
+// Both transports against one real controller, in process, on loopback: gRPC (DhpClient, and
+// grpc::GenericStub for the health and reflection services) and REST (a Beast client). They
+// must agree on data (the same JSON), on errors (the same message, the matching HTTP status),
+// and on events; /metrics must count both and pass `promtool check metrics`.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "api/client.h"
+#include "api/grpc_server.h"
+#include "api/instrumented_service.h"
+#include "api/rest_gateway.h"
+#include "common/clock.h"
+#include "common/metrics.h"
+#include "common/proto_yaml.h"
+#include "controller/controller.h"
+#include "controller/store.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "tests/http_client.h"
+
+namespace dhp {
+namespace {
+
+using tests::HttpClient;
+using tests::HttpResponse;
+using tests::Lines;
+
+std::string SpecYaml(const std::string& name) {
+  return "name: " + name +
+         "\nmodel: {preset: tiny}\ntraining: {max_steps: 10}\n"
+         "data: {datasets: [s], registry: {s: {annotation_path: a.jsonl}}}\n";
+}
+
+constexpr char kBadSpec[] =
+    "name: bad\nmodel: {preset: tiny}\nvision: {parallelism: sequence, degree: 3}\n"
+    "training: {max_steps: 10}\n"
+    "data: {datasets: [s], registry: {s: {annotation_path: a.jsonl}}}\n";
+constexpr char kBadSpecMessage[] =
+    "vision.degree: 3 does not divide the 4 attention heads of the tiny vision encoder";
+
+// The error body the REST gateway sends for `status`.
+std::string ErrorBody(const absl::Status& status) { return api::StatusToJson(status) + "\n"; }
+
+bool HasLine(const std::string& text, const std::string& line) {
+  for (const std::string& l : Lines(text)) {
+    if (l == line) return true;
+  }
+  return false;
+}
+
+std::string BufferBytes(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  std::string out;
+  if (!buffer.Dump(&slices).ok()) return out;
+  for (const grpc::Slice& s : slices) {
+    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return out;
+}
+
+grpc::ByteBuffer BytesBuffer(const std::string& bytes) {
+  grpc::Slice slice(bytes);  // an empty slice still makes a valid (empty) message
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+// Waits for the completion of `tag` on `cq` (each step here has one operation in flight).
+bool Step(grpc::CompletionQueue& cq, void* tag) {
+  void* got = nullptr;
+  bool ok = false;
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(10);
+  if (cq.AsyncNext(&got, &ok, deadline) != grpc::CompletionQueue::GOT_EVENT) return false;
+  EXPECT_EQ(got, tag);
+  return ok;
+}
+
+class ApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<controller::Store>> store = controller::Store::Open(":memory:");
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    controller_ = std::make_unique<controller::Controller>(*store_, clock_, metrics_,
+                                                           controller::ControllerOptions());
+    controller_->Start();
+    api_metrics_ = std::make_unique<api::ApiMetrics>(metrics_);
+    grpc_service_ = std::make_unique<api::InstrumentedService>(*controller_, *api_metrics_, "grpc");
+    rest_service_ = std::make_unique<api::InstrumentedService>(*controller_, *api_metrics_, "rest");
+
+    absl::StatusOr<std::unique_ptr<api::GrpcServer>> grpc =
+        api::GrpcServer::Start("127.0.0.1:0", *grpc_service_);
+    ASSERT_TRUE(grpc.ok()) << grpc.status();
+    grpc_ = std::move(*grpc);
+    ASSERT_GT(grpc_->port(), 0);
+
+    api::RestGatewayOptions options;
+    options.address = "127.0.0.1";
+    options.port = 0;
+    rest_ = std::make_unique<api::RestGateway>(*rest_service_, options);
+    ASSERT_TRUE(rest_->Start().ok());
+    ASSERT_GT(rest_->port(), 0);
+
+    target_ = "127.0.0.1:" + std::to_string(grpc_->port());
+    client_ = std::make_unique<api::DhpClient>(target_, 10000);
+    http_ = std::make_unique<HttpClient>(rest_->port());
+  }
+
+  void TearDown() override {
+    http_.reset();
+    if (rest_) rest_->Stop();
+    if (grpc_) grpc_->Shutdown(0);
+    if (controller_) controller_->Stop();
+  }
+
+  v1::Job SubmitGrpc(const std::string& name) {
+    v1::SubmitJobRequest req;
+    req.set_spec_text(SpecYaml(name));
+    absl::StatusOr<v1::SubmitJobResponse> resp = client_->SubmitJob(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? resp->job() : v1::Job();
+  }
+  absl::StatusOr<v1::GetJobResponse> GetGrpc(const std::string& id) {
+    v1::GetJobRequest req;
+    req.set_job_id(id);
+    return client_->GetJob(req);
+  }
+
+  // Declared in dependency order: destroyed clients first, the registry last.
+  SystemClock clock_;
+  MetricsRegistry metrics_;
+  std::unique_ptr<controller::Store> store_;
+  std::unique_ptr<controller::Controller> controller_;
+  std::unique_ptr<api::ApiMetrics> api_metrics_;
+  std::unique_ptr<api::InstrumentedService> grpc_service_;
+  std::unique_ptr<api::InstrumentedService> rest_service_;
+  std::unique_ptr<api::GrpcServer> grpc_;
+  std::unique_ptr<api::RestGateway> rest_;
+  std::string target_;
+  std::unique_ptr<api::DhpClient> client_;
+  std::unique_ptr<HttpClient> http_;
+};
+
+TEST_F(ApiTest, JobSubmittedOverGrpcReadsTheSameOverRest) {
+  const v1::Job job = SubmitGrpc("grpc-job");
+  absl::StatusOr<v1::GetJobResponse> got = GetGrpc(job.id());
+  ASSERT_TRUE(got.ok()) << got.status();
+  HttpResponse res = http_->Get("/v1/jobs/" + job.id());
+  ASSERT_EQ(res.status, 200) << res.error << res.body;
+  EXPECT_EQ(res.content_type, "application/json");
+  EXPECT_EQ(res.body, ProtoToJson(*got) + "\n");
+
+  // And the REST JSON parses back to the very message gRPC returned.
+  v1::GetJobResponse parsed;
+  ASSERT_TRUE(ParseProtoYaml(res.body, &parsed).ok());
+  EXPECT_EQ(parsed.SerializeAsString(), got->SerializeAsString());
+}
+
+TEST_F(ApiTest, YamlSubmittedOverRestIsListedOverGrpc) {
+  HttpResponse res = http_->Post("/v1/jobs", SpecYaml("rest-job"), "application/yaml");
+  ASSERT_EQ(res.status, 200) << res.error << res.body;
+  v1::SubmitJobResponse submitted;
+  ASSERT_TRUE(ParseProtoYaml(res.body, &submitted).ok()) << res.body;
+  EXPECT_EQ(submitted.job().state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(submitted.job().spec().name(), "rest-job");
+
+  absl::StatusOr<v1::ListJobsResponse> list = client_->ListJobs(v1::ListJobsRequest());
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->jobs_size(), 1);
+  EXPECT_EQ(list->jobs(0).id(), submitted.job().id());
+  EXPECT_EQ(list->jobs(0).SerializeAsString(), submitted.job().SerializeAsString());
+
+  // The REST list filter reads the same store.
+  res = http_->Get("/v1/jobs?state=queued");
+  ASSERT_EQ(res.status, 200) << res.body;
+  EXPECT_EQ(res.body, ProtoToJson(*list) + "\n");
+}
+
+TEST_F(ApiTest, AnInvalidSpecGivesTheSameMessageOnBothTransports) {
+  v1::SubmitJobRequest req;
+  req.set_spec_text(kBadSpec);
+  absl::StatusOr<v1::SubmitJobResponse> grpc = client_->SubmitJob(req);
+  ASSERT_FALSE(grpc.ok());
+  EXPECT_EQ(grpc.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(grpc.status().message(), kBadSpecMessage);
+
+  HttpResponse res = http_->Post("/v1/jobs", kBadSpec, "application/yaml");
+  EXPECT_EQ(res.status, 400);
+  EXPECT_EQ(res.content_type, "application/json");
+  EXPECT_EQ(res.body, ErrorBody(grpc.status()));
+  EXPECT_EQ(res.body, "{\"code\": 3, \"status\": \"INVALID_ARGUMENT\", \"message\": \"" +
+                          std::string(kBadSpecMessage) + "\"}\n");
+
+  absl::StatusOr<v1::ListJobsResponse> list = client_->ListJobs(v1::ListJobsRequest());
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->jobs_size(), 0);
+}
+
+TEST_F(ApiTest, CancelOverRestIsSeenOverGrpc) {
+  const v1::Job job = SubmitGrpc("to-cancel");
+  HttpResponse res = http_->Post("/v1/jobs/" + job.id() + ":cancel", R"({"reason": "via rest"})");
+  ASSERT_EQ(res.status, 200) << res.error << res.body;
+  v1::CancelJobResponse cancelled;
+  ASSERT_TRUE(ParseProtoYaml(res.body, &cancelled).ok()) << res.body;
+  EXPECT_EQ(cancelled.job().state(), v1::JOB_STATE_CANCELLED);
+
+  absl::StatusOr<v1::GetJobResponse> got = GetGrpc(job.id());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->job().state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(got->job().message(), "via rest");
+  ASSERT_EQ(got->runs_size(), 1);
+  EXPECT_EQ(got->runs(0).state(), v1::RUN_STATE_CANCELLED);
+
+  // Cancelling again: FAILED_PRECONDITION over gRPC, 409 over REST, one message.
+  v1::CancelJobRequest again;
+  again.set_job_id(job.id());
+  absl::StatusOr<v1::CancelJobResponse> grpc = client_->CancelJob(again);
+  ASSERT_FALSE(grpc.ok());
+  EXPECT_EQ(grpc.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(grpc.status().message(), "cannot cancel job " + job.id() +
+                                         ": job is already CANCELLED; there is nothing to cancel");
+  res = http_->Post("/v1/jobs/" + job.id() + ":cancel");
+  EXPECT_EQ(res.status, 409);
+  EXPECT_EQ(res.body, ErrorBody(grpc.status()));
+}
+
+TEST_F(ApiTest, AnUnknownJobIsNotFoundOnBothTransports) {
+  HttpResponse res = http_->Get("/v1/jobs/unknown");
+  EXPECT_EQ(res.status, 404);
+  absl::StatusOr<v1::GetJobResponse> grpc = GetGrpc("unknown");
+  ASSERT_FALSE(grpc.ok());
+  EXPECT_EQ(grpc.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(grpc.status().message(), "job unknown not found");
+  EXPECT_EQ(res.body, ErrorBody(grpc.status()));
+}
+
+TEST_F(ApiTest, RestWatchSeesTheEventsOfGrpcCalls) {
+  const v1::Job job = SubmitGrpc("watched");
+  HttpResponse res = http_->StartStream("/v1/jobs/" + job.id() + "/events?follow=true", 1);
+  ASSERT_EQ(res.status, 200) << res.error << res.body;
+  EXPECT_EQ(res.content_type, "application/x-ndjson");
+  ASSERT_EQ(Lines(res.body).size(), 1u) << res.body;
+
+  // A second connection follows everything; a node registered over gRPC shows up there.
+  HttpClient all(rest_->port());
+  HttpResponse all_res = all.StartStream("/v1/events?follow=true", 1);  // the submit
+  ASSERT_EQ(all_res.status, 200) << all_res.error;
+  v1::RegisterNodeRequest reg;
+  reg.mutable_node()->set_id("n1");
+  reg.mutable_node()->mutable_resources()->set_cpu_slots(1);
+  ASSERT_TRUE(client_->RegisterNode(reg).ok());
+  all_res = all.ReadStream(2);
+  ASSERT_EQ(Lines(all_res.body).size(), 2u) << all_res.error << all_res.body;
+  v1::Event node_event;
+  ASSERT_TRUE(ParseProtoYaml(Lines(all_res.body)[1], &node_event).ok());
+  EXPECT_EQ(node_event.node_id(), "n1");
+  EXPECT_EQ(node_event.to_state(), "READY");
+  all.Close();
+
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(job.id());
+  ASSERT_TRUE(client_->CancelJob(cancel).ok());
+  res = http_->ReadStream();  // the job is final: the stream ends
+  ASSERT_EQ(res.status, 200) << res.error << res.body;
+  const std::vector<std::string> lines = Lines(res.body);
+
+  // The same events, byte for byte, as a gRPC replay of the job.
+  v1::WatchJobRequest replay;
+  replay.set_job_id(job.id());
+  std::vector<std::string> grpc_lines;
+  ASSERT_TRUE(client_
+                  ->WatchJob(replay,
+                             [&](const v1::Event& e) {
+                               grpc_lines.push_back(ProtoToJson(e));
+                               return true;
+                             })
+                  .ok());
+  ASSERT_EQ(grpc_lines.size(), 3u);
+  EXPECT_EQ(lines, grpc_lines);
+  v1::Event last;
+  ASSERT_TRUE(ParseProtoYaml(lines.back(), &last).ok());
+  EXPECT_EQ(last.type(), "run.state");
+  EXPECT_EQ(last.to_state(), "CANCELLED");
+}
+
+TEST_F(ApiTest, GrpcHealthCheckIsServing) {
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel(target_, grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::CompletionQueue cq;
+  grpc::ByteBuffer request = BytesBuffer("");
+  std::unique_ptr<grpc::GenericClientAsyncResponseReader> call =
+      stub.PrepareUnaryCall(&ctx, "/grpc.health.v1.Health/Check", request, &cq);
+  call->StartCall();
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  int tag = 1;
+  call->Finish(&response, &status, &tag);
+  ASSERT_TRUE(Step(cq, &tag));
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(BufferBytes(response), std::string("\x08\x01", 2));  // status: SERVING
+  cq.Shutdown();
+  void* ignored_tag;
+  bool ignored_ok;
+  while (cq.Next(&ignored_tag, &ignored_ok)) {
+  }
+
+  // REST's health check agrees.
+  HttpResponse res = http_->Get("/healthz");
+  EXPECT_EQ(res.status, 200);
+  EXPECT_EQ(res.body, "ok\n");
+}
+
+TEST_F(ApiTest, GrpcServerReflectionListsTheServices) {
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel(target_, grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::CompletionQueue cq;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call = stub.PrepareCall(
+      &ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  int start = 1, write = 2, done = 3, read = 4, finish = 5;
+  call->StartCall(&start);
+  ASSERT_TRUE(Step(cq, &start));
+  call->Write(BytesBuffer(std::string("\x3a\x00", 2)), &write);  // list_services: ""
+  ASSERT_TRUE(Step(cq, &write));
+  call->WritesDone(&done);
+  ASSERT_TRUE(Step(cq, &done));
+  std::string replies;
+  grpc::ByteBuffer response;
+  for (int i = 0; i < 10; ++i) {
+    call->Read(&response, &read);
+    if (!Step(cq, &read)) break;  // the server ended the stream
+    replies += BufferBytes(response);
+  }
+  grpc::Status status;
+  call->Finish(&status, &finish);
+  ASSERT_TRUE(Step(cq, &finish));
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  for (const char* service : {"dhp.v1.JobService", "dhp.v1.NodeService",
+                              "dhp.v1.WorkerService", "grpc.health.v1.Health"}) {
+    EXPECT_NE(replies.find(service), std::string::npos) << service;
+  }
+  cq.Shutdown();
+  void* ignored_tag;
+  bool ignored_ok;
+  while (cq.Next(&ignored_tag, &ignored_ok)) {
+  }
+}
+
+TEST_F(ApiTest, MetricsCountBothTransportsAndPassPromtool) {
+  const v1::Job job = SubmitGrpc("counted");                        // grpc SubmitJob OK
+  ASSERT_FALSE(GetGrpc("missing").ok());                            // grpc GetJob NOT_FOUND
+  ASSERT_TRUE(GetGrpc(job.id()).ok());                              // grpc GetJob OK
+  EXPECT_EQ(http_->Get("/v1/jobs/" + job.id()).status, 200);        // rest GetJob OK
+  EXPECT_EQ(http_->Get("/v1/jobs/" + job.id()).status, 200);        // rest GetJob OK
+  EXPECT_EQ(http_->Post("/v1/jobs", kBadSpec, "text/yaml").status, 400);  // rest SubmitJob
+  EXPECT_EQ(http_->Post("/v1/jobs/" + job.id() + ":cancel").status, 200);  // rest CancelJob
+
+  HttpResponse res = http_->Get("/metrics");
+  ASSERT_EQ(res.status, 200) << res.error;
+  EXPECT_EQ(res.content_type, "text/plain; version=0.0.4; charset=utf-8");
+  const std::string& text = res.body;
+  for (const char* line : {
+           "# TYPE dhp_api_requests_total counter",
+           R"(dhp_api_requests_total{transport="grpc",method="SubmitJob",code="OK"} 1)",
+           R"(dhp_api_requests_total{transport="grpc",method="GetJob",code="NOT_FOUND"} 1)",
+           R"(dhp_api_requests_total{transport="grpc",method="GetJob",code="OK"} 1)",
+           R"(dhp_api_requests_total{transport="rest",method="GetJob",code="OK"} 2)",
+           R"(dhp_api_requests_total{transport="rest",method="SubmitJob",)"
+           R"(code="INVALID_ARGUMENT"} 1)",
+           R"(dhp_api_requests_total{transport="rest",method="CancelJob",code="OK"} 1)",
+           R"(dhp_api_request_duration_seconds_count{transport="grpc",method="GetJob"} 2)",
+           R"(dhp_api_request_duration_seconds_count{transport="rest",method="GetJob"} 2)",
+           R"(dhp_jobs{state="CANCELLED"} 1)",
+           R"(dhp_jobs{state="QUEUED"} 0)",
+       }) {
+    EXPECT_TRUE(HasLine(text, line)) << line << "\n" << text;
+  }
+  EXPECT_EQ(text.find(R"(transport="rest",method="SubmitJob",code="OK")"), std::string::npos);
+
+  const char* promtool = "/usr/bin/promtool";
+  if (access(promtool, X_OK) != 0) GTEST_SKIP() << promtool << " is not installed";
+  FILE* pipe = popen("/usr/bin/promtool check metrics 2>&1", "w");
+  ASSERT_NE(pipe, nullptr);
+  fwrite(text.data(), 1, text.size(), pipe);
+  const int rc = pclose(pipe);
+  EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << "promtool exit status " << rc;
+}
+
+}  // namespace
+}  // namespace dhp
