@@ -1,0 +1,98 @@
+// Byte-level BPE tokenizer read from a Hugging Face `tokenizer.json` (the format of Qwen2 /
+// Qwen2.5-VL and of configs/tiny-tokenizer.json).
+//
+// Encoding: added tokens (`added_tokens`, longest match first) are split out of the text first;
+// each remaining span is split by the pre-tokenizer regex (the `Split` pattern, Qwen2's by
+// default), each piece is mapped to GPT-2's byte-level alphabet and merged by BPE merge rank.
+// Decoding maps the vocabulary strings back to bytes; added tokens decode to their content.
+//
+// Supported tokenizer.json subset: model type BPE with `vocab` and `merges` (either "a b" strings
+// or ["a", "b"] pairs), optional `ignore_merges`; pre_tokenizer Split (Regex, Isolated) and/or
+// ByteLevel (add_prefix_space false) inside an optional Sequence; normalizer null or NFC. NFC is
+// NOT applied (no Unicode tables here): text is expected to be NFC already, as nearly all text
+// is; non-NFC input may tokenize differently from Hugging Face. Anything else is a load error
+// naming the field.
+//
+// Thread-safety: immutable after loading; all methods are const and safe to call concurrently.
+#ifndef DHP_WORKER_DATA_BPE_TOKENIZER_H_
+#define DHP_WORKER_DATA_BPE_TOKENIZER_H_
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "worker/data/regex_splitter.h"
+
+namespace dhp {
+namespace data {
+
+struct AddedToken {
+  int64_t id = 0;
+  std::string content;
+  bool special = false;
+};
+
+class BpeTokenizer {
+ public:
+  // Parses tokenizer.json text; `source` names it in errors (usually the path).
+  static absl::StatusOr<std::unique_ptr<BpeTokenizer>> FromJson(absl::string_view json,
+                                                                absl::string_view source);
+  static absl::StatusOr<std::unique_ptr<BpeTokenizer>> FromFile(const std::string& path);
+
+  // Token ids of `text`. With `allow_added_tokens` false, text such as "<|im_end|>" is encoded
+  // as ordinary characters (use this for untrusted data inside a chat template). Errors: invalid
+  // UTF-8.
+  absl::StatusOr<std::vector<int64_t>> Encode(absl::string_view text,
+                                              bool allow_added_tokens = true) const;
+
+  // Bytes of the tokens (may end inside a UTF-8 character if the ids cut one). Errors: an id
+  // that is neither in the vocabulary nor an added token.
+  absl::StatusOr<std::string> Decode(const std::vector<int64_t>& ids,
+                                     bool skip_special_tokens = false) const;
+
+  // The id of a vocabulary string or added token content, or -1.
+  int64_t TokenToId(absl::string_view token) const;
+
+  // The vocabulary string (byte-level form) or added token content of an id, or "" if unknown.
+  std::string IdToToken(int64_t id) const;
+
+  // The pre-tokenizer pieces of `text` (no added-token handling): exposed for tests.
+  absl::StatusOr<std::vector<std::string>> PreTokenize(absl::string_view text) const;
+
+  // One more than the largest id (vocabulary or added token).
+  int64_t vocab_size() const { return vocab_size_; }
+  const std::vector<AddedToken>& added_tokens() const { return added_tokens_; }
+
+ private:
+  BpeTokenizer() = default;
+  absl::Status Init(absl::string_view json, absl::string_view source);
+  absl::StatusOr<std::vector<absl::string_view>> SplitPieces(absl::string_view text) const;
+  void EncodePiece(absl::string_view piece, std::vector<int64_t>* ids) const;
+  absl::Status EncodeOrdinary(absl::string_view text, std::vector<int64_t>* ids) const;
+
+  struct Merge {
+    int32_t rank;
+    int64_t merged;
+  };
+
+  std::unordered_map<std::string, int64_t> vocab_;  // byte-level string -> id
+  std::unordered_map<int64_t, std::string> id_to_token_;
+  std::unordered_map<uint64_t, Merge> merges_;  // (left id << 32 | right id) -> rank, merged id
+  std::array<int64_t, 256> byte_ids_{};          // id of each single-byte symbol
+  std::vector<std::unique_ptr<RegexSplitter>> splitters_;  // applied in order
+  std::vector<AddedToken> added_tokens_;
+  std::unordered_map<int64_t, size_t> added_by_id_;  // id -> index in added_tokens_
+  std::vector<size_t> added_by_length_;  // indices of added_tokens_, longest content first
+  bool ignore_merges_ = false;
+  int64_t vocab_size_ = 0;
+};
+
+}  // namespace data
+}  // namespace dhp
+
+#endif  // DHP_WORKER_DATA_BPE_TOKENIZER_H_
