@@ -98,9 +98,12 @@ void Controller::ScheduleHeartbeatCheck() {
 // ---- jobs ----------------------------------------------------------------------------------
 
 absl::Status Controller::SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJobResponse* resp) {
+  // Parsing and validation need no state: do them here, not on the loop.
+  absl::StatusOr<v1::JobSpec> spec = jobs_.ValidateSubmission(req);
+  if (!spec.ok()) return spec.status();
   return OnLoop([&] {
     std::vector<v1::Event> events;
-    absl::Status s = jobs_.Submit(req, resp, &events);
+    absl::Status s = jobs_.SubmitValidated(*spec, req.dry_run(), resp, &events);
     Publish(events);
     return s;
   });

@@ -55,7 +55,8 @@ v1::Event JobManager::MakeEvent(const v1::Job& job, const std::string& type,
   return e;
 }
 
-absl::StatusOr<v1::JobSpec> JobManager::ParseSpec(const v1::SubmitJobRequest& req) const {
+absl::StatusOr<v1::JobSpec> JobManager::ValidateSubmission(
+    const v1::SubmitJobRequest& req) const {
   if (!req.spec_text().empty()) {
     if (req.has_spec()) {
       return absl::InvalidArgumentError("set either spec or spec_text, not both");
@@ -72,18 +73,23 @@ absl::StatusOr<v1::JobSpec> JobManager::ParseSpec(const v1::SubmitJobRequest& re
 
 absl::Status JobManager::Submit(const v1::SubmitJobRequest& req, v1::SubmitJobResponse* resp,
                                 std::vector<v1::Event>* events) {
-  absl::StatusOr<v1::JobSpec> spec = ParseSpec(req);
+  absl::StatusOr<v1::JobSpec> spec = ValidateSubmission(req);
   if (!spec.ok()) return spec.status();
-  const int64_t now = clock_.NowMicros();
+  return SubmitValidated(*spec, req.dry_run(), resp, events);
+}
 
+absl::Status JobManager::SubmitValidated(const v1::JobSpec& spec, bool dry_run,
+                                         v1::SubmitJobResponse* resp,
+                                         std::vector<v1::Event>* events) {
+  const int64_t now = clock_.NowMicros();
   v1::Job job;
-  *job.mutable_spec() = *spec;
+  *job.mutable_spec() = spec;
   job.set_state(v1::JOB_STATE_QUEUED);
   job.set_message("submitted");
   *job.mutable_create_time() = MicrosToTimestamp(now);
   *job.mutable_update_time() = MicrosToTimestamp(now);
   job.set_current_attempt(1);
-  if (req.dry_run()) {
+  if (dry_run) {
     job.set_message("dry run: the spec is valid; nothing was stored");
     *resp->mutable_job() = job;
     return absl::OkStatus();

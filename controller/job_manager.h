@@ -21,8 +21,15 @@ class JobManager {
   JobManager(Store& store, const Clock& clock, SpecOptions spec_options);
 
   // Each mutating call appends the events it recorded to `events` (with their ids).
+  // Submit = ValidateSubmission + SubmitValidated.
   absl::Status Submit(const v1::SubmitJobRequest& req, v1::SubmitJobResponse* resp,
                       std::vector<v1::Event>* events);
+  // Parses and validates the request's spec. Touches no state: thread-safe, so the Controller
+  // runs it on the caller's thread (YAML parsing is most of a submit's CPU time).
+  absl::StatusOr<v1::JobSpec> ValidateSubmission(const v1::SubmitJobRequest& req) const;
+  // Stores a job for a spec that ValidateSubmission returned.
+  absl::Status SubmitValidated(const v1::JobSpec& spec, bool dry_run, v1::SubmitJobResponse* resp,
+                               std::vector<v1::Event>* events);
   absl::Status Get(const v1::GetJobRequest& req, v1::GetJobResponse* resp);
   absl::Status List(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp);
   absl::Status Cancel(const v1::CancelJobRequest& req, v1::CancelJobResponse* resp,
@@ -37,7 +44,6 @@ class JobManager {
   absl::Status CheckCurrentAttempt(const std::string& job_id, int attempt);
 
  private:
-  absl::StatusOr<v1::JobSpec> ParseSpec(const v1::SubmitJobRequest& req) const;
   v1::Event MakeEvent(const v1::Job& job, const std::string& type, const std::string& from,
                       const std::string& to, const std::string& reason) const;
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "controller/sqlite_db.h"
+#include "controller/wal_checkpointer.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace dhp::controller {
@@ -186,7 +187,9 @@ T OrDie(absl::StatusOr<T> value, const char* what) {
 // ---- opening and migrating ------------------------------------------------------------------
 
 Store::Store(std::unique_ptr<SqliteDb> db) : db_(std::move(db)) {}
-Store::~Store() = default;
+Store::~Store() {
+  checkpointer_.reset();  // stop checkpointing before the main connection closes
+}
 
 int Store::LatestSchemaVersion() { return std::end(kMigrations)[-1].version; }
 
@@ -205,6 +208,12 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
   DHP_STORE_RETURN_IF_ERROR(db->Exec("PRAGMA synchronous = NORMAL"));
   std::unique_ptr<Store> store(new Store(std::move(db)));
   DHP_STORE_RETURN_IF_ERROR(store->Migrate());
+  if (mode == "wal") {
+    // Checkpoint from a background thread instead of inside whichever commit crosses the
+    // threshold (see wal_checkpointer.h).
+    DHP_STORE_RETURN_IF_ERROR(store->db_->Exec("PRAGMA wal_autocheckpoint = 0"));
+    DHP_STORE_ASSIGN_OR_RETURN(store->checkpointer_, WalCheckpointer::Start(path));
+  }
   return store;
 }
 

@@ -25,6 +25,7 @@
 namespace dhp::controller {
 
 class SqliteDb;
+class WalCheckpointer;
 
 // One state change of a job: the job row, the runs it touches and the events it records.
 struct JobWrite {
@@ -87,6 +88,7 @@ class Store {
   absl::Status Migrate();
 
   std::unique_ptr<SqliteDb> db_;
+  std::unique_ptr<WalCheckpointer> checkpointer_;  // file databases only
 };
 
 }  // namespace dhp::controller

@@ -1,0 +1,35 @@
+#include "controller/wal_checkpointer.h"
+
+#include <filesystem>
+#include <thread>
+
+#include "controller/sqlite_db.h"
+#include "gtest/gtest.h"
+
+namespace dhp::controller {
+namespace {
+
+TEST(WalCheckpointerTest, CheckpointsWhatTheWriterLeavesInTheWal) {
+  const std::string path = testing::TempDir() + "/wal_ckpt.db";
+  std::filesystem::remove(path);
+  auto writer = SqliteDb::Open(path);
+  ASSERT_TRUE(writer.ok());
+  ASSERT_EQ(*(*writer)->QueryText("PRAGMA journal_mode = WAL"), "wal");
+  ASSERT_TRUE((*writer)->Exec("PRAGMA wal_autocheckpoint = 0; CREATE TABLE t (x BLOB)").ok());
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE((*writer)->Exec("INSERT INTO t VALUES (zeroblob(8192))").ok());
+  }
+  // Nothing has been copied back to the database file yet.
+  const auto before = std::filesystem::file_size(path);
+  auto ckpt = WalCheckpointer::Start(path, std::chrono::milliseconds(20));
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  for (int i = 0; i < 100 && (*ckpt)->checkpoints() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_GE((*ckpt)->checkpoints(), 2);
+  // The pages reached the main file: it grew by at least the 400 KB written.
+  EXPECT_GE(std::filesystem::file_size(path), before + 50 * 8192);
+}
+
+}  // namespace
+}  // namespace dhp::controller
