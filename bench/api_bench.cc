@@ -1,0 +1,754 @@
+// api_bench: SubmitJob and GetJob over gRPC and over REST, on loopback, against a real
+// dhp-controller process.
+//
+//   bazel run //bench:api_bench -- --threads 4 --seconds 5
+//
+// Starts dhp-controller (fresh temporary --data-dir, kernel-chosen ports, read back from its
+// --port-file; stopped at the end), then measures four cases: grpc submit, rest submit, grpc
+// get, rest get. Each case runs --threads client threads in a closed loop (one request at a
+// time per thread, every latency recorded), each thread with its own persistent connections:
+// a gRPC channel with a private subchannel pool, i.e. its own HTTP/2 connection (or, with
+// --grpc-client dhp, an api::DhpClient), and one keep-alive HTTP/1.1 connection
+// (bench/http_load.h). Submits send configs/tiny-cpu.yaml (gRPC: SubmitJobRequest.spec_text;
+// REST: POST /v1/jobs with {"spec_text": ...}); gets fetch, round-robin, the ids that the
+// submits created.
+//
+// After a warm-up of every case, --seconds of measurement per case are split into --rounds
+// rounds; each round runs the cases back to back (transport order alternating between
+// rounds), so that REST and gRPC are measured side by side under the same machine load.
+// Reported per case: requests/s (median of the rounds' rates), p50/p90/p99/max latency over
+// all requests, errors; REST/gRPC throughput ratios (median of per-round ratios); and, to
+// show where the time goes, counters that timer noise does not move much: CPU time and
+// context switches per request of the controller and of this client, the controller's own
+// mean in-service time (its dhp_api_request_duration_seconds histogram: the hop onto the
+// controller's loop thread, queueing there, SQLite), how busy the controller's busiest
+// thread was (running, and runnable but waiting for a CPU), and how much CPU other processes
+// took meanwhile (the machine is shared).
+//
+// Prints Markdown tables last and writes them to <out-dir>/api.md, and every number with the
+// machine's description to <out-dir>/api.json.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "api/client.h"
+#include "bench/bench_util.h"
+#include "bench/controller_process.h"
+#include "bench/http_load.h"
+#include "dhp/v1/service.grpc.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "grpcpp/grpcpp.h"
+#include "nlohmann/json.hpp"
+
+namespace dhp::bench {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+using Json = nlohmann::json;
+
+struct Options {
+  int threads = 4;
+  double seconds = 5;         // measured time per case, over all rounds
+  double warmup_seconds = 1;  // per case, before the first round
+  int rounds = 3;
+  int64_t requests = 0;  // per case, over all rounds; > 0 replaces --seconds
+  std::string controller_bin;
+  std::string spec = "configs/tiny-cpu.yaml";
+  std::string out_dir = "bench/results";
+  std::string rest_submit_body = "json";  // json | yaml
+  std::string grpc_client = "stub";       // stub | dhp
+  std::vector<std::string> cases = {"grpc-submit", "rest-submit", "grpc-get", "rest-get"};
+  bool keep_temp = false;
+};
+
+enum class Transport { kGrpc, kRest };
+enum class Op { kSubmit, kGet };
+struct Case {
+  Transport transport;
+  Op op;
+  std::string name() const {
+    return std::string(transport == Transport::kGrpc ? "grpc" : "rest") + " " +
+           (op == Op::kSubmit ? "submit" : "get");
+  }
+  std::string flag_name() const {  // as in --cases
+    std::string n = name();
+    n[4] = '-';
+    return n;
+  }
+  const char* method() const { return op == Op::kSubmit ? "SubmitJob" : "GetJob"; }
+  const char* transport_label() const { return transport == Transport::kGrpc ? "grpc" : "rest"; }
+};
+
+// One client thread's connections, kept for the whole run.
+struct Client {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::JobService::Stub> stub;
+  std::unique_ptr<api::DhpClient> dhp;  // instead of stub with --grpc-client dhp
+  std::unique_ptr<HttpConnection> http;
+};
+
+// What the client threads of one case share for one slice of time.
+struct SliceInput {
+  Case c;
+  SteadyClock::duration duration{};  // used when per_thread_requests == 0
+  int64_t per_thread_requests = 0;
+  const std::vector<std::string>* ids = nullptr;  // for gets
+  const v1::SubmitJobRequest* grpc_submit = nullptr;
+  std::string rest_body, rest_content_type;
+};
+
+struct ThreadOutput {
+  std::vector<int64_t> latency_ns;
+  std::vector<std::string> new_ids;
+  int64_t errors = 0;
+  std::string first_error;
+  SteadyClock::time_point finished;
+};
+
+struct SliceResult {
+  int64_t requests = 0, errors = 0;
+  double seconds = 0;
+  double controller_cpu_s = 0, client_cpu_s = 0;
+  double other_cpu_s = 0;  // everything else on the machine (other engineers' builds)
+  int64_t controller_switches = 0, client_switches = 0;  // context switches
+  // The controller thread that used the most CPU (the loop, when it is the bottleneck): its
+  // CPU time, and the time it was runnable but waited for a CPU (machine contention).
+  double busiest_thread_cpu_s = 0, busiest_thread_wait_s = -1;
+  double service_sum_s = 0;  // from the controller's histogram
+  int64_t service_count = 0;
+  double rate() const { return seconds > 0 ? static_cast<double>(requests) / seconds : 0; }
+};
+
+// Everything measured for one case, over all rounds.
+struct CaseResult {
+  Case c;
+  std::vector<int64_t> latency_ns;
+  std::vector<SliceResult> rounds;
+  std::string first_error;
+};
+
+// The controller's dhp_api_request_duration_seconds {sum, count} for transport and method.
+std::pair<double, int64_t> ServiceTime(uint16_t http_port, const Case& c) {
+  absl::StatusOr<HttpResult> r = HttpFetch("127.0.0.1", http_port, "GET", "/metrics");
+  if (!r.ok() || r->status != 200) return {0, 0};
+  const std::string labels_t = std::string("transport=\"") + c.transport_label() + "\"";
+  const std::string labels_m = std::string("method=\"") + c.method() + "\"";
+  double sum = 0;
+  int64_t count = 0;
+  std::istringstream lines(r->body);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.find(labels_t) == std::string::npos || line.find(labels_m) == std::string::npos) {
+      continue;
+    }
+    const size_t space = line.rfind(' ');
+    if (line.rfind("dhp_api_request_duration_seconds_sum{", 0) == 0) {
+      sum = std::atof(line.c_str() + space + 1);
+    } else if (line.rfind("dhp_api_request_duration_seconds_count{", 0) == 0) {
+      count = static_cast<int64_t>(std::atof(line.c_str() + space + 1));
+    }
+  }
+  return {sum, count};
+}
+
+// One request of case `in.c` on `client`. Returns "" on success, else the error. The new job
+// id of a submit goes to `new_id`; it is extracted after `*done` is stamped, so that JSON
+// parsing of the REST response is not counted (gRPC's binary parsing is, inside the stub).
+std::string DoRequest(Client& client, const SliceInput& in, size_t seq,
+                      SteadyClock::time_point* done, std::string* new_id) {
+  if (in.c.transport == Transport::kGrpc && client.dhp != nullptr) {
+    if (in.c.op == Op::kSubmit) {
+      absl::StatusOr<v1::SubmitJobResponse> resp = client.dhp->SubmitJob(*in.grpc_submit);
+      *done = SteadyClock::now();
+      if (!resp.ok()) return "gRPC SubmitJob: " + std::string(resp.status().message());
+      *new_id = resp->job().id();
+      return new_id->empty() ? "gRPC SubmitJob: response has no job id" : "";
+    }
+    v1::GetJobRequest req;
+    req.set_job_id((*in.ids)[seq % in.ids->size()]);
+    absl::StatusOr<v1::GetJobResponse> resp = client.dhp->GetJob(req);
+    *done = SteadyClock::now();
+    if (!resp.ok()) return "gRPC GetJob " + req.job_id() + ": " + std::string(resp.status().message());
+    return resp->job().id() == req.job_id() ? "" : "gRPC GetJob: wrong job in response";
+  }
+  if (in.c.transport == Transport::kGrpc) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    if (in.c.op == Op::kSubmit) {
+      v1::SubmitJobResponse resp;
+      grpc::Status s = client.stub->SubmitJob(&ctx, *in.grpc_submit, &resp);
+      *done = SteadyClock::now();
+      if (!s.ok()) return "gRPC SubmitJob: " + s.error_message();
+      *new_id = resp.job().id();
+      return new_id->empty() ? "gRPC SubmitJob: response has no job id" : "";
+    }
+    v1::GetJobRequest req;
+    req.set_job_id((*in.ids)[seq % in.ids->size()]);
+    v1::GetJobResponse resp;
+    grpc::Status s = client.stub->GetJob(&ctx, req, &resp);
+    *done = SteadyClock::now();
+    if (!s.ok()) return "gRPC GetJob " + req.job_id() + ": " + s.error_message();
+    return resp.job().id() == req.job_id() ? "" : "gRPC GetJob: wrong job in response";
+  }
+  if (in.c.op == Op::kSubmit) {
+    absl::StatusOr<HttpResult> r =
+        client.http->Request("POST", "/v1/jobs", in.rest_content_type, in.rest_body);
+    *done = SteadyClock::now();
+    if (!r.ok()) return std::string(r.status().message());
+    if (r->status != 200) return "POST /v1/jobs: HTTP " + std::to_string(r->status) + " " + r->body;
+    v1::SubmitJobResponse resp;
+    google::protobuf::util::JsonParseOptions opts;
+    opts.ignore_unknown_fields = true;
+    if (!google::protobuf::util::JsonStringToMessage(r->body, &resp, opts).ok() ||
+        resp.job().id().empty()) {
+      return "POST /v1/jobs: no job id in the response: " + r->body.substr(0, 200);
+    }
+    *new_id = resp.job().id();
+    return "";
+  }
+  const std::string& id = (*in.ids)[seq % in.ids->size()];
+  absl::StatusOr<HttpResult> r = client.http->Request("GET", "/v1/jobs/" + id);
+  *done = SteadyClock::now();
+  if (!r.ok()) return std::string(r.status().message());
+  if (r->status != 200) return "GET /v1/jobs/" + id + ": HTTP " + std::to_string(r->status);
+  return r->body.find(id) != std::string::npos ? "" : "GET /v1/jobs/" + id + ": wrong job";
+}
+
+// Runs one slice of case `in.c` on all clients at once; appends latencies to `result` when
+// given (warm-ups pass none) and new job ids to `ids_out`.
+SliceResult RunSlice(std::vector<Client>& clients, const SliceInput& in,
+                     const ControllerProcess& controller, CaseResult* result,
+                     std::vector<std::string>* ids_out) {
+  const size_t n = clients.size();
+  std::vector<ThreadOutput> out(n);
+  std::mutex mu;  // guards go and start/end below
+  std::condition_variable cv;
+  bool go = false;
+  SteadyClock::time_point start, end;
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < n; ++t) {
+    threads.emplace_back([&, t] {
+      ThreadOutput& o = out[t];
+      o.latency_ns.reserve(1 << 14);
+      // Spread the threads over the id list so that they do not fetch the same job in step.
+      size_t seq = in.ids != nullptr && !in.ids->empty() ? t * in.ids->size() / n : 0;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return go; });
+      }
+      for (int64_t i = 0;; ++i) {
+        const SteadyClock::time_point t0 = SteadyClock::now();
+        if (in.per_thread_requests > 0 ? i >= in.per_thread_requests : t0 >= end) break;
+        SteadyClock::time_point t1;
+        std::string id;
+        std::string err = DoRequest(clients[t], in, seq++, &t1, &id);
+        o.latency_ns.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
+        if (!err.empty()) {
+          if (o.errors++ == 0) o.first_error = err;
+        } else if (!id.empty()) {
+          o.new_ids.push_back(std::move(id));
+        }
+      }
+      o.finished = SteadyClock::now();
+    });
+  }
+  std::pair<double, int64_t> service0 = ServiceTime(controller.http_port(), in.c);
+  const double controller_cpu0 = controller.CpuSeconds();
+  const std::map<pid_t, ControllerProcess::ThreadTimes> thread_cpu0 =
+      controller.ThreadCpuTimes();
+  const double client_cpu0 = ProcessCpuSeconds();
+  const int64_t client_switches0 = ProcessContextSwitches();
+  const double machine_busy0 = MachineBusySeconds();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    start = SteadyClock::now();
+    end = start + in.duration;
+    go = true;
+  }
+  cv.notify_all();
+  for (std::thread& th : threads) th.join();
+  SliceResult r;
+  r.controller_cpu_s = controller.CpuSeconds() - controller_cpu0;
+  for (const auto& [tid, now] : controller.ThreadCpuTimes()) {
+    auto before = thread_cpu0.find(tid);
+    ControllerProcess::ThreadTimes base;
+    if (before != thread_cpu0.end()) base = before->second;
+    const double used = now.cpu_s - base.cpu_s;
+    r.controller_switches += now.context_switches - base.context_switches;
+    if (used > r.busiest_thread_cpu_s) {
+      r.busiest_thread_cpu_s = used;
+      r.busiest_thread_wait_s = now.runqueue_wait_s >= 0 && base.runqueue_wait_s >= 0
+                                    ? now.runqueue_wait_s - base.runqueue_wait_s
+                                    : -1;
+    }
+  }
+  r.client_cpu_s = ProcessCpuSeconds() - client_cpu0;
+  r.client_switches = ProcessContextSwitches() - client_switches0;
+  r.other_cpu_s = MachineBusySeconds() - machine_busy0 - r.controller_cpu_s - r.client_cpu_s;
+  std::pair<double, int64_t> service1 = ServiceTime(controller.http_port(), in.c);
+  r.service_sum_s = service1.first - service0.first;
+  r.service_count = service1.second - service0.second;
+  SteadyClock::time_point last = start;
+  for (ThreadOutput& o : out) {
+    last = std::max(last, o.finished);
+    r.requests += static_cast<int64_t>(o.latency_ns.size());
+    r.errors += o.errors;
+    if (ids_out != nullptr) ids_out->insert(ids_out->end(), o.new_ids.begin(), o.new_ids.end());
+    if (result != nullptr) {
+      result->latency_ns.insert(result->latency_ns.end(), o.latency_ns.begin(), o.latency_ns.end());
+      if (result->first_error.empty()) result->first_error = o.first_error;
+    }
+  }
+  r.seconds = std::chrono::duration<double>(last - start).count();
+  if (result != nullptr) result->rounds.push_back(r);
+  return r;
+}
+
+// ---- paths and machine description ---------------------------------------------------------
+
+// A relative `path` names a file of the workspace: under `bazel run` that is
+// $BUILD_WORKSPACE_DIRECTORY, otherwise the current directory.
+std::string InWorkspace(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY");
+  return ws != nullptr && *ws ? std::string(ws) + "/" + path : path;
+}
+
+// The controller built with this benchmark (Bazel: a data dependency, so in its runfiles;
+// CMake: its path compiled in), else the workspace's bazel-bin.
+std::string DefaultControllerBin(const char* argv0) {
+  std::vector<std::string> candidates;
+#ifdef DHP_CONTROLLER_BIN
+  candidates.push_back(DHP_CONTROLLER_BIN);
+#endif
+  if (const char* rf = std::getenv("RUNFILES_DIR")) {
+    candidates.push_back(std::string(rf) + "/dhp/controller/dhp-controller");
+  }
+  candidates.push_back(std::string(argv0) + ".runfiles/dhp/controller/dhp-controller");
+  candidates.push_back(InWorkspace("bazel-bin/controller/dhp-controller"));
+  for (const std::string& c : candidates) {
+    if (::access(c.c_str(), X_OK) == 0) return std::filesystem::absolute(c).string();
+  }
+  return candidates.back();
+}
+
+// A workspace file that this binary also has in its runfiles (a data dependency): the
+// workspace's copy if there is one, else the runfiles' copy (running bazel-bin/... directly
+// from another directory).
+std::string DataFile(const std::string& path, const char* argv0) {
+  const std::string in_ws = InWorkspace(path);
+  if (path.empty() || path[0] == '/' || ::access(in_ws.c_str(), R_OK) == 0) return in_ws;
+  const char* rf = std::getenv("RUNFILES_DIR");
+  const std::string runfiles = rf != nullptr ? std::string(rf) : std::string(argv0) + ".runfiles";
+  const std::string in_runfiles = runfiles + "/dhp/" + path;
+  if (::access(in_runfiles.c_str(), R_OK) == 0) return in_runfiles;
+#ifdef DHP_SOURCE_DIR
+  const std::string in_source = std::string(DHP_SOURCE_DIR) + "/" + path;  // CMake builds
+  if (::access(in_source.c_str(), R_OK) == 0) return in_source;
+#endif
+  return in_ws;
+}
+
+// ---- main -----------------------------------------------------------------------------------
+
+int Main(int argc, char** argv) {
+  CLI::App app{"api_bench: SubmitJob/GetJob over gRPC and REST against a real dhp-controller"};
+  Options o;
+  app.add_option("--threads", o.threads, "Client threads, each with its own connection")
+      ->capture_default_str()->check(CLI::Range(1, 1024));
+  app.add_option("--seconds", o.seconds, "Measured seconds per case, over all rounds")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--requests", o.requests,
+                 "Requests per case over all rounds instead of --seconds (0: use --seconds)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--warmup-seconds", o.warmup_seconds, "Warm-up per case before measuring")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--rounds", o.rounds,
+                 "Rounds of the four cases back to back; rates and ratios are medians of rounds")
+      ->capture_default_str()->check(CLI::Range(1, 1000));
+  app.add_option("--controller-bin", o.controller_bin,
+                 "dhp-controller binary (default: the one built with this target, else "
+                 "bazel-bin/controller/dhp-controller)");
+  app.add_option("--spec", o.spec, "Job spec to submit (relative: to the workspace)")
+      ->capture_default_str();
+  app.add_option("--out-dir", o.out_dir,
+                 "Where api.md and api.json go (relative: to the workspace under bazel run)")
+      ->capture_default_str();
+  app.add_option("--rest-submit-body", o.rest_submit_body,
+                 "REST submit body: json ({\"spec_text\": ...}) or yaml (the spec itself)")
+      ->capture_default_str()->check(CLI::IsMember({"json", "yaml"}));
+  app.add_option("--grpc-client", o.grpc_client,
+                 "stub: per thread a channel with a private subchannel pool, so its own HTTP/2 "
+                 "connection; dhp: per thread an api::DhpClient (as dhpctl and agents use), "
+                 "whose channels share one connection through gRPC's global subchannel pool")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"stub", "dhp"}));
+  app.add_option("--cases", o.cases,
+                 "Cases to run (e.g. to profile one): grpc-submit, rest-submit, grpc-get, "
+                 "rest-get")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::IsMember({"grpc-submit", "rest-submit", "grpc-get", "rest-get"}));
+  app.add_flag("--keep-temp", o.keep_temp, "Keep the controller's temporary data dir and log");
+  CLI11_PARSE(app, argc, argv);
+
+  const std::string controller_bin =
+      o.controller_bin.empty() ? DefaultControllerBin(argv[0]) : InWorkspace(o.controller_bin);
+  const std::string spec_path = DataFile(o.spec, argv[0]);
+  const std::string spec_text = ReadFile(spec_path);
+  if (spec_text.empty()) {
+    std::cerr << "api_bench: cannot read the job spec " << spec_path << " (--spec)\n";
+    return 1;
+  }
+  const std::string out_dir = InWorkspace(o.out_dir);
+  Json machine = MachineInfo();
+
+  absl::StatusOr<std::unique_ptr<ControllerProcess>> started =
+      ControllerProcess::Start(controller_bin);
+  if (!started.ok()) {
+    std::cerr << "api_bench: " << started.status().message() << "\n";
+    return 1;
+  }
+  ControllerProcess& controller = **started;
+  if (o.keep_temp) controller.keep_temp_dir();
+  std::cerr << "api_bench: " << controller_bin << " pid " << controller.pid() << ", gRPC :"
+            << controller.grpc_port() << ", REST :" << controller.http_port() << ", log "
+            << controller.log_path() << "\n";
+
+  // Connections: one gRPC channel per thread, each with a private subchannel pool so that it
+  // really opens its own HTTP/2 connection (channels with equal arguments otherwise share
+  // one), and one keep-alive HTTP/1.1 connection per thread. All connected before measuring.
+  const std::string grpc_target = "127.0.0.1:" + std::to_string(controller.grpc_port());
+  std::vector<Client> clients(o.threads);
+  for (Client& c : clients) {
+    bool grpc_up = true;
+    if (o.grpc_client == "dhp") {
+      c.dhp = std::make_unique<api::DhpClient>(grpc_target);
+      grpc_up = c.dhp->ListNodes(v1::ListNodesRequest()).ok();  // connects
+    } else {
+      grpc::ChannelArguments args;
+      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+      args.SetMaxReceiveMessageSize(64 << 20);
+      c.channel = grpc::CreateCustomChannel(grpc_target, grpc::InsecureChannelCredentials(), args);
+      c.stub = v1::JobService::NewStub(c.channel);
+      grpc_up = c.channel->WaitForConnected(std::chrono::system_clock::now() +
+                                            std::chrono::seconds(10));
+    }
+    c.http = std::make_unique<HttpConnection>("127.0.0.1", controller.http_port());
+    absl::Status http_up = c.http->Connect();
+    if (!grpc_up || !http_up.ok()) {
+      std::cerr << "api_bench: cannot connect to the controller: "
+                << (grpc_up ? std::string(http_up.message()) : "gRPC " + grpc_target) << "\n";
+      return 1;
+    }
+  }
+
+  v1::SubmitJobRequest grpc_submit;
+  grpc_submit.set_spec_text(spec_text);
+  SliceInput base;
+  base.grpc_submit = &grpc_submit;
+  if (o.rest_submit_body == "json") {
+    google::protobuf::util::JsonPrintOptions print;
+    print.preserve_proto_field_names = true;
+    (void)google::protobuf::util::MessageToJsonString(grpc_submit, &base.rest_body, print);
+    base.rest_content_type = "application/json";
+  } else {
+    base.rest_body = spec_text;
+    base.rest_content_type = "application/yaml";
+  }
+
+  std::vector<Case> cases;  // the selected ones, submits first: gets need their jobs
+  for (Op op : {Op::kSubmit, Op::kGet}) {
+    for (Transport t : {Transport::kGrpc, Transport::kRest}) {
+      const Case c{t, op};
+      if (std::count(o.cases.begin(), o.cases.end(), c.flag_name()) > 0) cases.push_back(c);
+    }
+  }
+  auto selected = [&](const Case& c) {
+    return std::any_of(cases.begin(), cases.end(), [&](const Case& x) {
+      return x.transport == c.transport && x.op == c.op;
+    });
+  };
+  std::map<std::string, CaseResult> results;
+  for (const Case& c : cases) results[c.name()].c = c;
+  std::vector<std::string> ids;  // every job created so far; gets read them
+
+  auto run = [&](const Case& c, SteadyClock::duration d, int64_t per_thread, CaseResult* res) {
+    SliceInput in = base;
+    in.c = c;
+    in.duration = d;
+    in.per_thread_requests = per_thread;
+    in.ids = &ids;
+    std::vector<std::string> new_ids;
+    SliceResult r = RunSlice(clients, in, controller, res, &new_ids);
+    ids.insert(ids.end(), new_ids.begin(), new_ids.end());
+    std::cerr << "  " << (res ? "" : "warm-up ") << c.name() << ": " << r.requests << " in "
+              << Fixed(r.seconds, 2) << " s (" << Fixed(r.rate(), 0) << "/s), " << r.errors
+              << " errors\n";
+  };
+
+  const auto warmup = std::chrono::duration_cast<SteadyClock::duration>(
+      std::chrono::duration<double>(o.warmup_seconds));
+  const auto slice = std::chrono::duration_cast<SteadyClock::duration>(
+      std::chrono::duration<double>(o.seconds / o.rounds));
+  const int64_t per_thread =
+      o.requests > 0 ? std::max<int64_t>(1, (o.requests + o.rounds * o.threads - 1) /
+                                                (static_cast<int64_t>(o.rounds) * o.threads))
+                     : 0;
+  std::cerr << "api_bench: warm-up " << o.warmup_seconds << " s per case\n";
+  for (const Case& c : cases) {
+    // Gets need jobs: without a submit warm-up, create 25 per thread first.
+    if (c.op == Op::kGet && ids.size() < clients.size()) {
+      run(Case{Transport::kGrpc, Op::kSubmit}, {}, 25, nullptr);
+    }
+    if (o.warmup_seconds > 0) run(c, warmup, 0, nullptr);
+  }
+  for (int round = 0; round < o.rounds; ++round) {
+    std::cerr << "api_bench: round " << round + 1 << "/" << o.rounds << "\n";
+    // Alternate which transport goes first, so that drift in machine load favours neither.
+    const bool rest_first = round % 2 == 1;
+    for (Op op : {Op::kSubmit, Op::kGet}) {
+      for (Transport t : rest_first ? std::vector<Transport>{Transport::kRest, Transport::kGrpc}
+                                    : std::vector<Transport>{Transport::kGrpc, Transport::kRest}) {
+        const Case c{t, op};
+        if (selected(c)) run(c, slice, per_thread, &results[c.name()]);
+      }
+    }
+  }
+  const int controller_threads = controller.ThreadCount();
+  int64_t reconnects = 0;
+  for (const Client& c : clients) reconnects += c.http->reconnects();
+  machine["loadavg_at_end"] = Trim(ReadFile("/proc/loadavg"));
+  machine["cpu_pressure_some_avg10_at_end"] = CpuPressureAvg10();
+  const std::string controller_exit = controller.Stop();
+
+  // ---- report -------------------------------------------------------------------------------
+  Json j;
+  j["benchmark"] = "api_bench";
+  j["machine"] = machine;
+  j["config"] = {{"threads", o.threads},
+                 {"seconds_per_case", o.seconds},
+                 {"requests_per_case", o.requests},
+                 {"warmup_seconds_per_case", o.warmup_seconds},
+                 {"rounds", o.rounds},
+                 {"spec", o.spec},
+                 {"spec_bytes", spec_text.size()},
+                 {"rest_submit_body", o.rest_submit_body},
+                 {"grpc_client", o.grpc_client},
+                 {"cases", o.cases},
+                 {"controller_bin", controller_bin}};
+  j["controller"] = {{"threads_at_end", controller_threads},
+                     {"exit", controller_exit},
+                     {"jobs_created", ids.size()}};
+  j["http_reconnects"] = reconnects;
+
+  // Per case: totals over rounds, medians of per-round rates.
+  struct Summary {
+    int64_t requests = 0, errors = 0, service_count = 0, controller_switches = 0,
+            client_switches = 0;
+    double seconds = 0, controller_cpu = 0, client_cpu = 0, service_sum = 0;
+    double rate = 0, busiest = 0, busiest_wait = 0, others = 0;  // medians of rounds
+    double PerRequest(double total) const { return requests > 0 ? total / requests : 0; }
+    double ServiceMs() const { return service_count > 0 ? 1e3 * service_sum / service_count : 0; }
+  };
+  std::map<std::string, Summary> sums;
+  Json case_json = Json::array();
+  for (const Case& c : cases) {
+    CaseResult& r = results[c.name()];
+    std::sort(r.latency_ns.begin(), r.latency_ns.end());
+    Summary& m = sums[c.name()];
+    std::vector<double> rates, busiest, busiest_wait, others;
+    Json rounds = Json::array();
+    for (const SliceResult& s : r.rounds) {
+      m.requests += s.requests;
+      m.errors += s.errors;
+      m.seconds += s.seconds;
+      m.controller_cpu += s.controller_cpu_s;
+      m.client_cpu += s.client_cpu_s;
+      m.service_sum += s.service_sum_s;
+      m.service_count += s.service_count;
+      m.controller_switches += s.controller_switches;
+      m.client_switches += s.client_switches;
+      rates.push_back(s.rate());
+      const double wall = std::max(s.seconds, 1e-9);
+      busiest.push_back(100 * s.busiest_thread_cpu_s / wall);
+      busiest_wait.push_back(s.busiest_thread_wait_s >= 0 ? 100 * s.busiest_thread_wait_s / wall
+                                                          : -1);
+      others.push_back(s.other_cpu_s / wall);
+      rounds.push_back({{"requests", s.requests},
+                        {"errors", s.errors},
+                        {"seconds", s.seconds},
+                        {"requests_per_s", s.rate()},
+                        {"controller_cpu_s", s.controller_cpu_s},
+                        {"busiest_controller_thread_cpu_s", s.busiest_thread_cpu_s},
+                        {"busiest_controller_thread_runqueue_wait_s", s.busiest_thread_wait_s},
+                        {"client_cpu_s", s.client_cpu_s},
+                        {"other_processes_cpu_s", s.other_cpu_s},
+                        {"controller_context_switches", s.controller_switches},
+                        {"client_context_switches", s.client_switches}});
+    }
+    m.rate = Median(rates);
+    m.busiest = Median(busiest);
+    m.busiest_wait = Median(busiest_wait);
+    m.others = Median(others);
+    Json cj = {{"case", c.name()},
+               {"transport", c.transport_label()},
+               {"method", c.method()},
+               {"requests", m.requests},
+               {"errors", m.errors},
+               {"seconds", m.seconds},
+               {"requests_per_s_median_of_rounds", m.rate},
+               {"requests_per_s_overall", m.seconds > 0 ? m.requests / m.seconds : 0},
+               {"latency_ms",
+                {{"p50", PercentileMs(r.latency_ns, 0.50)},
+                 {"p90", PercentileMs(r.latency_ns, 0.90)},
+                 {"p99", PercentileMs(r.latency_ns, 0.99)},
+                 {"max", PercentileMs(r.latency_ns, 1.0)},
+                 {"min", PercentileMs(r.latency_ns, 0.0)}}},
+               {"service_mean_ms", m.ServiceMs()},
+               {"service_count", m.service_count},
+               {"controller_cpu_us_per_request", 1e6 * m.PerRequest(m.controller_cpu)},
+               {"client_cpu_us_per_request", 1e6 * m.PerRequest(m.client_cpu)},
+               {"controller_context_switches_per_request", m.PerRequest(m.controller_switches)},
+               {"client_context_switches_per_request", m.PerRequest(m.client_switches)},
+               {"busiest_controller_thread_cpu_percent_median_of_rounds", m.busiest},
+               {"busiest_controller_thread_runqueue_wait_percent_median_of_rounds",
+                m.busiest_wait},
+               {"other_processes_cores_median_of_rounds", m.others},
+               {"rounds", rounds}};
+    if (!r.first_error.empty()) cj["first_error"] = r.first_error;
+    case_json.push_back(cj);
+  }
+  j["cases"] = case_json;
+
+  std::ostringstream md;
+  md << "## api_bench: SubmitJob / GetJob, gRPC vs REST, real dhp-controller on loopback\n\n"
+     << machine["date_utc"].get<std::string>() << ", " << machine["nproc"].get<int>()
+     << " CPUs (" << machine["cpu_model"].get<std::string>() << "), shared: load average "
+     << machine["loadavg_at_start"].get<std::string>().substr(0, 14)
+     << ", CPU pressure (PSI some avg10) "
+     << Fixed(machine["cpu_pressure_some_avg10_at_start"].get<double>(), 0) << "% at start. "
+     << o.threads << " client threads, closed loop, one keep-alive HTTP/1.1 connection each and "
+     << (o.grpc_client == "dhp" ? "one api::DhpClient each (their channels share one HTTP/2 "
+                                  "connection); "
+                                : "one gRPC channel with its own HTTP/2 connection each; ")
+     << (o.requests > 0 ? std::to_string(o.requests) + " requests" : Fixed(o.seconds, 1) + " s")
+     << " per case in " << o.rounds << " interleaved rounds after a "
+     << Fixed(o.warmup_seconds, 1) << " s warm-up per case. req/s: median of rounds; "
+     << "latencies: over all requests of the case.\n\n"
+     << "| case | requests | errors | req/s | p50 ms | p90 ms | p99 ms | max ms |\n"
+     << "|---|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const Case& c : cases) {
+    const CaseResult& r = results[c.name()];
+    const Summary& m = sums[c.name()];
+    md << "| " << c.name() << " | " << m.requests << " | " << m.errors << " | "
+       << Fixed(m.rate, 0) << " | " << Fixed(PercentileMs(r.latency_ns, 0.5), 2) << " | "
+       << Fixed(PercentileMs(r.latency_ns, 0.9), 2) << " | "
+       << Fixed(PercentileMs(r.latency_ns, 0.99), 2) << " | "
+       << Fixed(PercentileMs(r.latency_ns, 1.0), 2) << " |\n";
+  }
+
+  md << "\nWhere the time goes. service: mean time inside the controller's service (hop onto "
+        "its loop thread, queueing there, SQLite), from its own latency histogram. CPU and "
+        "context switches per request: controller process and this client process. Busiest "
+        "controller thread (the loop, for these calls): % of wall time it ran and % it was "
+        "runnable but waiting for a CPU; the two summing to ~100 means that one thread is the "
+        "bottleneck. Other processes: cores used meanwhile by everything else on the "
+        "machine.\n\n"
+     << "| case | service ms | controller CPU µs/req | client CPU µs/req | controller ctx "
+        "switches/req | client ctx switches/req | busiest thread on CPU % | its runqueue wait "
+        "% | other processes, cores |\n"
+     << "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const Case& c : cases) {
+    const Summary& m = sums[c.name()];
+    md << "| " << c.name() << " | " << Fixed(m.ServiceMs(), 3) << " | "
+       << Fixed(1e6 * m.PerRequest(m.controller_cpu), 0) << " | "
+       << Fixed(1e6 * m.PerRequest(m.client_cpu), 0) << " | "
+       << Fixed(m.PerRequest(m.controller_switches), 1) << " | "
+       << Fixed(m.PerRequest(m.client_switches), 1) << " | " << Fixed(m.busiest, 0) << " | "
+       << Fixed(m.busiest_wait, 0) << " | " << Fixed(m.others, 2) << " |\n";
+  }
+
+  Json ratios = Json::object();
+  bool ratio_header = false;
+  for (Op op : {Op::kSubmit, Op::kGet}) {
+    if (!selected(Case{Transport::kGrpc, op}) || !selected(Case{Transport::kRest, op})) continue;
+    if (!ratio_header) {
+      md << "\n| REST / gRPC | throughput ratio (median of rounds) | per round | p50 ratio | "
+            "p99 ratio |\n|---|---:|---|---:|---:|\n";
+      ratio_header = true;
+    }
+    const CaseResult& g = results[Case{Transport::kGrpc, op}.name()];
+    const CaseResult& r = results[Case{Transport::kRest, op}.name()];
+    std::vector<double> per_round;
+    std::string rounds_text;
+    for (size_t i = 0; i < std::min(g.rounds.size(), r.rounds.size()); ++i) {
+      const double ratio = g.rounds[i].rate() > 0 ? r.rounds[i].rate() / g.rounds[i].rate() : 0;
+      per_round.push_back(ratio);
+      rounds_text += (i ? ", " : "") + Fixed(ratio, 2);
+    }
+    auto ratio_of = [&](double p) {
+      const double a = PercentileMs(g.latency_ns, p), b = PercentileMs(r.latency_ns, p);
+      return a > 0 ? b / a : 0;
+    };
+    const std::string name = op == Op::kSubmit ? "submit" : "get";
+    ratios[name] = {{"throughput_rest_over_grpc_median", Median(per_round)},
+                    {"throughput_rest_over_grpc_per_round", per_round},
+                    {"p50_rest_over_grpc", ratio_of(0.5)},
+                    {"p99_rest_over_grpc", ratio_of(0.99)}};
+    md << "| " << name << " | " << Fixed(Median(per_round), 2) << " | " << rounds_text << " | "
+       << Fixed(ratio_of(0.5), 2) << " | " << Fixed(ratio_of(0.99), 2) << " |\n";
+  }
+  j["ratios"] = ratios;
+
+  // The aim: a few thousand gets per second with p99 in single milliseconds.
+  md << "\nAim (a few thousand gets/s, p99 < 10 ms):";
+  Json aim = Json::object();
+  for (Transport t : {Transport::kGrpc, Transport::kRest}) {
+    if (!selected(Case{t, Op::kGet})) continue;
+    const CaseResult& r = results[Case{t, Op::kGet}.name()];
+    const double rate = sums[r.c.name()].rate, p99 = PercentileMs(r.latency_ns, 0.99);
+    const bool met = rate >= 2000 && p99 < 10;
+    aim[r.c.transport_label()] = {{"get_per_s", rate}, {"p99_ms", p99}, {"met", met}};
+    md << " " << r.c.name() << " " << Fixed(rate, 0) << "/s, p99 " << Fixed(p99, 2) << " ms "
+       << (met ? "(met);" : "(missed);");
+  }
+  md << " HTTP reconnects: " << reconnects << "; controller threads at end: "
+     << controller_threads << ".\n";
+  j["aim"] = aim;
+  j["markdown"] = md.str();
+
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  std::ofstream(out_dir + "/api.md") << md.str();
+  std::ofstream(out_dir + "/api.json") << j.dump(2) << "\n";
+  std::cerr << "api_bench: controller " << controller_exit << "; wrote " << out_dir
+            << "/api.md and " << out_dir << "/api.json\n\n";
+  for (const Json& c : case_json) {
+    if (c.contains("first_error")) {
+      std::cerr << "api_bench: " << c["case"].get<std::string>()
+                << " first error: " << c["first_error"].get<std::string>() << "\n";
+    }
+  }
+  std::cout << md.str() << std::flush;
+  return 0;
+}
+
+}  // namespace
+}  // namespace dhp::bench
+
+int main(int argc, char** argv) { return dhp::bench::Main(argc, argv); }

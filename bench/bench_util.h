@@ -1,0 +1,46 @@
+// Small helpers shared by benchmarks: percentiles and medians, CPU and context-switch counters
+// of this process and of the machine (from getrusage and /proc), a description of the machine
+// for results files, and number formatting. Stateless and thread-safe.
+#ifndef DHP_BENCH_BENCH_UTIL_H_
+#define DHP_BENCH_BENCH_UTIL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+
+namespace dhp::bench {
+
+// The median of `v` (mean of the middle two for an even count); 0 when empty.
+double Median(std::vector<double> v);
+// Nearest-rank percentile (p in [0, 1]) of `sorted` nanoseconds, in milliseconds; 0 when
+// empty. p = 0 gives the minimum, p = 1 the maximum.
+double PercentileMs(const std::vector<int64_t>& sorted, double p);
+
+// User + system CPU seconds of this process, all threads.
+double ProcessCpuSeconds();
+// Voluntary + involuntary context switches of this process, all threads.
+int64_t ProcessContextSwitches();
+// CPU seconds that all CPUs of the machine have spent busy (not idle, not iowait), from
+// /proc/stat. The difference of two readings, less this process's and a child's CPU, is the
+// load that other processes put on a shared machine.
+double MachineBusySeconds();
+// "some avg10" of /proc/pressure/cpu: % of the last 10 s in which some runnable task waited
+// for a CPU; -1 where the kernel has no PSI.
+double CpuPressureAvg10();
+
+// date_utc, hostname, kernel, cpu_model, nproc, and loadavg_at_start and
+// cpu_pressure_some_avg10_at_start (as of this call).
+nlohmann::json MachineInfo();
+
+// The whole file; empty if unreadable.
+std::string ReadFile(const std::string& path);
+// `s` without trailing whitespace.
+std::string Trim(std::string s);
+// `v` with `digits` digits after the point.
+std::string Fixed(double v, int digits);
+
+}  // namespace dhp::bench
+
+#endif  // DHP_BENCH_BENCH_UTIL_H_
