@@ -14,7 +14,8 @@ VisionAttentionImpl::VisionAttentionImpl(const VisionConfig& config)
 std::tuple<at::Tensor, at::Tensor, at::Tensor> VisionAttentionImpl::QkvHeads(
     const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   const int64_t s_len = x.size(0);
-  at::Tensor packed = qkv(x).view({s_len, 3, -1, head_dim_});                   // [S, 3, H, D]
+  const int64_t heads = qkv->weight.size(0) / (3 * head_dim_);  // explicit: S may be 0
+  at::Tensor packed = qkv(x).view({s_len, 3, heads, head_dim_});                // [S, 3, H, D]
   at::Tensor q = ApplyRotary(packed.select(1, 0), cos, sin, /*in_fp32=*/true);  // [S, H, D]
   at::Tensor k = ApplyRotary(packed.select(1, 1), cos, sin, /*in_fp32=*/true);
   at::Tensor v = packed.select(1, 2);
@@ -22,7 +23,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> VisionAttentionImpl::QkvHeads(
 }
 
 at::Tensor VisionAttentionImpl::OutProj(const at::Tensor& attn) {
-  return proj(attn.reshape({attn.size(0), -1}));  // [S, H*D] -> [S, hidden]
+  // [S, H, D] -> [S, H*D] -> [S, hidden]; explicit sizes: S may be 0.
+  return proj(attn.reshape({attn.size(0), attn.size(1) * attn.size(2)}));
 }
 
 at::Tensor VisionAttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos,

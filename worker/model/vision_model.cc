@@ -41,7 +41,8 @@ PatchMergerImpl::PatchMergerImpl(const VisionConfig& c)
 }
 
 at::Tensor PatchMergerImpl::forward(const at::Tensor& x) {
-  return mlp->forward(ln_q(x).reshape({-1, merged_dim_}));  // [N/4, 4h] -> [N/4, out]
+  // Explicit row count: an empty run (N = 0) is valid under sequence parallelism.
+  return mlp->forward(ln_q(x).reshape({x.numel() / merged_dim_, merged_dim_}));  // [N/4, out]
 }
 
 VisionTransformerImpl::VisionTransformerImpl(const VisionConfig& config) : config_(config) {

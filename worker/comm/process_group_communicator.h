@@ -1,0 +1,79 @@
+// ProcessGroupCommunicator: a Communicator on a c10d process-group backend (ProcessGroupGloo on
+// CPU, ProcessGroupNCCL on GPU), counting every call into a CommStats.
+//
+// How each operation maps onto c10d (see communicator.h for the semantics, comm_stats.h for the
+// byte counts):
+//   all_reduce      allreduce (Gloo: bf16 is reduced in fp32, so N counts fp32 bytes)
+//   all_gather      allgather into views of one output buffer; uneven inputs padded to the max
+//   reduce_scatter  NCCL with even chunks: reduce_scatter. Gloo (1.13 has none) and uneven
+//                   chunks: alltoall_base, then a local sum in rank order (fp32 accumulation for
+//                   bf16/fp16), which moves exactly the reduce-scatter volume
+//   all_to_all      alltoall_base (with split sizes when uneven)
+//   broadcast, send, recv, barrier: the c10d calls of the same name
+// Data-movement operations on Gloo send bf16 as fp16 bits and bool as uint8 (same bytes; Gloo
+// 1.13 rejects bf16 and bool), so nothing is converted.
+//
+// Several communicators may share one backend (groups with identical members, e.g. "world" and
+// "vision" when every rank is a vision rank); each counts under its own name.
+//
+// Thread-safety: not thread-safe (see communicator.h). The CommStats is borrowed (may be null)
+// and must outlive this; the backend is shared (intrusive_ptr).
+#ifndef DHP_WORKER_COMM_PROCESS_GROUP_COMMUNICATOR_H_
+#define DHP_WORKER_COMM_PROCESS_GROUP_COMMUNICATOR_H_
+
+#include <torch/version.h>
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
+
+#include <string>
+
+#include "worker/comm/comm_stats.h"
+#include "worker/comm/communicator.h"
+#include "worker/model/torch_compat.h"
+
+namespace dhp::comm {
+
+class ProcessGroupCommunicator : public Communicator {
+ public:
+  ProcessGroupCommunicator(std::string name, c10::intrusive_ptr<compat::C10dBackend> backend,
+                           CommStats* stats);
+
+  const std::string& name() const override { return name_; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  absl::Status AllReduce(at::Tensor& tensor, ReduceOp op) override;
+  absl::StatusOr<at::Tensor> AllGatherV(const at::Tensor& input,
+                                        absl::Span<const int64_t> rows_per_rank) override;
+  absl::StatusOr<at::Tensor> ReduceScatterV(const at::Tensor& input,
+                                            absl::Span<const int64_t> rows_per_rank) override;
+  absl::StatusOr<at::Tensor> AllToAllV(const at::Tensor& input, absl::Span<const int64_t> send_rows,
+                                       absl::Span<const int64_t> recv_rows) override;
+  absl::Status Broadcast(at::Tensor& tensor, int root) override;
+  absl::Status Send(const at::Tensor& tensor, int dst_rank, int tag) override;
+  absl::Status Recv(at::Tensor& tensor, int src_rank, int tag) override;
+  absl::Status Barrier() override;
+
+  const c10::intrusive_ptr<compat::C10dBackend>& backend() const { return backend_; }
+
+ private:
+  // A contiguous tensor with the same bytes in a dtype the backend moves (see header comment).
+  at::Tensor Wire(const at::Tensor& t) const;
+  // "all_gather on group text.tp0 (rank 1 of 2)".
+  std::string Context(const char* op) const;
+  void Record(const char* op, const Volume& v);
+
+  const std::string name_;
+  const c10::intrusive_ptr<compat::C10dBackend> backend_;
+  CommStats* const stats_;
+  const int rank_;
+  const int size_;
+  const bool gloo_;
+};
+
+}  // namespace dhp::comm
+
+#endif  // DHP_WORKER_COMM_PROCESS_GROUP_COMMUNICATOR_H_
