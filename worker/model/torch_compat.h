@@ -2,11 +2,12 @@
 //
 // Debian ships LibTorch 1.13 (CPU only); the GPU machines use LibTorch 2.x with CUDA. Model code
 // calls the functions below instead of the version-specific ATen entry points. Header-only and
-// stateless, so thread-safe.
+// stateless, so thread-safe (CudaAutocastGuard changes only the calling thread's autocast state).
 #ifndef DHP_WORKER_MODEL_TORCH_COMPAT_H_
 #define DHP_WORKER_MODEL_TORCH_COMPAT_H_
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 #include <torch/version.h>
 
 namespace dhp {
@@ -26,6 +27,46 @@ inline at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tenso
                                                        /*need_attn_weights=*/false, is_causal));
 #endif
 }
+
+// CUDA autocast (mixed precision with fp32 master weights): while a guard lives, eligible ops
+// on CUDA tensors of this thread run in `dtype` (bf16 in dhp). 1.13 and 2.0-2.3 have CUDA-only
+// entry points (set_enabled, set_autocast_gpu_dtype); 2.4 made them per device type and
+// deprecated the old ones. Like Python's torch.autocast, leaving the outermost guard clears the
+// cache of casted weights. Has no effect on CPU tensors.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+inline bool IsCudaAutocastEnabled() { return at::autocast::is_autocast_enabled(at::kCUDA); }
+inline at::ScalarType CudaAutocastDtype() { return at::autocast::get_autocast_dtype(at::kCUDA); }
+inline void SetCudaAutocast(bool enabled, at::ScalarType dtype) {
+  at::autocast::set_autocast_enabled(at::kCUDA, enabled);
+  at::autocast::set_autocast_dtype(at::kCUDA, dtype);
+}
+#else
+inline bool IsCudaAutocastEnabled() { return at::autocast::is_enabled(); }
+inline at::ScalarType CudaAutocastDtype() { return at::autocast::get_autocast_gpu_dtype(); }
+inline void SetCudaAutocast(bool enabled, at::ScalarType dtype) {
+  at::autocast::set_enabled(enabled);
+  at::autocast::set_autocast_gpu_dtype(dtype);
+}
+#endif
+
+class CudaAutocastGuard {
+ public:
+  explicit CudaAutocastGuard(at::ScalarType dtype)
+      : prev_enabled_(IsCudaAutocastEnabled()), prev_dtype_(CudaAutocastDtype()) {
+    SetCudaAutocast(true, dtype);
+    at::autocast::increment_nesting();
+  }
+  ~CudaAutocastGuard() {
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    SetCudaAutocast(prev_enabled_, prev_dtype_);
+  }
+  CudaAutocastGuard(const CudaAutocastGuard&) = delete;
+  CudaAutocastGuard& operator=(const CudaAutocastGuard&) = delete;
+
+ private:
+  bool prev_enabled_;
+  at::ScalarType prev_dtype_;
+};
 
 }  // namespace compat
 }  // namespace dhp

@@ -38,5 +38,26 @@ TEST(TorchCompatTest, ScaledDotProductAttentionMatchesNaive) {
   }
 }
 
+// The guard only flips thread-local state, so it is testable without a GPU.
+TEST(TorchCompatTest, CudaAutocastGuardSetsAndRestores) {
+  const bool enabled0 = compat::IsCudaAutocastEnabled();
+  const at::ScalarType dtype0 = compat::CudaAutocastDtype();
+  {
+    compat::CudaAutocastGuard outer(at::kBFloat16);
+    EXPECT_TRUE(compat::IsCudaAutocastEnabled());
+    EXPECT_EQ(compat::CudaAutocastDtype(), at::kBFloat16);
+    {
+      compat::CudaAutocastGuard inner(at::kHalf);
+      EXPECT_EQ(compat::CudaAutocastDtype(), at::kHalf);
+    }
+    EXPECT_TRUE(compat::IsCudaAutocastEnabled());
+    EXPECT_EQ(compat::CudaAutocastDtype(), at::kBFloat16);
+    // CPU tensors are not affected.
+    EXPECT_EQ(at::matmul(at::ones({2, 2}), at::ones({2, 2})).scalar_type(), at::kFloat);
+  }
+  EXPECT_EQ(compat::IsCudaAutocastEnabled(), enabled0);
+  EXPECT_EQ(compat::CudaAutocastDtype(), dtype0);
+}
+
 }  // namespace
 }  // namespace dhp
