@@ -1,0 +1,149 @@
+// Zero1AdamW against LibTorch's AdamW (TrainingOptimizer): one rank and 2/4 ranks over real Gloo
+// (one thread per rank), 3 steps, with weight decay on the decay group only and clipping; and
+// the optimizer state bytes per rank (1/N of the full state up to padding).
+#include "worker/parallel/zero1.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "worker/comm/comm_test_util.h"
+#include "worker/comm/local_communicator.h"
+#include "worker/comm/rank_threads.h"
+#include "worker/rank/optimizer.h"
+
+namespace dhp {
+namespace {
+
+using NamedParams = std::vector<std::pair<std::string, at::Tensor>>;
+
+// A small mixed set: matrices (decay), biases and a norm weight (no decay), odd sizes so that the
+// flat buffer needs padding for N = 2 and 4.
+NamedParams MakeParams() {
+  at::manual_seed(7);
+  NamedParams p = {
+      {"blocks.0.attn.qkv.weight", at::randn({6, 5})},
+      {"blocks.0.attn.qkv.bias", at::randn({6})},
+      {"blocks.0.norm1.weight", at::randn({5})},
+      {"merger.mlp.0.weight", at::randn({3, 7})},
+      {"patch_embed.proj.weight", at::randn({2, 3, 1, 1, 1})},
+  };
+  for (auto& [name, t] : p) t.set_requires_grad(true);
+  return p;
+}
+
+// Rank r's partial gradient of parameter i at step s (deterministic); the reference uses the sum
+// over ranks.
+at::Tensor PartialGrad(const at::Tensor& p, int i, int step, int rank) {
+  at::Generator gen = at::detail::createCPUGenerator(1000 * step + 100 * i + rank);
+  return at::randn(p.sizes(), gen);
+}
+
+OptimizerConfig Config() {
+  OptimizerConfig c;
+  c.weight_decay = 0.1;
+  c.grad_clip_norm = 1.0;
+  return c;
+}
+
+constexpr double kLr[3] = {1e-2, 5e-3, 2e-3};
+
+// Reference: TrainingOptimizer on the summed gradients, 3 steps, clipped by its own rule.
+NamedParams Reference(int n) {
+  NamedParams params = MakeParams();
+  TrainingOptimizer opt(params, Config());
+  for (int s = 0; s < 3; ++s) {
+    opt.ZeroGrad();
+    for (size_t i = 0; i < params.size(); ++i) {
+      at::Tensor g = at::zeros_like(params[i].second);
+      for (int r = 0; r < n; ++r) g += PartialGrad(params[i].second, i, s, r);
+      params[i].second.mutable_grad() = g;
+    }
+    opt.ClipGradNorm();
+    opt.SetLearningRate(kLr[s]);
+    opt.Step();
+  }
+  return params;
+}
+
+void ExpectClose(const NamedParams& got, const NamedParams& want, double tol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = (got[i].second - want[i].second).abs().max().item<double>();
+    EXPECT_LE(err, tol) << got[i].first;
+  }
+}
+
+// Runs 3 Zero1AdamW steps on one rank of `comm`; returns the parameters and state bytes.
+NamedParams RunZero1(comm::Communicator& comm, int64_t* state_bytes, int64_t* full_numel) {
+  NamedParams params = MakeParams();
+  Zero1AdamW opt(params, Config(), comm);
+  for (int s = 0; s < 3; ++s) {
+    opt.ZeroGrad();
+    for (size_t i = 0; i < params.size(); ++i) {
+      params[i].second.mutable_grad() = PartialGrad(params[i].second, i, s, comm.rank());
+    }
+    EXPECT_TRUE(opt.ReduceScatterGradients().ok());
+    at::Tensor sq = at::tensor({opt.PartialGradSquaredNorm()}, at::kDouble);
+    EXPECT_TRUE(comm.AllReduce(sq, comm::ReduceOp::kSum).ok());
+    const double coef = ClipCoefficient(std::sqrt(sq.item<double>()), Config().grad_clip_norm);
+    EXPECT_TRUE(opt.Step(kLr[s], coef).ok());
+  }
+  *state_bytes = opt.state_bytes();
+  *full_numel = opt.full_numel();
+  return params;
+}
+
+TEST(Zero1AdamWTest, SingleRankMatchesTorchAdamW) {
+  at::set_num_threads(1);
+  comm::CommStats stats;
+  comm::LocalCommunicator comm("vision", &stats);
+  int64_t bytes = 0, numel = 0;
+  NamedParams got = RunZero1(comm, &bytes, &numel);
+  ExpectClose(got, Reference(1), 1e-6);
+  EXPECT_EQ(bytes, 3 * 4 * numel);
+}
+
+TEST(Zero1AdamWTest, ClipCoefficientRule) {
+  EXPECT_EQ(ClipCoefficient(0.5, 1.0), 1.0);
+  EXPECT_DOUBLE_EQ(ClipCoefficient(4.0, 1.0), 1.0 / (4.0 + 1e-6));
+  EXPECT_EQ(ClipCoefficient(4.0, 0.0), 1.0);
+  EXPECT_EQ(ClipCoefficient(std::nan(""), 1.0), 1.0);
+}
+
+class Zero1GroupTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(Zero1GroupTest, ShardedMatchesTorchAdamWOnSummedGrads) {
+  const int n = GetParam();
+  const NamedParams want = Reference(n);
+  comm::InMemoryKvClient kv;
+  comm::RunRanks(n, [&](int rank) {
+    comm::CommStats stats;
+    std::unique_ptr<comm::Communicator> comm = comm::MakeTestComm(kv, "vision", n, rank, &stats);
+    ASSERT_NE(comm, nullptr);
+    int64_t bytes = 0, numel = 0;
+    NamedParams got = RunZero1(*comm, &bytes, &numel);
+    ExpectClose(got, want, 1e-6);
+    // State: master + m + v over this rank's partition only: exactly ceil(F/N) fp32 each.
+    const int64_t part = (numel + n - 1) / n;
+    EXPECT_EQ(bytes, 3 * 4 * part);
+    EXPECT_LE(bytes * n - 3 * 4 * numel, 3 * 4 * (n - 1));  // padding only
+    // Per step: one reduce-scatter of the padded flat gradient, one all-gather of a partition.
+    EXPECT_EQ(stats.Get("vision", comm::kOpReduceScatter).calls, 3);
+    EXPECT_EQ(stats.Get("vision", comm::kOpAllGather),
+              (comm::CommCounters{3, 3 * comm::AllGatherVolume(part * 4, n).sent,
+                                  3 * comm::AllGatherVolume(part * 4, n).received}));
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, Zero1GroupTest, ::testing::Values(2, 4));
+
+}  // namespace
+}  // namespace dhp
