@@ -11,8 +11,8 @@ ApiMetrics::ApiMetrics(MetricsRegistry& registry)
                                    "API requests by transport, method and status code.",
                                    {"transport", "method", "code"})),
       latency(registry.AddHistogram("dhp_api_request_duration_seconds",
-                                    "API request latency by transport and method.",
-                                    {"transport", "method"})) {}
+                                    "API request latency by transport, method and status code.",
+                                    {"transport", "method", "code"})) {}
 
 InstrumentedService::InstrumentedService(DhpService& inner, ApiMetrics& metrics,
                                          std::string transport)
@@ -24,8 +24,9 @@ absl::Status InstrumentedService::Measure(const char* method, F&& call) {
   absl::Status s = call();
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  metrics_.requests.WithLabels({transport_, method, absl::StatusCodeToString(s.code())}).Inc();
-  metrics_.latency.WithLabels({transport_, method}).Observe(seconds);
+  const std::string code = absl::StatusCodeToString(s.code());
+  metrics_.requests.WithLabels({transport_, method, code}).Inc();
+  metrics_.latency.WithLabels({transport_, method, code}).Observe(seconds);
   return s;
 }
 

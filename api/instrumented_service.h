@@ -1,7 +1,7 @@
 // InstrumentedService: a DhpService decorator that counts every call and its latency.
 //
 //   dhp_api_requests_total{transport="grpc|rest",method="GetJob",code="OK"}
-//   dhp_api_request_duration_seconds{transport,method}   (histogram)
+//   dhp_api_request_duration_seconds{transport,method,code}   (histogram)
 //
 // Each transport wraps the same inner service in its own decorator (same families, its own
 // transport label), so both are measured identically. Thread-safe if the inner service is.

@@ -157,9 +157,9 @@ std::pair<double, int64_t> ServiceTime(uint16_t http_port, const Case& c) {
     }
     const size_t space = line.rfind(' ');
     if (line.rfind("dhp_api_request_duration_seconds_sum{", 0) == 0) {
-      sum = std::atof(line.c_str() + space + 1);
+      sum += std::atof(line.c_str() + space + 1);  // summed over status codes
     } else if (line.rfind("dhp_api_request_duration_seconds_count{", 0) == 0) {
-      count = static_cast<int64_t>(std::atof(line.c_str() + space + 1));
+      count += static_cast<int64_t>(std::atof(line.c_str() + space + 1));
     }
   }
   return {sum, count};

@@ -378,8 +378,10 @@ TEST_F(ApiTest, MetricsCountBothTransportsAndPassPromtool) {
            R"(dhp_api_requests_total{transport="rest",method="SubmitJob",)"
            R"(code="INVALID_ARGUMENT"} 1)",
            R"(dhp_api_requests_total{transport="rest",method="CancelJob",code="OK"} 1)",
-           R"(dhp_api_request_duration_seconds_count{transport="grpc",method="GetJob"} 2)",
-           R"(dhp_api_request_duration_seconds_count{transport="rest",method="GetJob"} 2)",
+           R"(dhp_api_request_duration_seconds_count{transport="grpc",method="GetJob",code="OK"} 1)",
+           R"(dhp_api_request_duration_seconds_count{transport="grpc",method="GetJob",)"
+           R"(code="NOT_FOUND"} 1)",
+           R"(dhp_api_request_duration_seconds_count{transport="rest",method="GetJob",code="OK"} 2)",
            R"(dhp_jobs{state="CANCELLED"} 1)",
            R"(dhp_jobs{state="QUEUED"} 0)",
        }) {

@@ -179,7 +179,7 @@ class ControlPlaneTest(unittest.TestCase):
                       text)
         self.assertIn('dhp_api_requests_total{transport="rest",method="ListJobs",code="OK"} 1\n',
                       text)
-        self.assertIn('dhp_api_request_duration_seconds_count{transport="grpc",method="SubmitJob"}'
+        self.assertIn('dhp_api_request_duration_seconds_count{transport="grpc",method="SubmitJob",code="OK"}'
                       ' 1\n', text)
         check = subprocess.run(["promtool", "check", "metrics"], input=text,
                                capture_output=True, text=True)

@@ -3,12 +3,14 @@
 # loopback, submits configs/tiny-cpu.yaml with dhpctl, and shows the job, the registered
 # worker, the REST view and the metrics. Leaves nothing running.
 #
-# Training compute is not wired to the scheduler yet, so the job stays QUEUED: that is the
-# expected end state of this demo for now.
+# The scheduler does not launch jobs yet, so the submitted job stays QUEUED: that is the
+# expected end state for the control plane. The demo then trains the same tiny model on one
+# rank with dhp-train, on a freshly generated synthetic dataset, to show the compute path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bazel build //controller:dhp-controller //worker/agent:dhp-worker //api/dhpctl:dhpctl
+bazel build //controller:dhp-controller //worker/agent:dhp-worker //api/dhpctl:dhpctl \
+  //worker/data:dhp-gen-shapes //worker/rank:dhp-train
 bin=bazel-bin
 work=$(mktemp -d /tmp/dhp-demo.XXXXXX)
 pids=()
@@ -72,4 +74,13 @@ if [ "$state" != "QUEUED" ] || [ "$node_state" != "READY" ]; then
   echo "demo FAILED: job is $state, node is $node_state" >&2
   exit 1
 fi
-printf '\ndemo OK: job %s is QUEUED and worker demo-node is READY\n' "$job"
+
+step "training the tiny model on one rank: dhp-gen-shapes + dhp-train (80 steps)"
+"$bin/worker/data/dhp-gen-shapes" --out "$work/data-root/data/shapes" --count 96 --size 112 \
+  --seed 7 >"$work/gen-shapes.log" 2>&1
+OMP_WAIT_POLICY=PASSIVE "$bin/worker/rank/dhp-train" -f configs/tiny-cpu.yaml \
+  --data-root "$work/data-root" --steps 80 --log-every 10 | tee "$work/train.log"
+first_last=$(tail -n 1 "$work/train.log")
+
+printf '\ndemo OK: job %s is QUEUED, worker demo-node is READY, and local training ran:\n%s\n' \
+  "$job" "$first_last"
