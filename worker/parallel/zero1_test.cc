@@ -81,9 +81,10 @@ void ExpectClose(const NamedParams& got, const NamedParams& want, double tol) {
   }
 }
 
-// Runs 3 Zero1AdamW steps on one rank of `comm`; returns the parameters and state bytes.
-NamedParams RunZero1(comm::Communicator& comm, int64_t* state_bytes, int64_t* full_numel) {
-  NamedParams params = MakeParams();
+// Runs 3 Zero1AdamW steps on one rank of `comm` from `params` (made by MakeParams on the main
+// thread: the global RNG is not for concurrent use); returns them, and the state bytes.
+NamedParams RunZero1(comm::Communicator& comm, NamedParams params, int64_t* state_bytes,
+                     int64_t* full_numel) {
   Zero1AdamW opt(params, Config(), comm);
   for (int s = 0; s < 3; ++s) {
     opt.ZeroGrad();
@@ -106,9 +107,26 @@ TEST(Zero1AdamWTest, SingleRankMatchesTorchAdamW) {
   comm::CommStats stats;
   comm::LocalCommunicator comm("vision", &stats);
   int64_t bytes = 0, numel = 0;
-  NamedParams got = RunZero1(comm, &bytes, &numel);
+  NamedParams got = RunZero1(comm, MakeParams(), &bytes, &numel);
   ExpectClose(got, Reference(1), 1e-6);
   EXPECT_EQ(bytes, 3 * 4 * numel);
+}
+
+TEST(Zero1AdamWTest, NormWeightsScaleEachParametersSquaredNorm) {
+  at::set_num_threads(1);
+  comm::CommStats stats;
+  comm::LocalCommunicator comm("vision", &stats);
+  NamedParams params = MakeParams();
+  std::vector<double> weights(params.size(), 1.0);
+  weights[1] = 0.25;  // e.g. a parameter replicated over 4 tensor-parallel ranks
+  Zero1AdamW opt(params, Config(), comm, weights);
+  double want = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i].second.mutable_grad() = PartialGrad(params[i].second, i, 0, 0);
+    want += weights[i] * params[i].second.grad().to(at::kDouble).pow(2).sum().item<double>();
+  }
+  ASSERT_TRUE(opt.ReduceScatterGradients().ok());
+  EXPECT_NEAR(opt.PartialGradSquaredNorm(), want, 1e-9 * want);
 }
 
 TEST(Zero1AdamWTest, ClipCoefficientRule) {
@@ -123,13 +141,15 @@ class Zero1GroupTest : public ::testing::TestWithParam<int> {};
 TEST_P(Zero1GroupTest, ShardedMatchesTorchAdamWOnSummedGrads) {
   const int n = GetParam();
   const NamedParams want = Reference(n);
+  std::vector<NamedParams> initial;
+  for (int r = 0; r < n; ++r) initial.push_back(MakeParams());
   comm::InMemoryKvClient kv;
   comm::RunRanks(n, [&](int rank) {
     comm::CommStats stats;
     std::unique_ptr<comm::Communicator> comm = comm::MakeTestComm(kv, "vision", n, rank, &stats);
     ASSERT_NE(comm, nullptr);
     int64_t bytes = 0, numel = 0;
-    NamedParams got = RunZero1(*comm, &bytes, &numel);
+    NamedParams got = RunZero1(*comm, initial[rank], &bytes, &numel);
     ExpectClose(got, want, 1e-6);
     // State: master + m + v over this rank's partition only: exactly ceil(F/N) fp32 each.
     const int64_t part = (numel + n - 1) / n;

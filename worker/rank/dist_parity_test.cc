@@ -1,0 +1,310 @@
+// Exact parity of the distributed step (DistTrainer) with a single-rank run: tiny preset, fp32,
+// CPU, ranks as threads over real Gloo (one InMemoryKvClient). For each layout (vision SP, text
+// TP, dp, placement): the loss of 3 steps, every parameter's gradient (re-assembled, before
+// clipping) at step 1, and every parameter after 3 AdamW steps match the single-rank Qwen2_5_VL
+// + TrainingOptimizer (same clipping rule, same schedule) to about 1e-5 relative; ZeRO-1 holds
+// 1/N of the vision optimizer state per rank; the collocated equal-degree hand-off moves zero
+// bytes, every other one is counted under "handoff".
+#include "worker/rank/dist_step.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "common/model_presets.h"
+#include "worker/comm/in_memory_kv_client.h"
+#include "worker/comm/layout.h"
+#include "worker/comm/process_groups.h"
+#include "worker/comm/rank_threads.h"
+#include "worker/model/layers.h"
+#include "worker/model/qwen2_5_vl.h"
+#include "worker/model/text_model.h"
+#include "worker/model/vision_window.h"
+#include "worker/rank/lr_schedule.h"
+#include "worker/rank/optimizer.h"
+
+namespace dhp {
+namespace {
+
+constexpr int kSteps = 3;
+constexpr double kTol = 1e-5;
+
+const ModelPreset& Tiny() { return *FindModelPreset("tiny"); }
+
+Qwen2_5_VL MakeModel() {
+  at::manual_seed(5);
+  Qwen2_5_VL m(Tiny());
+  InitQwenWeights(*m, 0.05);
+  at::NoGradGuard no_grad;  // non-trivial biases and norm weights
+  for (auto& item : m->named_parameters()) {
+    if (item.value().dim() == 1) item.value().add_(at::randn_like(item.value()) * 0.1);
+  }
+  return m;
+}
+
+// One packed sequence: one sample per grid ([prompt, image, prompt, answer]).
+PackedBatch MakeBatch(const std::vector<GridThw>& grids, int64_t seed) {
+  const SpecialTokens& tk = Tiny().tokens;
+  std::vector<int64_t> ids, labels, cu = {0};
+  int64_t patches = 0;
+  int64_t k = seed;
+  for (const GridThw& g : grids) {
+    for (int64_t t : std::vector<int64_t>{tk.im_start, 5 + k % 7, 6, tk.vision_start}) {
+      ids.push_back(t);
+    }
+    for (int64_t i = 0; i < MergedTokens(g, Tiny().vision); ++i) ids.push_back(tk.image_pad);
+    ids.push_back(tk.vision_end);
+    const size_t prompt = ids.size();
+    for (int64_t i = 0; i < 6 + k % 3; ++i) ids.push_back(100 + (13 * i + 7 * k) % 900);
+    ids.push_back(tk.im_end);
+    labels.resize(prompt, -100);
+    for (size_t i = prompt; i < ids.size(); ++i) labels.push_back(ids[i]);
+    cu.push_back(static_cast<int64_t>(ids.size()));
+    patches += g.t * g.h * g.w;
+    ++k;
+  }
+  PackedBatch b;
+  b.input_ids = at::tensor(ids);
+  b.labels = at::tensor(labels);
+  b.cu_seqlens = cu;
+  b.image_grids = grids;
+  at::manual_seed(100 + seed);
+  b.pixel_values = at::randn({patches, 1176});
+  absl::StatusOr<at::Tensor> pos = ComputePositionIds(b, Tiny());
+  EXPECT_TRUE(pos.ok()) << pos.status();
+  b.position_ids = *pos;
+  return b;
+}
+
+// The global batch: one packed sequence per replica, 2-3 images of different grids each.
+std::vector<PackedBatch> GlobalBatch(int dp) {
+  std::vector<PackedBatch> out;
+  out.push_back(MakeBatch({{1, 4, 6}, {1, 10, 10}, {1, 8, 4}}, 0));
+  if (dp > 1) out.push_back(MakeBatch({{1, 6, 8}, {1, 4, 4}}, 1));
+  return out;
+}
+
+DistTrainerOptions Options() {
+  DistTrainerOptions o;
+  o.optimizer.weight_decay = 0.1;
+  o.optimizer.grad_clip_norm = 0.5;  // small enough to clip
+  o.schedule.kind = LrScheduleKind::kCosine;
+  o.schedule.peak = 1e-3;
+  o.schedule.floor = 1e-4;
+  o.schedule.warmup_steps = 0;
+  o.schedule.max_steps = kSteps;
+  return o;
+}
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+struct RunResult {
+  std::vector<double> losses;
+  std::vector<double> grad_norms;  // before clipping
+  std::map<std::string, at::Tensor> grads;   // step 1
+  std::map<std::string, at::Tensor> params;  // after kSteps
+};
+
+RunResult Reference(const std::vector<PackedBatch>& batches) {
+  Qwen2_5_VL m = MakeModel();
+  TrainingOptimizer::NamedParams params;
+  for (const auto& item : m->named_parameters()) params.emplace_back(item.key(), item.value());
+  const DistTrainerOptions o = Options();
+  TrainingOptimizer opt(params, o.optimizer);
+  RunResult r;
+  for (int s = 0; s < kSteps; ++s) {
+    opt.ZeroGrad();
+    at::Tensor sum = at::zeros({}, at::kFloat);
+    at::Tensor count = at::zeros({}, at::kLong);
+    for (const PackedBatch& b : batches) {
+      auto [ls, lc] = CausalLmLossSum(m->text->Logits(m->Hidden(b)), b.labels, b.cu_seqlens);
+      sum = sum + ls;
+      count = count + lc;
+    }
+    at::Tensor loss = sum / count.to(at::kFloat);
+    loss.backward();
+    r.losses.push_back(loss.item<double>());
+    if (s == 0) {
+      for (const auto& [name, p] : params) {
+        r.grads[name] = p.grad().defined() ? p.grad().clone() : at::zeros_like(p);
+      }
+    }
+    r.grad_norms.push_back(opt.ClipGradNorm());
+    opt.SetLearningRate(LearningRateAt(o.schedule, s));
+    opt.Step();
+  }
+  for (const auto& [name, p] : params) r.params[name] = p.detach().clone();
+  return r;
+}
+
+// ||a - ref|| / ||ref|| (L2 over the tensor; ref all zero: ||a||): the acceptance metric, as in
+// text_tp_model_test.
+double RelErr(const at::Tensor& a, const at::Tensor& ref) {
+  const double scale = ref.to(at::kDouble).norm().item<double>();
+  const double err = (a.to(at::kDouble) - ref.to(at::kDouble)).norm().item<double>();
+  return scale > 0 ? err / scale : err;
+}
+
+// max |a - ref| / max |ref|: the stricter elementwise figure, reported (not asserted): AdamW
+// normalises every element's step, so elements whose gradient is near zero (|g| ~ eps) turn
+// 1e-7-level summation-order differences into visible parameter differences.
+double MaxAbsRelErr(const at::Tensor& a, const at::Tensor& ref) {
+  const double scale = ref.abs().max().item<double>();
+  const double err = (a.to(at::kDouble) - ref.to(at::kDouble)).abs().max().item<double>();
+  return scale > 0 ? err / scale : err;
+}
+
+struct LayoutCase {
+  int sv, tt, dp;
+  comm::Placement placement;
+  bool vision_tp = false;  // vision tensor parallelism instead of Ulysses
+};
+
+std::string Name(const ::testing::TestParamInfo<LayoutCase>& info) {
+  const LayoutCase& c = info.param;
+  return std::string(c.vision_tp ? "vtp" : "sp") + std::to_string(c.sv) + "_tp" + std::to_string(c.tt) + "_dp" +
+         std::to_string(c.dp) +
+         (c.placement == comm::Placement::kSeparate ? "_separate" : "_collocated");
+}
+
+class DistParityTest : public ::testing::TestWithParam<LayoutCase> {};
+
+TEST_P(DistParityTest, MatchesSingleRank) {
+  at::set_num_threads(1);
+  const LayoutCase c = GetParam();
+  comm::Layout layout;
+  layout.vision_degree = c.sv;
+  layout.text_degree = c.tt;
+  layout.dp = c.dp;
+  layout.placement = c.placement;
+  if (c.vision_tp) layout.vision_parallelism = comm::VisionParallelism::kTensor;
+  const int world = layout.WorldSize();
+
+  const std::vector<PackedBatch> batches = GlobalBatch(c.dp);
+  const RunResult ref = Reference(batches);
+  std::vector<Qwen2_5_VL> models;  // built on this thread (global RNG)
+  for (int r = 0; r < world; ++r) models.push_back(MakeModel());
+
+  std::mutex mu;  // guards the maxima below
+  int64_t handoff_bytes = 0;  // summed over ranks
+  double max_loss_err = 0, max_grad_err = 0, max_param_err = 0, max_elem_param_err = 0;
+  std::string worst_grad, worst_param;
+  comm::InMemoryKvClient kv;
+  comm::RunRanks(world, [&](int rank) {
+    comm::ProcessGroupsOptions po;
+    po.arrival_timeout = std::chrono::seconds(60);
+    po.store_timeout = std::chrono::seconds(60);
+    po.collective_timeout = std::chrono::seconds(120);
+    absl::StatusOr<std::unique_ptr<comm::ProcessGroups>> groups =
+        comm::ProcessGroups::Create(kv, layout, rank, po);
+    ASSERT_TRUE(groups.ok()) << groups.status();
+    comm::GroupSpec all{kHandoffGroup, std::vector<int>(world)};
+    std::iota(all.world_ranks.begin(), all.world_ranks.end(), 0);
+    absl::StatusOr<std::unique_ptr<comm::Communicator>> handoff =
+        comm::CreateCommunicator(kv, all, rank, po, &(*groups)->stats());
+    ASSERT_TRUE(handoff.ok()) << handoff.status();
+    absl::StatusOr<std::unique_ptr<DistTrainer>> trainer =
+        DistTrainer::Create(Tiny(), models[rank], **groups, handoff->get(), Options());
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+
+    const bool has_text = (*groups)->text_coord().has_value();
+    double loss_err = 0, grad_err = 0, param_err = 0, elem_param_err = 0;
+    std::string wg, wp;
+    for (int s = 0; s < kSteps; ++s) {
+      absl::StatusOr<DistStepResult> step = (*trainer)->Step(batches, /*gather_grads=*/s == 0);
+      ASSERT_TRUE(step.ok()) << step.status();
+      // The global norm over both stages (one world all-reduce) is the single-rank one, and it
+      // is above the clipping threshold, so clipping is exercised.
+      EXPECT_NEAR(step->grad_norm, ref.grad_norms[s], 1e-5 * ref.grad_norms[s]) << "step " << s;
+      EXPECT_GT(ref.grad_norms[s], Options().optimizer.grad_clip_norm);
+      if (has_text) {
+        loss_err = std::max(loss_err, std::abs(step->loss - ref.losses[s]) / ref.losses[s]);
+      }
+      for (const auto& [name, g] : step->grads) {
+        auto it = ref.grads.find(name);
+        ASSERT_NE(it, ref.grads.end()) << name;
+        ASSERT_EQ(g.sizes(), it->second.sizes()) << name;
+        const double e = RelErr(g, it->second);
+        if (e > grad_err) grad_err = e, wg = name;
+      }
+    }
+    absl::StatusOr<NamedTensors> params = (*trainer)->FullParameters();
+    ASSERT_TRUE(params.ok()) << params.status();
+    for (const auto& [name, p] : *params) {
+      auto it = ref.params.find(name);
+      ASSERT_NE(it, ref.params.end()) << name;
+      const double e = RelErr(p, it->second);
+      if (e > param_err) param_err = e, wp = name;
+      elem_param_err = std::max(elem_param_err, MaxAbsRelErr(p, it->second));
+    }
+    // Every parameter of the roles this rank hosts came back.
+    size_t expected = 0;
+    for (const auto& [name, p] : ref.params) {
+      const bool vision = name.rfind("visual.", 0) == 0;
+      if (vision ? (*groups)->vision_coord().has_value() : has_text) ++expected;
+    }
+    EXPECT_EQ(params->size(), expected);
+
+    // ZeRO-1: 1/N of the vision optimizer state (master, m, v) per rank, exactly up to padding.
+    if (const Zero1AdamW* z = (*trainer)->vision_optimizer()) {
+      // Ulysses: sharded over the vision group (Sv x dp); vision TP: over vision.dp<i> (dp).
+      const int n = c.vision_tp ? layout.dp : layout.VisionSize();
+      EXPECT_EQ(z->group_size(), n);
+      EXPECT_EQ(z->state_bytes(), 3 * 4 * ((z->full_numel() + n - 1) / n));
+      EXPECT_LE(z->state_bytes() * n - 3 * 4 * z->full_numel(), 3 * 4 * (n - 1));
+    }
+    // Hand-off: zero bytes and no calls when in memory; otherwise counted under "handoff".
+    const comm::CommCounters h = (*groups)->stats().GroupTotal(kHandoffGroup);
+    if (layout.HandOffInMemory()) {
+      EXPECT_EQ(h.calls, 0);
+      EXPECT_EQ(h.bytes_sent + h.bytes_received, 0);
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    handoff_bytes += h.bytes_sent + h.bytes_received;
+    max_loss_err = std::max(max_loss_err, loss_err);
+    max_elem_param_err = std::max(max_elem_param_err, elem_param_err);
+    if (grad_err > max_grad_err) max_grad_err = grad_err, worst_grad = wg;
+    if (param_err > max_param_err) max_param_err = param_err, worst_param = wp;
+  });
+  std::printf(
+      "layout %s: max rel err loss %.3g, grad %.3g (%s), param %.3g (%s); elementwise param "
+      "%.3g\n",
+      layout.DebugString().c_str(), max_loss_err, max_grad_err, worst_grad.c_str(), max_param_err,
+      worst_param.c_str(), max_elem_param_err);
+  if (layout.HandOffInMemory()) {
+    EXPECT_EQ(handoff_bytes, 0);
+  } else {
+    EXPECT_GT(handoff_bytes, 0);  // the hand-off travelled over the wire and was counted
+  }
+  std::printf("layout %s: hand-off bytes (all ranks, sent + received) %lld\n",
+              layout.DebugString().c_str(), static_cast<long long>(handoff_bytes));
+  EXPECT_LE(max_loss_err, kTol);
+  EXPECT_LE(max_grad_err, kTol) << worst_grad;
+  EXPECT_LE(max_param_err, kTol) << worst_param;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, DistParityTest,
+    ::testing::Values(LayoutCase{1, 1, 1, comm::Placement::kCollocated},
+                      LayoutCase{2, 1, 1, comm::Placement::kCollocated},
+                      LayoutCase{1, 2, 1, comm::Placement::kCollocated},
+                      LayoutCase{2, 2, 1, comm::Placement::kCollocated},
+                      LayoutCase{4, 2, 1, comm::Placement::kCollocated},
+                      LayoutCase{2, 4, 1, comm::Placement::kCollocated},
+                      LayoutCase{2, 2, 2, comm::Placement::kCollocated},
+                      LayoutCase{2, 2, 1, comm::Placement::kSeparate},
+                      LayoutCase{2, 2, 1, comm::Placement::kCollocated, /*vision_tp=*/true},
+                      LayoutCase{2, 2, 2, comm::Placement::kCollocated, /*vision_tp=*/true}),
+    Name);
+
+}  // namespace
+}  // namespace dhp

@@ -1,0 +1,301 @@
+#include "worker/rank/dist_step.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <torch/autograd.h>
+
+#include <cmath>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "worker/comm/layout.h"
+#include "worker/model/torch_status.h"
+#include "worker/model/vision_window.h"
+#include "worker/parallel/tp_state.h"
+
+namespace dhp {
+namespace {
+
+#define DIST_RETURN_IF_ERROR(expr)          \
+  do {                                     \
+    absl::Status _st = (expr);             \
+    if (!_st.ok()) return _st;             \
+  } while (false)
+
+int64_t ImageTokens(const PackedBatch& batch, const VisionConfig& config) {
+  int64_t m = 0;
+  for (const GridThw& g : batch.image_grids) m += MergedTokens(g, config);
+  return m;
+}
+
+}  // namespace
+
+DistTrainer::DistTrainer(const ModelPreset& preset, Qwen2_5_VL model, comm::ProcessGroups& groups,
+                         comm::Communicator* handoff, const DistTrainerOptions& options)
+    : preset_(preset), model_(std::move(model)), groups_(groups), handoff_(handoff),
+      options_(options) {}
+
+absl::StatusOr<std::unique_ptr<DistTrainer>> DistTrainer::Create(
+    const ModelPreset& preset, Qwen2_5_VL model, comm::ProcessGroups& groups,
+    comm::Communicator* handoff, const DistTrainerOptions& options) {
+  const comm::Layout& layout = groups.layout();
+  if (!layout.HandOffInMemory() && handoff == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DistTrainer: layout ", layout.DebugString(),
+        " moves the hand-off over the wire; pass a \"handoff\" communicator over the world"));
+  }
+  std::unique_ptr<DistTrainer> t(new DistTrainer(preset, std::move(model), groups, handoff, options));
+  if (groups.vision_coord().has_value() &&
+      layout.vision_parallelism == comm::VisionParallelism::kTensor) {
+    absl::StatusOr<std::unique_ptr<VisionTpTransformer>> v =
+        VisionTpTransformer::Create(t->model_->visual, *groups.vision_inner());
+    if (!v.ok()) return v.status();
+    t->vision_tp_ = std::move(*v);
+    Zero1AdamW::NamedParams params;
+    std::vector<double> norm_weights;
+    for (const auto& item : t->vision_tp_->model()->named_parameters()) {
+      if (!item.value().requires_grad()) continue;
+      params.emplace_back("visual." + item.key(), item.value());
+      norm_weights.push_back(VisionTpShardOf(item.key()) == VisionTpShardKind::kReplicated
+                                 ? 1.0 / layout.vision_degree
+                                 : 1.0);
+    }
+    t->zero1_ =
+        std::make_unique<Zero1AdamW>(params, options.optimizer, *groups.vision_dp(), norm_weights);
+  } else if (groups.vision_coord().has_value()) {
+    absl::StatusOr<std::unique_ptr<UlyssesVisionTransformer>> v =
+        UlyssesVisionTransformer::Create(t->model_->visual, *groups.vision_inner());
+    if (!v.ok()) return v.status();
+    t->vision_ = std::move(*v);
+    Zero1AdamW::NamedParams params;
+    for (const auto& item : t->model_->visual->named_parameters()) {
+      params.emplace_back("visual." + item.key(), item.value());
+    }
+    t->zero1_ = std::make_unique<Zero1AdamW>(params, options.optimizer, *groups.vision());
+  }
+  if (groups.text_coord().has_value()) {
+    absl::StatusOr<tp::TextTpModel> text =
+        tp::CreateTextTpModel(preset.text, tp::FullTensorsOf(*t->model_->text), *groups.text_tp());
+    if (!text.ok()) return text.status();
+    t->text_ = *text;
+    TrainingOptimizer::NamedParams params;
+    for (const auto& item : t->text_->named_parameters()) {
+      params.emplace_back(item.key(), item.value());
+    }
+    t->text_opt_ = std::make_unique<TrainingOptimizer>(params, options.optimizer);
+  }
+  return t;
+}
+
+absl::StatusOr<DistStepResult> DistTrainer::Step(const std::vector<PackedBatch>& batches,
+                                                 bool gather_grads) {
+  absl::StatusOr<DistStepResult> result;
+  absl::Status caught = CatchTorch("distributed step", [&] {
+    result = StepImpl(batches, gather_grads);
+  });
+  if (!caught.ok()) return caught;
+  return result;
+}
+
+absl::StatusOr<DistStepResult> DistTrainer::StepImpl(const std::vector<PackedBatch>& batches,
+                                                     bool gather_grads) {
+  const comm::Layout& layout = groups_.layout();
+  const int me = groups_.world_rank();
+  if (static_cast<int>(batches.size()) != layout.dp) {
+    return absl::InvalidArgumentError(absl::StrCat("DistTrainer::Step: got ", batches.size(),
+                                                   " packed sequences for dp = ", layout.dp,
+                                                   "; pass one per data-parallel replica"));
+  }
+  DistStepResult result;
+  result.lr = LearningRateAt(options_.schedule, step_);
+  const std::optional<comm::StageCoord>& vc = groups_.vision_coord();
+  const std::optional<comm::StageCoord>& tc = groups_.text_coord();
+
+  // 1. Vision forward.
+  at::Tensor vision_out;  // [M_d, H]
+  if (vc.has_value() && !batches[vc->replica].image_grids.empty()) {
+    const PackedBatch& b = batches[vc->replica];
+    absl::StatusOr<VisionWindowPlan> plan = MakeVisionWindowPlan(b.image_grids, preset_.vision);
+    if (!plan.ok()) return plan.status();
+    if (vision_tp_ != nullptr) {
+      vision_out = vision_tp_->Forward(b.pixel_values, *plan).contiguous();
+    } else {
+      absl::StatusOr<VisionSequenceSplit> split = vision_->Split(*plan);
+      if (!split.ok()) return split.status();
+      vision_out = vision_->Forward(b.pixel_values, *plan, *split).contiguous();
+    }
+  }
+
+  // 2. Hand-off forward: text (d, j) <- vision (d, j mod Sv).
+  at::Tensor text_image;  // [M_d, H] on text ranks
+  for (int d = 0; d < layout.dp; ++d) {
+    if (batches[d].image_grids.empty()) continue;
+    const int64_t m = ImageTokens(batches[d], preset_.vision);
+    for (int j = 0; j < layout.text_degree; ++j) {
+      const int src = comm::VisionWorldRank(layout, d, j % layout.vision_degree);
+      const int dst = comm::TextWorldRank(layout, d, j);
+      if (src == dst) {
+        if (me == dst) text_image = vision_out.detach();  // alias: zero bytes
+      } else if (me == src) {
+        DIST_RETURN_IF_ERROR(handoff_->Send(vision_out.detach(), dst, /*tag=*/0));
+      } else if (me == dst) {
+        text_image = at::empty({m, preset_.vision.out_hidden_size}, at::kFloat);
+        DIST_RETURN_IF_ERROR(handoff_->Recv(text_image, src, /*tag=*/0));
+      }
+    }
+  }
+
+  // 3. Text forward, loss, backward.
+  at::Tensor image_grad;  // [M_d, H] on text ranks
+  if (tc.has_value()) {
+    const PackedBatch& b = batches[tc->replica];
+    at::Tensor embeds = text_->Embed(b.input_ids);
+    if (text_image.defined()) {
+      text_image.requires_grad_(true);
+      embeds = ScatterImageEmbeddings(embeds, b.input_ids, preset_.tokens.image_pad, text_image);
+    }
+    at::Tensor pos = b.position_ids;
+    if (!pos.defined()) {
+      absl::StatusOr<at::Tensor> p = ComputePositionIds(b, preset_);
+      if (!p.ok()) return p.status();
+      pos = *p;
+    }
+    auto [sum, count] = text_->forward(embeds, pos, b.labels, b.cu_seqlens);
+    at::Tensor stats = at::stack({sum.detach().to(at::kDouble), count.to(at::kDouble)});
+    DIST_RETURN_IF_ERROR(groups_.text_dp()->AllReduce(stats, comm::ReduceOp::kSum));
+    const double global_count = stats[1].item<double>();
+    result.loss = stats[0].item<double>() / global_count;
+    (sum / global_count).backward();
+    if (text_image.defined()) {
+      image_grad = text_image.grad().defined() ? text_image.grad() : at::zeros_like(text_image);
+      image_grad = image_grad.contiguous();
+    }
+  }
+
+  // 4. Gradient hand-off: vision (d, i) <- text (d, i mod Tt).
+  at::Tensor vision_grad;
+  for (int d = 0; d < layout.dp; ++d) {
+    if (batches[d].image_grids.empty()) continue;
+    const int64_t m = ImageTokens(batches[d], preset_.vision);
+    for (int i = 0; i < layout.vision_degree; ++i) {
+      const int src = comm::TextWorldRank(layout, d, i % layout.text_degree);
+      const int dst = comm::VisionWorldRank(layout, d, i);
+      if (src == dst) {
+        if (me == dst) vision_grad = image_grad;  // by reference
+      } else if (me == src) {
+        DIST_RETURN_IF_ERROR(handoff_->Send(image_grad, dst, /*tag=*/1));
+      } else if (me == dst) {
+        vision_grad = at::empty({m, preset_.vision.out_hidden_size}, at::kFloat);
+        DIST_RETURN_IF_ERROR(handoff_->Recv(vision_grad, src, /*tag=*/1));
+      }
+    }
+  }
+
+  // 5. Vision backward.
+  if (vision_out.defined()) vision_out.backward(vision_grad);
+
+  // 6. Reductions.
+  double local_sq = 0;
+  if (vc.has_value()) {
+    DIST_RETURN_IF_ERROR(zero1_->ReduceScatterGradients());
+    local_sq += zero1_->PartialGradSquaredNorm();
+  }
+  if (tc.has_value()) {
+    DIST_RETURN_IF_ERROR(tp::FinishTpGradients(*text_, text_->shard_layout(), *groups_.text_tp()));
+    DIST_RETURN_IF_ERROR(tp::AllReduceDataParallelGrads(*text_, *groups_.text_dp()));
+    absl::StatusOr<double> sq =
+        tp::GradSquaredNorm(*text_, text_->shard_layout(), *groups_.text_tp());
+    if (!sq.ok()) return sq.status();
+    local_sq += *sq / layout.TextSize();  // the same on every text rank
+  }
+
+  // 7. Global norm: one all-reduce over the world.
+  at::Tensor total = at::tensor({local_sq}, at::kDouble);
+  DIST_RETURN_IF_ERROR(groups_.world().AllReduce(total, comm::ReduceOp::kSum));
+  result.grad_norm = std::sqrt(total.item<double>());
+  const double coef = ClipCoefficient(result.grad_norm, options_.optimizer.grad_clip_norm);
+
+  if (gather_grads) {
+    if (vc.has_value()) {
+      comm::Communicator& vg = zero1_->group();
+      at::Tensor full = zero1_->grad_partition();
+      if (vg.size() > 1) {
+        absl::StatusOr<at::Tensor> g = vg.AllGather(zero1_->grad_partition());
+        if (!g.ok()) return g.status();
+        full = *g;
+      }
+      VisionTransformer& tower = vision_tp_ != nullptr ? vision_tp_->model() : model_->visual;
+      int64_t offset = 0;
+      for (const auto& item : tower->named_parameters()) {
+        const at::Tensor& p = item.value();
+        if (!p.requires_grad()) continue;
+        at::Tensor grad = full.narrow(0, offset, p.numel()).view(p.sizes()).clone();
+        offset += p.numel();
+        if (vision_tp_ != nullptr) {  // re-assemble the shards over the vision TP group
+          comm::Communicator& tp = *groups_.vision_inner();
+          absl::StatusOr<at::Tensor> all = tp.AllGather(grad.unsqueeze(0));
+          if (!all.ok()) return all.status();
+          std::vector<at::Tensor> shards;
+          for (int r = 0; r < tp.size(); ++r) shards.push_back((*all)[r]);
+          grad = UnshardVisionTensor(item.key(), shards);
+        }
+        result.grads.emplace_back("visual." + item.key(), grad);
+      }
+    }
+    if (tc.has_value()) {
+      absl::StatusOr<NamedTensors> g = tp::GatherFullTensors(
+          *text_, text_->shard_layout(), *groups_.text_tp(), tp::TensorKind::kGradients);
+      if (!g.ok()) return g.status();
+      for (auto& nt : *g) result.grads.push_back(std::move(nt));
+    }
+  }
+
+  // 8. Optimizer steps.
+  if (vc.has_value()) {
+    DIST_RETURN_IF_ERROR(zero1_->Step(result.lr, coef));
+    zero1_->ZeroGrad();
+  }
+  if (tc.has_value()) {
+    {
+      at::NoGradGuard no_grad;
+      for (const auto& item : text_->named_parameters()) {
+        if (item.value().grad().defined() && coef != 1.0) item.value().mutable_grad().mul_(coef);
+      }
+    }
+    text_opt_->SetLearningRate(result.lr);
+    text_opt_->Step();
+    text_opt_->ZeroGrad();
+  }
+  ++step_;
+  return result;
+}
+
+absl::StatusOr<DistTrainer::NamedTensors> DistTrainer::FullParameters() {
+  NamedTensors out;
+  absl::Status st = CatchTorch("full parameters", [&] {
+    if (groups_.vision_coord().has_value() && vision_tp_ == nullptr) {
+      for (const auto& item : model_->visual->named_parameters()) {
+        out.emplace_back("visual." + item.key(), item.value().detach().clone());
+      }
+    }
+  });
+  if (!st.ok()) return st;
+  if (vision_tp_ != nullptr) {
+    absl::StatusOr<std::map<std::string, at::Tensor>> full = vision_tp_->GatherFullParameters();
+    if (!full.ok()) return full.status();
+    for (auto& [name, tensor] : *full) out.emplace_back("visual." + name, tensor);
+  }
+  if (groups_.text_coord().has_value()) {
+    absl::StatusOr<NamedTensors> t = tp::GatherFullTensors(
+        *text_, text_->shard_layout(), *groups_.text_tp(), tp::TensorKind::kParameters);
+    if (!t.ok()) return t.status();
+    for (auto& nt : *t) out.push_back(std::move(nt));
+  }
+  return out;
+}
+
+}  // namespace dhp

@@ -1,0 +1,126 @@
+// DistTrainer: one rank's part of the distributed Qwen2.5-VL training step with disaggregated
+// hybrid parallelism: the vision stage under Ulysses sequence parallelism (UlyssesVisionTransformer)
+// with ZeRO-1 AdamW over the vision group, the text stage under Megatron tensor parallelism
+// (TextTpModel) with AdamW (TrainingOptimizer) on its shards, data parallelism over replicas.
+// See ../../shared/DESIGN.md ("One training step").
+//
+// One Step (every rank of the world calls it with the same arguments):
+//   1. vision forward (vision ranks of replica d, on batches[d]): [M_d, H] image embeddings,
+//      identical on every SP rank of the replica;
+//   2. hand-off: text rank (d, j) takes the embeddings of vision rank (d, j mod Sv). Same process
+//      (collocated, Layout::HandOffInMemory or a coinciding pair): the tensor itself (detached
+//      alias, zero bytes, nothing recorded in any CommStats). Otherwise Send/Recv over the
+//      `handoff` communicator (all world ranks in world-rank order, named "handoff" so that its
+//      bytes are counted apart). Pairs run in one global order (deadlock-free).
+//   3. text forward + loss: embeddings with the image rows scattered in, (loss sum, count); the
+//      count is summed over the text DP group, the loss is sum / GLOBAL count (the exact mean over
+//      labelled tokens of the whole global batch), then backward;
+//   4. gradient hand-off: vision rank (d, i) takes d(loss)/d(image embeddings) (complete and
+//      identical on every TP rank) from text rank (d, i mod Tt), as in 2 (tag 1);
+//   5. vision backward;
+//   6. reductions: vision: ZeRO-1 reduce-scatter over "vision" (sums SP partials and DP);
+//      text: FinishTpGradients + DP all-reduce (sum);
+//   7. global clipping: ONE all-reduce over "world" of (vision partition squared norm + text
+//      squared norm / text group size): each element of the full model counted once;
+//   8. optimizer steps with the learning rate of the schedule and the clip coefficient.
+//
+// Global batch split (data parallelism): the global batch is `batches`, one packed sequence per
+// DP replica (batches.size() == dp); replica d trains on batches[d]. The loss is the mean over all
+// labelled tokens of all of them, so the result is that of one rank training on all of them.
+//
+// Vision tensor parallelism (Layout::vision_parallelism == kTensor, the baseline): the vision
+// replica is a VisionTpTransformer over "vision.tp<d>"; its gradients are complete per shard, so
+// ZeRO-1 runs per inner rank over "vision.dp<i>" on that rank's shards, with replicated
+// parameters weighted 1/Sv in the squared norm (each element of the full model counted once).
+//
+// Errors: Statuses (LibTorch errors are caught at this boundary). Thread-safety: not thread-safe;
+// the rank's training thread. ProcessGroups and the handoff communicator are borrowed.
+#ifndef DHP_WORKER_RANK_DIST_STEP_H_
+#define DHP_WORKER_RANK_DIST_STEP_H_
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/model_presets.h"
+#include "worker/comm/communicator.h"
+#include "worker/comm/process_groups.h"
+#include "worker/model/qwen2_5_vl.h"
+#include "worker/parallel/text_tp_model.h"
+#include "worker/parallel/ulysses_vision.h"
+#include "worker/parallel/vision_tp.h"
+#include "worker/parallel/zero1.h"
+#include "worker/rank/lr_schedule.h"
+#include "worker/rank/optimizer.h"
+
+namespace dhp {
+
+inline constexpr char kHandoffGroup[] = "handoff";
+
+struct DistTrainerOptions {
+  OptimizerConfig optimizer;  // grad_clip_norm is the GLOBAL norm over both stages
+  LrScheduleConfig schedule;
+};
+
+struct DistStepResult {
+  double loss = 0;       // global mean loss; valid on text ranks (0 on vision-only ranks)
+  double grad_norm = 0;  // global L2 norm before clipping, on every rank
+  double lr = 0;
+  // Filled when Step(..., gather_grads = true): full HF-shaped gradients before clipping,
+  // vision ones on vision ranks ("visual.*"), text ones on text ranks ("model.*", "lm_head.*").
+  std::vector<std::pair<std::string, at::Tensor>> grads;
+};
+
+class DistTrainer {
+ public:
+  using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+  // `model`: this rank's full single-rank model (the same values on every rank: same seed or
+  // checkpoint); the vision replica shares its tensors, the text shards are copied from it.
+  // `handoff`: a communicator over every world rank in world-rank order (group name "handoff");
+  // may be null when no hand-off needs the wire (Layout::HandOffInMemory()).
+  static absl::StatusOr<std::unique_ptr<DistTrainer>> Create(const ModelPreset& preset,
+                                                             Qwen2_5_VL model,
+                                                             comm::ProcessGroups& groups,
+                                                             comm::Communicator* handoff,
+                                                             const DistTrainerOptions& options);
+
+  // One training step on the global batch (see the file comment); collective over the world.
+  absl::StatusOr<DistStepResult> Step(const std::vector<PackedBatch>& batches,
+                                      bool gather_grads = false);
+
+  // Full HF-shaped parameters of this rank's roles (collective within the text TP group).
+  absl::StatusOr<NamedTensors> FullParameters();
+
+  // ZeRO-1 optimizer of the vision stage (null on text-only ranks).
+  const Zero1AdamW* vision_optimizer() const { return zero1_.get(); }
+  int64_t steps_done() const { return step_; }
+
+ private:
+  DistTrainer(const ModelPreset& preset, Qwen2_5_VL model, comm::ProcessGroups& groups,
+              comm::Communicator* handoff, const DistTrainerOptions& options);
+
+  absl::StatusOr<DistStepResult> StepImpl(const std::vector<PackedBatch>& batches,
+                                          bool gather_grads);
+
+  ModelPreset preset_;
+  Qwen2_5_VL model_;
+  comm::ProcessGroups& groups_;
+  comm::Communicator* handoff_;
+  DistTrainerOptions options_;
+  int64_t step_ = 0;
+  std::unique_ptr<UlyssesVisionTransformer> vision_;  // vision ranks, Ulysses SP
+  std::unique_ptr<VisionTpTransformer> vision_tp_;    // vision ranks, vision TP
+  std::unique_ptr<Zero1AdamW> zero1_;                 // vision ranks
+  tp::TextTpModel text_{nullptr};                     // text ranks
+  std::unique_ptr<TrainingOptimizer> text_opt_;       // text ranks
+};
+
+}  // namespace dhp
+
+#endif  // DHP_WORKER_RANK_DIST_STEP_H_

@@ -1,0 +1,87 @@
+// The optimizer of a training rank: AdamW over two parameter groups (weight decay on matrices,
+// none on biases and norm weights), global-norm gradient clipping, and a per-step learning rate.
+//
+// Grouping (Megatron-LM's and Hugging Face Trainer's rule): a parameter gets no weight decay when
+// it is 1-D, or its name ends in ".bias", or its name contains "norm". In Qwen2.5-VL that is
+// every bias and every RMSNorm weight (`model.norm.weight`, `visual.blocks.0.norm1.weight`,
+// `visual.merger.ln_q.weight`; all 1-D, so the name rules only matter for other models).
+// Every other parameter (linear and embedding matrices, the Conv3d patch embedding) decays.
+//
+// AdamW is LibTorch's torch::optim::AdamW (decoupled decay: p -= lr * wd * p, then the Adam
+// update), with betas (0.9, 0.95) and eps 1e-8 by default: the values Qwen2.5-VL, Megatron-LM and
+// most LLM recipes train with (beta2 0.95 instead of PyTorch's 0.999 reacts faster to gradient
+// scale changes, which keeps large-LR and short runs stable).
+//
+// Parameters are borrowed: the tensors (which share storage with the model's) must stay alive.
+// Thread-safety: not thread-safe; one training thread owns it.
+#ifndef DHP_WORKER_RANK_OPTIMIZER_H_
+#define DHP_WORKER_RANK_OPTIMIZER_H_
+
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace torch {
+namespace optim {
+class AdamW;
+}  // namespace optim
+}  // namespace torch
+
+namespace dhp {
+
+struct OptimizerConfig {
+  double learning_rate = 1e-3;  // initial; the trainer sets it every step
+  double weight_decay = 0.0;    // applied to the decay group only
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip_norm = 1.0;  // max global L2 norm of the gradients; 0 disables clipping
+};
+
+// True when `name` / `param` belongs to the weight-decay group (see the file comment).
+bool UsesWeightDecay(const std::string& name, const at::Tensor& param);
+
+class TrainingOptimizer {
+ public:
+  using NamedParams = std::vector<std::pair<std::string, at::Tensor>>;
+
+  // Parameters that do not require grad are left out.
+  TrainingOptimizer(const NamedParams& params, const OptimizerConfig& config);
+  ~TrainingOptimizer();
+  TrainingOptimizer(const TrainingOptimizer&) = delete;
+  TrainingOptimizer& operator=(const TrainingOptimizer&) = delete;
+
+  void ZeroGrad();
+
+  // The global L2 norm of all gradients before clipping (parameters without a gradient count as
+  // zero); when config.grad_clip_norm > 0 and the norm exceeds it, every gradient is scaled by
+  // grad_clip_norm / (norm + 1e-6) (torch.nn.utils.clip_grad_norm_'s rule). May be inf/nan, in
+  // which case nothing is scaled: callers should skip Step().
+  double ClipGradNorm();
+
+  void SetLearningRate(double lr);
+  double learning_rate() const { return lr_; }
+
+  // One AdamW update of every parameter that has a gradient.
+  void Step();
+
+  const std::vector<std::string>& decay_names() const { return decay_names_; }
+  const std::vector<std::string>& no_decay_names() const { return no_decay_names_; }
+  const OptimizerConfig& config() const { return config_; }
+  torch::optim::AdamW& adamw() { return *adamw_; }
+
+ private:
+  OptimizerConfig config_;
+  double lr_;
+  std::vector<at::Tensor> params_;  // both groups, for the norm
+  std::vector<std::string> decay_names_;
+  std::vector<std::string> no_decay_names_;
+  std::unique_ptr<torch::optim::AdamW> adamw_;
+};
+
+}  // namespace dhp
+
+#endif  // DHP_WORKER_RANK_OPTIMIZER_H_
