@@ -4,13 +4,21 @@
 // what this machine's BLAS can do the model step gets (small models lose to attention, norms,
 // rotary, softmax and framework overhead; larger ones approach the matmul rate).
 //
-//   bazel run -c opt //bench:model_bench -- [--rounds 7] [--warmup 2] [--matmul-n 1024]
+//   bazel run //bench:model_bench -- [--rounds 7] [--warmup 2] [--matmul-n 1024]
 //
 // Models: `tiny` (the preset) and `wide` (vision hidden 256 / 4 heads / depth 4, text hidden
 // 512 / 4 layers / 8 heads / 2 KV heads, vocabulary 4096), both fp32, on one synthetic packed
 // batch: 8 samples, each one 112x112 image (64 patches, 16 image tokens) and 36 text tokens
-// (28 of them labelled). Thread counts: 1 and all cores; LibTorch's intra-op threads and
-// OpenBLAS's threads (openblas_set_num_threads, found at run time) are set together.
+// (28 of them labelled).
+//
+// Threads: LibTorch's intra-op (OpenMP) threads and OpenBLAS's own pthreads pool are separate
+// (LibTorch 1.13's set_num_threads does not reach the pthreads build of OpenBLAS, which Debian
+// ships; openblas_set_num_threads is looked up at run time). Configurations (intra-op, BLAS):
+// (1, 1); (N, N) with N = all cores, what a LibTorch program gets by asking for N threads; and
+// (N, 1). With both pools at N, OpenMP's and OpenBLAS's spin-waiting threads take the cores
+// from each other (and from other processes on a shared machine): the model step, thousands of
+// small parallel regions, collapses while the single large matmul does not. Each configuration
+// has its own matmul measurement.
 //
 // Measurement: per thread count, after --warmup steps of every model and matmuls, --rounds
 // rounds each time one step of every model and one N^3 matmul back to back, so that model and
@@ -52,13 +60,13 @@ double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// LibTorch's threads and, when the BLAS is OpenBLAS, its own thread pool (LibTorch 1.13's
-// set_num_threads does not reach OpenBLAS's pthreads build). Returns whether OpenBLAS was found.
-bool SetThreads(int n) {
-  at::set_num_threads(n);
+// LibTorch's intra-op threads and, when the BLAS is OpenBLAS, its own thread pool. Returns
+// whether OpenBLAS was found.
+bool SetThreads(int intra_op, int blas) {
+  at::set_num_threads(intra_op);
   using SetFn = void (*)(int);
   auto fn = reinterpret_cast<SetFn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  if (fn != nullptr) fn(n);
+  if (fn != nullptr) fn(blas);
   return fn != nullptr;
 }
 
@@ -146,7 +154,8 @@ double TimeMatmul(const at::Tensor& a, const at::Tensor& b) {
 
 struct Row {
   std::string model;
-  int threads = 0;
+  int threads = 0;       // LibTorch intra-op
+  int blas_threads = 0;
   double step_ms = 0;
   double gflops_step = 0;
   double achieved = 0;  // GFLOP/s
@@ -209,12 +218,15 @@ int main(int argc, char** argv) {
   at::manual_seed(2);
   const at::Tensor ma = at::randn({matmul_n, matmul_n}), mb = at::randn({matmul_n, matmul_n});
 
-  std::vector<int> thread_counts = {1};
-  if (all_threads > 1) thread_counts.push_back(all_threads);
+  std::vector<std::pair<int, int>> configs = {{1, 1}};  // (intra-op, BLAS) threads
+  if (all_threads > 1) {
+    configs.push_back({all_threads, all_threads});
+    configs.push_back({all_threads, 1});
+  }
   std::vector<Row> rows;
   bool openblas = false;
-  for (int threads : thread_counts) {
-    openblas = SetThreads(threads);
+  for (const auto& [threads, blas_threads] : configs) {
+    openblas = SetThreads(threads, blas_threads);
     for (int i = 0; i < warmup; ++i) {
       for (Case& c : cases) TimeStep(c);
       TimeMatmul(ma, mb);
@@ -233,6 +245,7 @@ int main(int argc, char** argv) {
       Row& row = these[k];
       row.model = cases[k].name;
       row.threads = threads;
+      row.blas_threads = openblas ? blas_threads : 0;
       const double step = Median(row.step_s), mm = Median(row.matmul_s);
       row.step_ms = step * 1e3;
       row.gflops_step = cases[k].flops.training() / 1e9;
@@ -244,13 +257,18 @@ int main(int argc, char** argv) {
   }
 
   // ---- report ---------------------------------------------------------------------------
+  const std::string load_end = Trim(ReadFile("/proc/loadavg"));
+  const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
+  const std::string omp_wait = wait_policy != nullptr ? wait_policy : "unset";
   std::ostringstream md;
   md << "## model_bench: Qwen2.5-VL forward+backward on the CPU vs a " << matmul_n << "^3 fp32 "
      << "matmul\n\n"
      << machine["date_utc"].get<std::string>() << ", " << all_threads << " CPUs ("
      << machine["cpu_model"].get<std::string>() << "), shared: load average "
-     << machine["loadavg_at_start"].get<std::string>() << " at start. LibTorch "
-     << TORCH_VERSION << ", BLAS threads " << (openblas ? "set through OpenBLAS" : "not set")
+     << machine["loadavg_at_start"].get<std::string>() << " at start, " << load_end
+     << " at end. LibTorch " << TORCH_VERSION << ", BLAS threads "
+     << (openblas ? "set through OpenBLAS" : "not settable (not OpenBLAS)")
+     << ", OMP_WAIT_POLICY " << omp_wait
      << ". Batch: one packed sequence of " << samples << " samples, " << tokens << " tokens ("
      << samples * 16 << " image tokens), " << patches << " patches. fp32, " << rounds
      << " rounds after " << warmup << " warm-up steps; step and matmul times are medians over "
@@ -268,10 +286,13 @@ int main(int argc, char** argv) {
        << Fixed(3 * c.flops.text_attention / 1e9, 3) << " | "
        << Fixed(c.flops.training() / 1e9, 3) << " |\n";
   }
-  md << "\n| model | threads | fwd+bwd ms | GFLOP/step | achieved GFLOP/s | matmul GFLOP/s "
-        "| achieved / matmul |\n|---|---:|---:|---:|---:|---:|---:|\n";
+  md << "\n| model | intra-op threads | BLAS threads | fwd+bwd ms | GFLOP/step "
+        "| achieved GFLOP/s | matmul GFLOP/s | achieved / matmul |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const Row& r : rows) {
-    md << "| " << r.model << " | " << r.threads << " | " << Fixed(r.step_ms, 1) << " | "
+    md << "| " << r.model << " | " << r.threads << " | "
+       << (r.blas_threads > 0 ? std::to_string(r.blas_threads) : "?") << " | "
+       << Fixed(r.step_ms, 1) << " | "
        << Fixed(r.gflops_step, 3) << " | " << Fixed(r.achieved, 1) << " | "
        << Fixed(r.matmul, 1) << " | " << Fixed(r.ratio, 3) << " |\n";
   }
@@ -279,7 +300,8 @@ int main(int argc, char** argv) {
   Json j;
   j["benchmark"] = "model_bench";
   j["machine"] = machine;
-  j["machine"]["loadavg_at_end"] = Trim(ReadFile("/proc/loadavg"));
+  j["machine"]["loadavg_at_end"] = load_end;
+  j["omp_wait_policy"] = omp_wait;
   j["torch_version"] = TORCH_VERSION;
   j["openblas_threads_set"] = openblas;
   j["options"] = {{"rounds", rounds}, {"warmup", warmup}, {"matmul_n", matmul_n},
@@ -296,7 +318,8 @@ int main(int argc, char** argv) {
   }
   for (const Row& r : rows) {
     j["rows"].push_back({{"model", r.model},
-                         {"threads", r.threads},
+                         {"intra_op_threads", r.threads},
+                         {"blas_threads", r.blas_threads},
                          {"step_ms_median", r.step_ms},
                          {"gflop_per_step", r.gflops_step},
                          {"achieved_gflops", r.achieved},
