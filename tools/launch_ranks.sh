@@ -4,14 +4,14 @@
 # exit status non-zero if any rank failed (its log tail is printed). Kills the ranks it started on
 # exit or Ctrl-C.
 #
-#   tools/launch_ranks.sh --controller 127.0.0.1:50051 --job J [--attempt 1] --layout 2,2,1 \
+#   tools/launch_ranks.sh --controller 127.0.0.1:7070 --job J [--attempt 1] --layout 2,2,1 \
 #                         [--separate] [--vision-tp] [--steps 3] [-- extra dhp-rank flags]
 # The job must exist in the controller with that attempt current (the rendezvous KV checks it).
 # The world size follows the layout: collocated max(Sv,Tt)*dp, separate (Sv+Tt)*dp.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-controller="${DHP_SERVER:-127.0.0.1:50051}" job="" attempt=1 layout="1,1,1" steps=3
+controller="${DHP_SERVER:-127.0.0.1:7070}" job="" attempt=1 layout="1,1,1" steps=3
 separate=0 vision_tp=0 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in

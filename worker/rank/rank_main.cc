@@ -3,7 +3,7 @@
 // the distributed step (dist_step.h) on synthetic data (tiny preset by default, fp32 CPU) and
 // prints one line per step and the bytes moved per group at the end.
 //
-//   dhp-rank --controller 127.0.0.1:50051 --job J --attempt 1 --world-rank 0
+//   dhp-rank --controller 127.0.0.1:7070 --job J --attempt 1 --world-rank 0
 //            --layout 2,2,1 [--separate] [--vision-tp] --steps 5
 // Every rank of the layout (Layout::WorldSize()) must be started with the same flags but its own
 // --world-rank (tools/launch_ranks.sh does that). Exit code 0 on success, 1 on any error (the
@@ -67,7 +67,7 @@ PackedBatch SyntheticBatch(const ModelPreset& preset, const std::vector<GridThw>
 }
 
 int Run(int argc, char** argv) {
-  std::string controller = "127.0.0.1:50051", token, job, layout_str = "1,1,1", preset_name = "tiny";
+  std::string controller = "127.0.0.1:7070", token, job, layout_str = "1,1,1", preset_name = "tiny";
   int attempt = 1, world_rank = 0, steps = 3, timeout_s = 120;
   bool separate = false, vision_tp = false;
   double lr = 1e-3;
