@@ -30,41 +30,10 @@
 #include "worker/model/torch_status.h"
 #include "worker/model/vision_window.h"
 #include "worker/rank/dist_step.h"
+#include "worker/rank/synthetic_batch.h"
 
 namespace dhp {
 namespace {
-
-// One packed sequence of `grids.size()` samples [prompt, image, answer] with random pixels.
-PackedBatch SyntheticBatch(const ModelPreset& preset, const std::vector<GridThw>& grids,
-                           int64_t seed) {
-  const SpecialTokens& tk = preset.tokens;
-  const int64_t vocab = preset.text.vocab_size;
-  std::vector<int64_t> ids, labels, cu = {0};
-  int64_t patches = 0, k = seed;
-  for (const GridThw& g : grids) {
-    for (int64_t t : std::vector<int64_t>{tk.im_start, 5 + k % 7, 6, tk.vision_start}) {
-      ids.push_back(t);
-    }
-    for (int64_t i = 0; i < MergedTokens(g, preset.vision); ++i) ids.push_back(tk.image_pad);
-    ids.push_back(tk.vision_end);
-    const size_t prompt = ids.size();
-    for (int64_t i = 0; i < 8; ++i) ids.push_back(100 + (13 * i + 7 * k) % (vocab - 200));
-    ids.push_back(tk.im_end);
-    labels.resize(prompt, -100);
-    for (size_t i = prompt; i < ids.size(); ++i) labels.push_back(ids[i]);
-    cu.push_back(static_cast<int64_t>(ids.size()));
-    patches += g.t * g.h * g.w;
-    ++k;
-  }
-  PackedBatch b;
-  b.input_ids = at::tensor(ids);
-  b.labels = at::tensor(labels);
-  b.cu_seqlens = cu;
-  b.image_grids = grids;
-  at::manual_seed(1000 + seed);
-  b.pixel_values = at::randn({patches, 1176});
-  return b;
-}
 
 int Run(int argc, char** argv) {
   std::string controller = "127.0.0.1:7070", token, job, layout_str = "1,1,1", preset_name = "tiny";
@@ -165,7 +134,7 @@ int Run(int argc, char** argv) {
     std::vector<PackedBatch> batches;
     for (int d = 0; d < layout.dp; ++d) {
       const int64_t seed = 100 * s + d;
-      batches.push_back(SyntheticBatch(
+      batches.push_back(MakeSyntheticBatch(
           *preset, {{1, 2 * merge, 3 * merge}, {1, (2 + seed % 3) * merge, 2 * merge}}, seed));
     }
     absl::StatusOr<DistStepResult> r = (*trainer)->Step(batches);

@@ -1,0 +1,39 @@
+#include "worker/rank/synthetic_batch.h"
+
+#include <ATen/ATen.h>
+
+namespace dhp {
+
+PackedBatch MakeSyntheticBatch(const ModelPreset& preset, const std::vector<GridThw>& grids,
+                               int64_t seed) {
+  const SpecialTokens& tk = preset.tokens;
+  const int64_t text_range = std::min<int64_t>(900, preset.text.vocab_size - 200);
+  std::vector<int64_t> ids, labels, cu = {0};
+  int64_t patches = 0;
+  int64_t k = seed;
+  for (const GridThw& g : grids) {
+    for (int64_t t : std::vector<int64_t>{tk.im_start, 5 + k % 7, 6, tk.vision_start}) {
+      ids.push_back(t);
+    }
+    for (int64_t i = 0; i < MergedTokens(g, preset.vision); ++i) ids.push_back(tk.image_pad);
+    ids.push_back(tk.vision_end);
+    const size_t prompt = ids.size();
+    for (int64_t i = 0; i < 6 + k % 3; ++i) ids.push_back(100 + (13 * i + 7 * k) % text_range);
+    ids.push_back(tk.im_end);
+    labels.resize(prompt, -100);
+    for (size_t i = prompt; i < ids.size(); ++i) labels.push_back(ids[i]);
+    cu.push_back(static_cast<int64_t>(ids.size()));
+    patches += g.t * g.h * g.w;
+    ++k;
+  }
+  PackedBatch b;
+  b.input_ids = at::tensor(ids);
+  b.labels = at::tensor(labels);
+  b.cu_seqlens = cu;
+  b.image_grids = grids;
+  at::manual_seed(1000 + seed);
+  b.pixel_values = at::randn({patches, 1176});
+  return b;
+}
+
+}  // namespace dhp

@@ -1,0 +1,24 @@
+// Synthetic packed batches for tests, benchmarks and dhp-rank smoke runs: one sample per image
+// grid, [im_start, two prompt tokens, vision_start, image pads, vision_end, answer, im_end],
+// labels only on the answer and im_end, random pixels. Deterministic in `seed`. Thread-safe
+// apart from seeding LibTorch's global generator.
+#ifndef DHP_WORKER_RANK_SYNTHETIC_BATCH_H_
+#define DHP_WORKER_RANK_SYNTHETIC_BATCH_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "common/model_presets.h"
+#include "worker/model/qwen2_5_vl.h"
+#include "worker/model/vision_window.h"
+
+namespace dhp {
+
+// Answers are 6 + (sample index % 3) tokens. Position ids are left empty (the model computes
+// them); pixels come from at::manual_seed(1000 + seed).
+PackedBatch MakeSyntheticBatch(const ModelPreset& preset, const std::vector<GridThw>& grids,
+                               int64_t seed);
+
+}  // namespace dhp
+
+#endif  // DHP_WORKER_RANK_SYNTHETIC_BATCH_H_
