@@ -98,7 +98,9 @@ TEST(OptimizerTest, AdamWStepsMatchTheClosedForm) {
     }
     // By hand, step 1 of w[0]: 1 * (1 - 0.1 * 0.5) - 0.1 * 0.5 / (0.5 + 1e-8) = 0.85 (Adam's
     // first step moves every coordinate by lr * sign(g)).
-    if (t == 1) EXPECT_NEAR(w.view({-1})[0].item<double>(), 0.85, 1e-7);
+    if (t == 1) {
+      EXPECT_NEAR(w.view({-1})[0].item<double>(), 0.85, 1e-7);
+    }
   }
 }
 
