@@ -15,6 +15,12 @@ enum class LogLevel { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
 void SetMinLogLevel(LogLevel level);
 bool LogEnabled(LogLevel level);
 
+// Turns `LogVoidify() & stream << ...` into a void expression, so DHP_LOG can be the branch of a
+// conditional expression (no dangling else, safe in an unbraced `if`).
+struct LogVoidify {
+  void operator&(std::ostream&) {}
+};
+
 class LogMessage {
  public:
   LogMessage(LogLevel level, const char* file, int line);
@@ -32,8 +38,9 @@ class LogMessage {
 #define DHP_LOG_LEVEL_WARNING ::dhp::LogLevel::kWarning
 #define DHP_LOG_LEVEL_ERROR ::dhp::LogLevel::kError
 #define DHP_LOG(level)                                  \
-  if (!::dhp::LogEnabled(DHP_LOG_LEVEL_##level)) {      \
-  } else                                                \
-    ::dhp::LogMessage(DHP_LOG_LEVEL_##level, __FILE__, __LINE__).stream()
+  !::dhp::LogEnabled(DHP_LOG_LEVEL_##level)             \
+      ? (void)0                                         \
+      : ::dhp::LogVoidify() &                           \
+            ::dhp::LogMessage(DHP_LOG_LEVEL_##level, __FILE__, __LINE__).stream()
 
 #endif  // DHP_COMMON_LOGGING_H_
