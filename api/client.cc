@@ -69,6 +69,10 @@ DHP_CLIENT_CALL(workers_, KvWait, timeout_ms_ + req.timeout_ms())
 DHP_CLIENT_CALL(workers_, KvCheck, timeout_ms_)
 DHP_CLIENT_CALL(workers_, KvDelete, timeout_ms_)
 DHP_CLIENT_CALL(workers_, ReportProgress, timeout_ms_)
+DHP_CLIENT_CALL(jobs_, GetLogs, timeout_ms_)
+DHP_CLIENT_CALL(workers_, AppendLogs, timeout_ms_)
+DHP_CLIENT_CALL(workers_, ReportCheckpoint, timeout_ms_)
+DHP_CLIENT_CALL(workers_, RejectCheckpoint, timeout_ms_)
 
 #undef DHP_CLIENT_CALL
 

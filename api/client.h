@@ -47,6 +47,12 @@ class DhpClient {
   absl::StatusOr<v1::KvCheckResponse> KvCheck(const v1::KvCheckRequest& req);
   absl::StatusOr<v1::KvDeleteResponse> KvDelete(const v1::KvDeleteRequest& req);
   absl::StatusOr<v1::ReportProgressResponse> ReportProgress(const v1::ReportProgressRequest& req);
+  absl::StatusOr<v1::GetLogsResponse> GetLogs(const v1::GetLogsRequest& req);
+  absl::StatusOr<v1::AppendLogsResponse> AppendLogs(const v1::AppendLogsRequest& req);
+  absl::StatusOr<v1::ReportCheckpointResponse> ReportCheckpoint(
+      const v1::ReportCheckpointRequest& req);
+  absl::StatusOr<v1::RejectCheckpointResponse> RejectCheckpoint(
+      const v1::RejectCheckpointRequest& req);
 
  private:
   void Prepare(grpc::ClientContext* ctx, int timeout_ms) const;

@@ -45,6 +45,7 @@ class JobServiceImpl final : public v1::JobService::Service {
   JobServiceImpl(DhpService& service, const TokenAuth& auth) : service_(service), auth_(auth) {}
   DHP_UNARY(SubmitJob)
   DHP_UNARY(GetJob)
+  DHP_UNARY(GetLogs)
   DHP_UNARY(ListJobs)
   DHP_UNARY(CancelJob)
   DHP_UNARY(ResumeJob)
@@ -83,6 +84,9 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
   DHP_UNARY(KvCheck)
   DHP_UNARY(KvDelete)
   DHP_UNARY(ReportProgress)
+  DHP_UNARY(AppendLogs)
+  DHP_UNARY(ReportCheckpoint)
+  DHP_UNARY(RejectCheckpoint)
 
  private:
   DhpService& service_;

@@ -51,6 +51,10 @@ DHP_MEASURED(KvWait, v1::KvWaitRequest, v1::KvWaitResponse*)
 DHP_MEASURED(KvCheck, v1::KvCheckRequest, v1::KvCheckResponse*)
 DHP_MEASURED(KvDelete, v1::KvDeleteRequest, v1::KvDeleteResponse*)
 DHP_MEASURED(ReportProgress, v1::ReportProgressRequest, v1::ReportProgressResponse*)
+DHP_MEASURED(GetLogs, v1::GetLogsRequest, v1::GetLogsResponse*)
+DHP_MEASURED(AppendLogs, v1::AppendLogsRequest, v1::AppendLogsResponse*)
+DHP_MEASURED(ReportCheckpoint, v1::ReportCheckpointRequest, v1::ReportCheckpointResponse*)
+DHP_MEASURED(RejectCheckpoint, v1::RejectCheckpointRequest, v1::RejectCheckpointResponse*)
 
 #undef DHP_MEASURED
 

@@ -31,6 +31,7 @@ class InstrumentedService : public DhpService {
   absl::Status CancelJob(const v1::CancelJobRequest& req, v1::CancelJobResponse* resp) override;
   absl::Status ResumeJob(const v1::ResumeJobRequest& req, v1::ResumeJobResponse* resp) override;
   absl::Status WatchJob(const v1::WatchJobRequest& req, EventSink& sink) override;
+  absl::Status GetLogs(const v1::GetLogsRequest& req, v1::GetLogsResponse* resp) override;
   absl::Status ListNodes(const v1::ListNodesRequest& req, v1::ListNodesResponse* resp) override;
   absl::Status RegisterNode(const v1::RegisterNodeRequest& req,
                             v1::RegisterNodeResponse* resp) override;
@@ -43,6 +44,11 @@ class InstrumentedService : public DhpService {
   absl::Status KvDelete(const v1::KvDeleteRequest& req, v1::KvDeleteResponse* resp) override;
   absl::Status ReportProgress(const v1::ReportProgressRequest& req,
                               v1::ReportProgressResponse* resp) override;
+  absl::Status AppendLogs(const v1::AppendLogsRequest& req, v1::AppendLogsResponse* resp) override;
+  absl::Status ReportCheckpoint(const v1::ReportCheckpointRequest& req,
+                                v1::ReportCheckpointResponse* resp) override;
+  absl::Status RejectCheckpoint(const v1::RejectCheckpointRequest& req,
+                                v1::RejectCheckpointResponse* resp) override;
   absl::Status Health() override;
   std::string MetricsText() override { return inner_.MetricsText(); }
 

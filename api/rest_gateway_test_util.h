@@ -152,6 +152,21 @@ class FakeService : public DhpService {
     resp->set_stop(true);
     return Record(req);
   }
+  absl::Status GetLogs(const v1::GetLogsRequest& req, v1::GetLogsResponse* resp) override {
+    resp->set_attempt(req.attempt() == 0 ? 1 : req.attempt());
+    return Record(req);
+  }
+  absl::Status AppendLogs(const v1::AppendLogsRequest& req, v1::AppendLogsResponse*) override {
+    return Record(req);
+  }
+  absl::Status ReportCheckpoint(const v1::ReportCheckpointRequest& req,
+                                v1::ReportCheckpointResponse*) override {
+    return Record(req);
+  }
+  absl::Status RejectCheckpoint(const v1::RejectCheckpointRequest& req,
+                                v1::RejectCheckpointResponse*) override {
+    return Record(req);
+  }
   absl::Status Health() override { return health; }
   std::string MetricsText() override { return "# TYPE dhp_up gauge\ndhp_up 1\n"; }
 

@@ -38,6 +38,7 @@ class DhpService {
   // Blocks while streaming; returns when the stream is complete or the sink reports a
   // vanished client.
   virtual absl::Status WatchJob(const v1::WatchJobRequest& req, EventSink& sink) = 0;
+  virtual absl::Status GetLogs(const v1::GetLogsRequest& req, v1::GetLogsResponse* resp) = 0;
 
   // Nodes.
   virtual absl::Status ListNodes(const v1::ListNodesRequest& req, v1::ListNodesResponse* resp) = 0;
@@ -54,6 +55,12 @@ class DhpService {
   virtual absl::Status KvDelete(const v1::KvDeleteRequest& req, v1::KvDeleteResponse* resp) = 0;
   virtual absl::Status ReportProgress(const v1::ReportProgressRequest& req,
                                       v1::ReportProgressResponse* resp) = 0;
+  virtual absl::Status AppendLogs(const v1::AppendLogsRequest& req,
+                                  v1::AppendLogsResponse* resp) = 0;
+  virtual absl::Status ReportCheckpoint(const v1::ReportCheckpointRequest& req,
+                                        v1::ReportCheckpointResponse* resp) = 0;
+  virtual absl::Status RejectCheckpoint(const v1::RejectCheckpointRequest& req,
+                                        v1::RejectCheckpointResponse* resp) = 0;
 
   // Health for /healthz and grpc.health.v1: OK while the controller can serve.
   virtual absl::Status Health() = 0;

@@ -170,6 +170,24 @@ absl::Status Controller::WatchJob(const v1::WatchJobRequest& req, api::EventSink
   }
 }
 
+absl::Status Controller::GetLogs(const v1::GetLogsRequest&, v1::GetLogsResponse*) {
+  return absl::UnimplementedError("GetLogs: not yet");
+}
+
+absl::Status Controller::AppendLogs(const v1::AppendLogsRequest&, v1::AppendLogsResponse*) {
+  return absl::UnimplementedError("AppendLogs: not yet");
+}
+
+absl::Status Controller::ReportCheckpoint(const v1::ReportCheckpointRequest&,
+                                          v1::ReportCheckpointResponse*) {
+  return absl::UnimplementedError("ReportCheckpoint: not yet");
+}
+
+absl::Status Controller::RejectCheckpoint(const v1::RejectCheckpointRequest&,
+                                          v1::RejectCheckpointResponse*) {
+  return absl::UnimplementedError("RejectCheckpoint: not yet");
+}
+
 absl::Status Controller::ReportProgress(const v1::ReportProgressRequest& req,
                                         v1::ReportProgressResponse* resp) {
   return OnLoop([&] { return jobs_.ReportProgress(req, resp); });

@@ -16,7 +16,7 @@
 
 #include "absl/status/status.h"
 #include "worker/comm/kv_client.h"
-#include "worker/comm/layout.h"
+#include "common/layout.h"
 
 namespace dhp::comm {
 

@@ -33,7 +33,7 @@
 #include "worker/comm/comm_stats.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/kv_client.h"
-#include "worker/comm/layout.h"
+#include "common/layout.h"
 
 namespace dhp::comm {
 

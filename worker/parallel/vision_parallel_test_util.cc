@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/comm/in_memory_kv_client.h"
-#include "worker/comm/layout.h"
+#include "common/layout.h"
 #include "worker/comm/process_groups.h"
 #include "worker/model/layers.h"
 #include "worker/model/torch_status.h"

@@ -22,7 +22,7 @@
 
 #include "common/model_presets.h"
 #include "worker/comm/in_memory_kv_client.h"
-#include "worker/comm/layout.h"
+#include "common/layout.h"
 #include "worker/comm/process_groups.h"
 #include "worker/comm/rank_threads.h"
 #include "worker/model/layers.h"

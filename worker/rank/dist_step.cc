@@ -12,7 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "worker/comm/layout.h"
+#include "common/layout.h"
 #include "worker/model/torch_status.h"
 #include "worker/model/vision_window.h"
 #include "worker/parallel/tp_state.h"

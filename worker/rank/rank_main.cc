@@ -23,7 +23,7 @@
 #include "api/client.h"
 #include "common/model_presets.h"
 #include "worker/comm/grpc_kv_client.h"
-#include "worker/comm/layout.h"
+#include "common/layout.h"
 #include "worker/comm/process_groups.h"
 #include "worker/model/layers.h"
 #include "worker/model/qwen2_5_vl.h"

@@ -26,8 +26,8 @@
 //   "text.tp<d>"            the Tt ranks of text replica d
 //   "vision.dp<i>"          inner rank i of every vision replica (gradient reduction over dp)
 //   "text.dp<j>"            inner rank j of every text replica
-#ifndef DHP_WORKER_COMM_LAYOUT_H_
-#define DHP_WORKER_COMM_LAYOUT_H_
+#ifndef DHP_COMMON_LAYOUT_H_
+#define DHP_COMMON_LAYOUT_H_
 
 #include <optional>
 #include <string>
@@ -103,4 +103,4 @@ std::string TextDpGroupName(int inner_rank);    // "text.dp<j>"
 
 }  // namespace dhp::comm
 
-#endif  // DHP_WORKER_COMM_LAYOUT_H_
+#endif  // DHP_COMMON_LAYOUT_H_

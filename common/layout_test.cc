@@ -1,4 +1,4 @@
-#include "worker/comm/layout.h"
+#include "common/layout.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "worker/comm/layout.h"
+#include "common/layout.h"
 
 #include <algorithm>
 #include <cstdio>
