@@ -352,6 +352,11 @@ absl::Status NormalizeAndValidateSpec(v1::JobSpec* spec, const SpecOptions& opti
     errors.Add("restart.max_restarts",
                absl::StrCat(spec->restart().max_restarts(), " must not be negative"));
   }
+  if (!spec->restart().has_stall_timeout_s()) spec->mutable_restart()->set_stall_timeout_s(600);
+  if (spec->restart().stall_timeout_s() < 1) {
+    errors.Add("restart.stall_timeout_s",
+               absl::StrCat(spec->restart().stall_timeout_s(), " must be at least 1 (seconds)"));
+  }
   return errors.ToStatus();
 }
 
