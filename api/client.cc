@@ -43,6 +43,10 @@ DhpClient::DhpClient(const std::string& target, int default_timeout_ms, std::str
       authorization_(token.empty() ? "" : "Bearer " + token) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
+  // Agents and ranks outlive controller restarts: reconnect within ~2 s once it is back
+  // (gRPC's default backoff grows to 120 s).
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   channel_ = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
   jobs_ = v1::JobService::NewStub(channel_);
   nodes_ = v1::NodeService::NewStub(channel_);

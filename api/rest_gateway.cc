@@ -224,6 +224,7 @@ class RestGateway::Router {
   }
   void SubmitJob(Call& call);
   void ListJobs(Call& call);
+  void GetLogs(Call& call);
   void Watch(Call& call, const std::string& job_id);
 
   DhpService& service_;
@@ -280,8 +281,14 @@ void RestGateway::Router::AddRoutes() {
   Add(V::get, "/v1/jobs/{id}/events", "WatchJob", {"after", "follow"},
       [this](Call& c) { Watch(c, c.id); });
   Add(V::get, "/v1/events", "WatchJob", {"after", "follow"}, [this](Call& c) { Watch(c, ""); });
+  Add(V::get, "/v1/jobs/{id}/logs", "GetLogs", {"attempt", "rank", "offset", "max_bytes"},
+      [this](Call& c) { GetLogs(c); });
   Add(V::post, "/v1/jobs/{id}/progress", "ReportProgress", {},
       [this](Call& c) { BodyCall(c, &DhpService::ReportProgress, kSetJobId); });
+  Add(V::post, "/v1/jobs/{id}/checkpoints", "ReportCheckpoint", {},
+      [this](Call& c) { BodyCall(c, &DhpService::ReportCheckpoint, kSetJobId); });
+  Add(V::post, "/v1/jobs/{id}/checkpoints:reject", "RejectCheckpoint", {},
+      [this](Call& c) { BodyCall(c, &DhpService::RejectCheckpoint, kSetJobId); });
   Add(V::get, "/v1/nodes", "ListNodes", {}, [this](Call& c) {
     Unary(c, &DhpService::ListNodes, [](v1::ListNodesRequest&) { return absl::OkStatus(); });
   });
@@ -289,6 +296,8 @@ void RestGateway::Router::AddRoutes() {
       [this](Call& c) { BodyCall(c, &DhpService::RegisterNode); });
   Add(V::post, "/v1/nodes/{id}:heartbeat", "Heartbeat", {},
       [this](Call& c) { BodyCall(c, &DhpService::Heartbeat, kSetNodeId); });
+  Add(V::post, "/v1/nodes/{id}/logs", "AppendLogs", {},
+      [this](Call& c) { BodyCall(c, &DhpService::AppendLogs, kSetNodeId); });
   Add(V::post, "/v1/kv:set", "KvSet", {}, [this](Call& c) { BodyCall(c, &DhpService::KvSet); });
   Add(V::post, "/v1/kv:get", "KvGet", {}, [this](Call& c) { BodyCall(c, &DhpService::KvGet); });
   Add(V::post, "/v1/kv:add", "KvAdd", {}, [this](Call& c) { BodyCall(c, &DhpService::KvAdd); });
@@ -368,6 +377,59 @@ void RestGateway::Router::ListJobs(Call& c) {
       } else if (key == "page_token") {
         req.set_page_token(value);
       }
+    }
+    return absl::OkStatus();
+  });
+}
+
+void RestGateway::Router::GetLogs(Call& c) {
+  Unary(c, &DhpService::GetLogs, [&](v1::GetLogsRequest& req) {
+    req.set_job_id(c.id);
+    for (const auto& [key, value] : c.query) {
+      if (key == "attempt") {
+        absl::StatusOr<int32_t> n = ParseIntParam<int32_t>(key, value);
+        if (!n.ok()) return n.status();
+        if (*n < 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "query parameter attempt: ", *n, " is negative; attempts start at 1 (0: current)"));
+        }
+        req.set_attempt(*n);
+      } else if (key == "max_bytes") {
+        absl::StatusOr<int32_t> n = ParseIntParam<int32_t>(key, value);
+        if (!n.ok()) return n.status();
+        if (*n < 0) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("query parameter max_bytes: ", *n, " is negative"));
+        }
+        req.set_max_bytes(*n);
+      } else if (key == "rank" || key == "offset") {
+        for (absl::string_view piece : absl::StrSplit(value, ',')) {
+          const std::string item(absl::StripAsciiWhitespace(piece));
+          if (key == "rank") {
+            absl::StatusOr<int32_t> n = ParseIntParam<int32_t>(key, item);
+            if (!n.ok()) return n.status();
+            if (*n < 0) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("query parameter rank: ", *n, " is negative; ranks start at 0"));
+            }
+            req.add_ranks(*n);
+          } else {
+            absl::StatusOr<int64_t> n = ParseIntParam<int64_t>(key, item);
+            if (!n.ok()) return n.status();
+            if (*n < 0) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("query parameter offset: ", *n, " is negative"));
+            }
+            req.add_offsets(*n);
+          }
+        }
+      }
+    }
+    if (req.offsets_size() > req.ranks_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "query parameter offset: ", req.offsets_size(), " offsets for ", req.ranks_size(),
+          " ranks; give one offset per rank, in the same order (rank=0&offset=100&rank=1&"
+          "offset=0)"));
     }
     return absl::OkStatus();
   });

@@ -16,16 +16,25 @@
 //   POST /v1/jobs/{id}:resume        ResumeJob
 //   GET  /v1/jobs/{id}/events        WatchJob    ?after=N &follow=true
 //   GET  /v1/events                  WatchJob    all jobs and nodes; ?after=N &follow=true
+//   GET  /v1/jobs/{id}/logs          GetLogs     ?attempt=N (0 or absent: the current one)
+//                                                &rank=R (repeatable, or comma-separated; none:
+//                                                every rank with output) &offset=O (repeatable,
+//                                                parallel to rank) &max_bytes=M. Chunk data is
+//                                                base64 (proto JSON of bytes)
 //   POST /v1/jobs/{id}/progress      ReportProgress
+//   POST /v1/jobs/{id}/checkpoints   ReportCheckpoint
+//   POST /v1/jobs/{id}/checkpoints:reject  RejectCheckpoint
 //   GET  /v1/nodes                   ListNodes
 //   POST /v1/nodes:register          RegisterNode
 //   POST /v1/nodes/{id}:heartbeat    Heartbeat
+//   POST /v1/nodes/{id}/logs         AppendLogs  (node_id from the path)
 //   POST /v1/kv:set|get|add|wait|check|delete   KvSet ... KvDelete
 //   GET  /healthz                    Healthz     200 "ok", or 503 and the reason
 //   GET  /metrics                    Metrics     Prometheus text, version 0.0.4
 //
 // Every /v1 route also takes ?pretty for indented JSON; other query parameters are refused
-// (400 naming them), as are malformed values (page_size=abc, state=bogus).
+// (400 naming them), as are malformed values (page_size=abc, state=bogus, rank=x, more
+// offsets than ranks).
 //
 // Watch streams are newline-delimited JSON (application/x-ndjson, chunked), one Event per
 // line, flushed per event. Headers go out with the first event, or once the service has been

@@ -269,6 +269,125 @@ TEST_F(RestGatewayTest, WorkerFacingRoutes) {
   EXPECT_TRUE(Observed("ListNodes", 200));
 }
 
+TEST_F(RestGatewayTest, GetLogsQueryParameters) {
+  Response res = client_->Get(
+      "/v1/jobs/j-4/logs?attempt=2&rank=0&offset=10&rank=3&offset=20&max_bytes=4096");
+  ASSERT_EQ(res.result_int(), 200) << res.body();
+  v1::GetLogsRequest req = service_.Last<v1::GetLogsRequest>();
+  EXPECT_EQ(req.job_id(), "j-4");
+  EXPECT_EQ(req.attempt(), 2);
+  ASSERT_EQ(req.ranks_size(), 2);
+  EXPECT_EQ(req.ranks(0), 0);
+  EXPECT_EQ(req.ranks(1), 3);
+  ASSERT_EQ(req.offsets_size(), 2);
+  EXPECT_EQ(req.offsets(0), 10);
+  EXPECT_EQ(req.offsets(1), 20);
+  EXPECT_EQ(req.max_bytes(), 4096);
+  v1::GetLogsResponse parsed;
+  ASSERT_TRUE(ParseProtoYaml(res.body(), &parsed).ok()) << res.body();
+  EXPECT_EQ(parsed.attempt(), 2);
+  EXPECT_TRUE(parsed.final());
+  ASSERT_EQ(parsed.chunks_size(), 2);
+  EXPECT_EQ(parsed.chunks(1).world_rank(), 3);
+  EXPECT_EQ(parsed.chunks(1).offset(), 20);
+  EXPECT_EQ(parsed.chunks(1).data(), "rank 3\n");
+  // bytes are base64 in proto JSON: "rank 0\n"
+  EXPECT_NE(res.body().find("\"cmFuayAwCg==\""), std::string::npos) << res.body();
+  EXPECT_TRUE(Observed("GetLogs", 200));
+
+  // Defaults: the current attempt, every rank.
+  res = client_->Get("/v1/jobs/j-5/logs");
+  ASSERT_EQ(res.result_int(), 200) << res.body();
+  req = service_.Last<v1::GetLogsRequest>();
+  EXPECT_EQ(req.job_id(), "j-5");
+  EXPECT_EQ(req.attempt(), 0);
+  EXPECT_EQ(req.ranks_size(), 0);
+  EXPECT_EQ(req.offsets_size(), 0);
+  EXPECT_EQ(req.max_bytes(), 0);
+
+  // Comma-separated lists; fewer offsets than ranks is fine (the rest read from 0).
+  res = client_->Get("/v1/jobs/j-6/logs?rank=1,2,5&offset=7");
+  ASSERT_EQ(res.result_int(), 200) << res.body();
+  req = service_.Last<v1::GetLogsRequest>();
+  EXPECT_EQ(std::vector<int32_t>(req.ranks().begin(), req.ranks().end()),
+            (std::vector<int32_t>{1, 2, 5}));
+  EXPECT_EQ(std::vector<int64_t>(req.offsets().begin(), req.offsets().end()),
+            (std::vector<int64_t>{7}));
+}
+
+TEST_F(RestGatewayTest, GetLogsBadNumbersAre400NamingTheParameter) {
+  const int before = service_.calls();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"attempt=x", "attempt"},     {"attempt=-1", "attempt"},
+      {"rank=abc", "rank"},         {"rank=-2", "rank"},
+      {"rank=1,,2", "rank"},        {"rank=0&offset=1.5", "offset"},
+      {"rank=0&offset=-3", "offset"}, {"offset=5", "offset"},
+      {"rank=0&offset=1&offset=2", "offset"}, {"max_bytes=lots", "max_bytes"},
+      {"max_bytes=99999999999", "max_bytes"}, {"after=3", "after"},
+  };
+  for (const auto& [query, name] : cases) {
+    Response res = client_->Get("/v1/jobs/j-1/logs?" + query);
+    EXPECT_EQ(res.result_int(), 400) << query << ": " << res.body();
+    EXPECT_NE(res.body().find(name), std::string::npos) << query << ": " << res.body();
+  }
+  EXPECT_EQ(service_.calls(), before);  // none reached the service
+  EXPECT_TRUE(Observed("GetLogs", 400));
+}
+
+TEST_F(RestGatewayTest, LogAndCheckpointWorkerRoutes) {
+  Response res = client_->Post("/v1/nodes/n-7/logs", R"({"node_id": "other", "chunks": [
+      {"job_id": "j-1", "attempt": 1, "world_rank": 2, "offset": 100, "data": "aGkK"}]})");
+  ASSERT_EQ(res.result_int(), 200) << res.body();
+  const v1::AppendLogsRequest append = service_.Last<v1::AppendLogsRequest>();
+  EXPECT_EQ(append.node_id(), "n-7");  // the path wins
+  ASSERT_EQ(append.chunks_size(), 1);
+  EXPECT_EQ(append.chunks(0).world_rank(), 2);
+  EXPECT_EQ(append.chunks(0).offset(), 100);
+  EXPECT_EQ(append.chunks(0).data(), "hi\n");
+  v1::AppendLogsResponse appended;
+  ASSERT_TRUE(ParseProtoYaml(res.body(), &appended).ok()) << res.body();
+  ASSERT_EQ(appended.sizes_size(), 1);
+  EXPECT_EQ(appended.sizes(0), 103);
+  EXPECT_TRUE(Observed("AppendLogs", 200));
+
+  res = client_->Post("/v1/jobs/j-2/checkpoints", R"({"attempt": 1, "step": 40, "world_size": 2,
+      "path": "/ckpt/j-2/step-40", "write_seconds": 1.5,
+      "shard": {"rank": 1, "file": "rank-1.safetensors", "size_bytes": 1024, "crc32c": "0a0b"}})");
+  ASSERT_EQ(res.result_int(), 200) << res.body();
+  const v1::ReportCheckpointRequest report = service_.Last<v1::ReportCheckpointRequest>();
+  EXPECT_EQ(report.job_id(), "j-2");
+  EXPECT_EQ(report.step(), 40);
+  EXPECT_EQ(report.shard().rank(), 1);
+  EXPECT_EQ(report.shard().crc32c(), "0a0b");
+  EXPECT_DOUBLE_EQ(report.write_seconds(), 1.5);
+  v1::ReportCheckpointResponse reported;
+  ASSERT_TRUE(ParseProtoYaml(res.body(), &reported).ok()) << res.body();
+  EXPECT_EQ(reported.checkpoint().state(), v1::CHECKPOINT_STATE_PARTIAL);
+  EXPECT_TRUE(Observed("ReportCheckpoint", 200));
+
+  res = client_->Post("/v1/jobs/j-3/checkpoints:reject",
+                      R"({"job_id": "x", "attempt": 2, "checkpoint_id": 9, "rank": 0,
+                          "reason": "rank-0.safetensors: crc32c mismatch"})");
+  ASSERT_EQ(res.result_int(), 200) << res.body();
+  EXPECT_EQ(res.body(), "{}\n");
+  const v1::RejectCheckpointRequest reject = service_.Last<v1::RejectCheckpointRequest>();
+  EXPECT_EQ(reject.job_id(), "j-3");
+  EXPECT_EQ(reject.checkpoint_id(), 9);
+  EXPECT_EQ(reject.reason(), "rank-0.safetensors: crc32c mismatch");
+  EXPECT_TRUE(Observed("RejectCheckpoint", 200));
+
+  // Unknown keys are refused as elsewhere; wrong methods are 405.
+  res = client_->Post("/v1/jobs/j-3/checkpoints", R"({"stpe": 1})");
+  EXPECT_EQ(res.result_int(), 400);
+  EXPECT_NE(res.body().find("stpe"), std::string::npos) << res.body();
+  res = client_->Get("/v1/nodes/n-7/logs");
+  EXPECT_EQ(res.result_int(), 405);
+  EXPECT_EQ(std::string(res[http::field::allow]), "POST");
+  res = client_->Post("/v1/jobs/j-1/logs");
+  EXPECT_EQ(res.result_int(), 405);
+  EXPECT_EQ(std::string(res[http::field::allow]), "GET");
+}
+
 TEST_F(RestGatewayTest, ServiceErrorsMapToHttpStatus) {
   const std::vector<std::pair<absl::Status, int>> cases = {
       {absl::InvalidArgumentError("bad \"x\"\n"), 400},

@@ -152,15 +152,35 @@ class FakeService : public DhpService {
     resp->set_stop(true);
     return Record(req);
   }
+  // One chunk "rank R\n" per requested rank (rank 0 when none), at the requested offset.
   absl::Status GetLogs(const v1::GetLogsRequest& req, v1::GetLogsResponse* resp) override {
     resp->set_attempt(req.attempt() == 0 ? 1 : req.attempt());
+    std::vector<int32_t> ranks(req.ranks().begin(), req.ranks().end());
+    if (ranks.empty()) ranks.push_back(0);
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      v1::LogChunk* chunk = resp->add_chunks();
+      chunk->set_job_id(req.job_id());
+      chunk->set_attempt(resp->attempt());
+      chunk->set_world_rank(ranks[i]);
+      chunk->set_offset(static_cast<int>(i) < req.offsets_size() ? req.offsets(i) : 0);
+      chunk->set_data("rank " + std::to_string(ranks[i]) + "\n");
+    }
+    resp->set_final(true);
     return Record(req);
   }
-  absl::Status AppendLogs(const v1::AppendLogsRequest& req, v1::AppendLogsResponse*) override {
+  // Per chunk, its end (offset + size).
+  absl::Status AppendLogs(const v1::AppendLogsRequest& req,
+                          v1::AppendLogsResponse* resp) override {
+    for (const v1::LogChunk& chunk : req.chunks()) {
+      resp->add_sizes(chunk.offset() + static_cast<int64_t>(chunk.data().size()));
+    }
     return Record(req);
   }
   absl::Status ReportCheckpoint(const v1::ReportCheckpointRequest& req,
-                                v1::ReportCheckpointResponse*) override {
+                                v1::ReportCheckpointResponse* resp) override {
+    resp->mutable_checkpoint()->set_job_id(req.job_id());
+    resp->mutable_checkpoint()->set_step(req.step());
+    resp->mutable_checkpoint()->set_state(v1::CHECKPOINT_STATE_PARTIAL);
     return Record(req);
   }
   absl::Status RejectCheckpoint(const v1::RejectCheckpointRequest& req,

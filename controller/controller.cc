@@ -1,11 +1,13 @@
 #include "controller/controller.h"
 
+#include <filesystem>
 #include <future>
 
 #include "boost/asio/post.hpp"
 #include "common/logging.h"
 #include "common/proto_enum.h"
 #include "controller/job_state_machine.h"
+#include "controller/time_util.h"
 
 namespace dhp::controller {
 namespace {
@@ -18,10 +20,12 @@ constexpr int kWatchPollMs = 500;
 Controller::Controller(Store& store, const Clock& clock, MetricsRegistry& metrics,
                        ControllerOptions options)
     : store_(store),
+      clock_(clock),
       metrics_(metrics),
       options_(options),
       jobs_(store, clock, options.spec),
       nodes_(store, clock, options.nodes),
+      supervisor_(store, clock, SupervisorOptions{options.spec.checkpoint_root}),
       jobs_by_state_(metrics.AddGauge("dhp_jobs", "Jobs by state.", {"state"})),
       nodes_by_state_(metrics.AddGauge("dhp_nodes", "Registered nodes by state.", {"state"})),
       events_total_(metrics.AddCounter("dhp_events_total",
@@ -30,6 +34,7 @@ Controller::Controller(Store& store, const Clock& clock, MetricsRegistry& metric
       work_(boost::asio::make_work_guard(io_)),
       heartbeat_timer_(io_) {
   last_event_id_ = store_.LastEventId();
+  if (!options_.log_root.empty()) logs_ = std::make_unique<LogStore>(options_.log_root);
   metrics_.AddCollector([this] { CollectGauges(); });
 }
 
@@ -38,6 +43,8 @@ Controller::~Controller() { Stop(); }
 void Controller::Start() {
   loop_ = std::thread([this] { io_.run(); });
   loop_id_ = loop_.get_id();
+  absl::Status recovered = OnLoop([this] { return supervisor_.Recover(); });
+  if (!recovered.ok()) DHP_LOG(ERROR) << "recovering runs from the store: " << recovered;
   boost::asio::post(io_, [this] { ScheduleHeartbeatCheck(); });
 }
 
@@ -89,10 +96,45 @@ void Controller::ScheduleHeartbeatCheck() {
     if (ec || stopped_) return;
     std::vector<v1::Event> events;
     absl::Status s = nodes_.CheckHeartbeats(&events);
-    if (!s.ok()) DHP_LOG(ERROR) << "heartbeat check failed: " << s;
-    Publish(events);
+    if (s.ok()) s = ApplyNodeEvents(events, &events);
+    if (s.ok()) s = supervisor_.CheckStalls(&events);
+    if (!s.ok()) DHP_LOG(ERROR) << "heartbeat and stall check failed: " << s;
+    Settle(events);
     ScheduleHeartbeatCheck();
   });
+}
+
+void Controller::Settle(std::vector<v1::Event>& events) {
+  absl::Status s = supervisor_.Schedule(&events);
+  if (!s.ok()) DHP_LOG(ERROR) << "scheduling pass failed: " << s;
+  std::vector<std::string> doomed = supervisor_.TakeDeletions();
+  if (!doomed.empty()) {
+    // Deleting checkpoint files can take long: never on the loop. Idempotent if cut short.
+    std::thread([doomed] {
+      for (const std::string& path : doomed) {
+        std::error_code ec;
+        std::filesystem::remove_all(path, ec);
+        if (ec) DHP_LOG(WARNING) << "deleting checkpoint " << path << ": " << ec.message();
+      }
+    }).detach();
+  }
+  Publish(events);
+}
+
+absl::Status Controller::ApplyNodeEvents(const std::vector<v1::Event>& events,
+                                         std::vector<v1::Event>* more) {
+  std::vector<v1::Event> changes;
+  for (const v1::Event& e : events) {
+    if (e.type() == "node.state") changes.push_back(e);
+  }
+  for (const v1::Event& e : changes) {
+    if (e.to_state() == "LOST") {
+      if (absl::Status s = supervisor_.OnNodeLost(e.node_id(), more); !s.ok()) return s;
+    } else if (absl::StatusOr<v1::Node> node = store_.GetNode(e.node_id()); node.ok()) {
+      supervisor_.OnNodeChanged(*node);
+    }
+  }
+  return absl::OkStatus();
 }
 
 // ---- jobs ----------------------------------------------------------------------------------
@@ -102,9 +144,11 @@ absl::Status Controller::SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJo
   absl::StatusOr<v1::JobSpec> spec = jobs_.ValidateSubmission(req);
   if (!spec.ok()) return spec.status();
   return OnLoop([&] {
+    if (absl::Status s = supervisor_.CheckAdmission(*spec); !s.ok()) return s;
     std::vector<v1::Event> events;
     absl::Status s = jobs_.SubmitValidated(*spec, req.dry_run(), resp, &events);
-    Publish(events);
+    if (s.ok() && !req.dry_run()) supervisor_.OnJobQueued(resp->job());
+    Settle(events);
     return s;
   });
 }
@@ -121,7 +165,12 @@ absl::Status Controller::CancelJob(const v1::CancelJobRequest& req, v1::CancelJo
   return OnLoop([&] {
     std::vector<v1::Event> events;
     absl::Status s = jobs_.Cancel(req, resp, &events);
-    Publish(events);
+    if (s.ok()) s = supervisor_.OnJobCancelled(resp->job(), &events);
+    if (s.ok()) {
+      absl::StatusOr<v1::Job> now = store_.GetJob(req.job_id());
+      if (now.ok()) *resp->mutable_job() = *now;
+    }
+    Settle(events);
     return s;
   });
 }
@@ -130,7 +179,8 @@ absl::Status Controller::ResumeJob(const v1::ResumeJobRequest& req, v1::ResumeJo
   return OnLoop([&] {
     std::vector<v1::Event> events;
     absl::Status s = jobs_.Resume(req, resp, &events);
-    Publish(events);
+    if (s.ok()) supervisor_.OnJobQueued(resp->job());
+    Settle(events);
     return s;
   });
 }
@@ -170,27 +220,96 @@ absl::Status Controller::WatchJob(const v1::WatchJobRequest& req, api::EventSink
   }
 }
 
-absl::Status Controller::GetLogs(const v1::GetLogsRequest&, v1::GetLogsResponse*) {
-  return absl::UnimplementedError("GetLogs: not yet");
+absl::Status Controller::GetLogs(const v1::GetLogsRequest& req, v1::GetLogsResponse* resp) {
+  if (logs_ == nullptr) return absl::FailedPreconditionError("this controller keeps no logs");
+  if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: must not be empty");
+  if (req.max_bytes() < 0) {
+    return absl::InvalidArgumentError("max_bytes: " + std::to_string(req.max_bytes()) +
+                                      " must not be negative (0: 64 KiB)");
+  }
+  if (req.offsets_size() > req.ranks_size()) {
+    return absl::InvalidArgumentError("offsets: more entries than ranks");
+  }
+  int attempt = req.attempt();
+  bool final = false;
+  absl::Status found = OnLoop([&] {
+    absl::StatusOr<v1::Job> job = store_.GetJob(req.job_id());
+    if (!job.ok()) return job.status();
+    if (attempt == 0) attempt = job->current_attempt();
+    if (attempt < 0 || attempt > job->current_attempt()) {
+      return absl::InvalidArgumentError("attempt: job " + job->id() + " has attempts 1.." +
+                                        std::to_string(job->current_attempt()));
+    }
+    for (const v1::Run& run : store_.ListRuns(job->id())) {
+      if (run.attempt() != attempt) continue;
+      const bool ended = run.state() == v1::RUN_STATE_SUCCEEDED ||
+                         run.state() == v1::RUN_STATE_FAILED ||
+                         run.state() == v1::RUN_STATE_CANCELLED;
+      // Agents ship output every ~0.5 s: a run counts as final a few seconds after its ranks
+      // are gone, so a follower sees the last lines.
+      final = ended && !supervisor_.HasProcesses(job->id(), attempt) &&
+              clock_.NowMicros() - TimestampToMicros(run.end_time()) > 3000000;
+    }
+    return absl::OkStatus();
+  });
+  if (!found.ok()) return found;
+  resp->set_attempt(attempt);
+  resp->set_final(final);
+  std::vector<int32_t> ranks(req.ranks().begin(), req.ranks().end());
+  if (ranks.empty()) {
+    absl::StatusOr<std::vector<int32_t>> listed = logs_->Ranks(req.job_id(), attempt);
+    if (!listed.ok()) return listed.status();
+    ranks = *listed;
+  }
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const int64_t offset = static_cast<int>(i) < req.offsets_size() ? req.offsets(i) : 0;
+    absl::StatusOr<v1::LogChunk> chunk =
+        logs_->Read(req.job_id(), attempt, ranks[i], offset, req.max_bytes());
+    if (!chunk.ok()) return chunk.status();
+    *resp->add_chunks() = *std::move(chunk);
+  }
+  return absl::OkStatus();
 }
 
-absl::Status Controller::AppendLogs(const v1::AppendLogsRequest&, v1::AppendLogsResponse*) {
-  return absl::UnimplementedError("AppendLogs: not yet");
+absl::Status Controller::AppendLogs(const v1::AppendLogsRequest& req,
+                                    v1::AppendLogsResponse* resp) {
+  if (logs_ == nullptr) return absl::FailedPreconditionError("this controller keeps no logs");
+  for (const v1::LogChunk& chunk : req.chunks()) {
+    absl::StatusOr<int64_t> size = logs_->Append(chunk);
+    if (!size.ok()) return size.status();
+    resp->add_sizes(*size);
+  }
+  return absl::OkStatus();
 }
 
-absl::Status Controller::ReportCheckpoint(const v1::ReportCheckpointRequest&,
-                                          v1::ReportCheckpointResponse*) {
-  return absl::UnimplementedError("ReportCheckpoint: not yet");
+absl::Status Controller::ReportCheckpoint(const v1::ReportCheckpointRequest& req,
+                                          v1::ReportCheckpointResponse* resp) {
+  return OnLoop([&] {
+    std::vector<v1::Event> events;
+    absl::Status s = supervisor_.OnCheckpointShard(req, resp, &events);
+    Settle(events);
+    return s;
+  });
 }
 
-absl::Status Controller::RejectCheckpoint(const v1::RejectCheckpointRequest&,
+absl::Status Controller::RejectCheckpoint(const v1::RejectCheckpointRequest& req,
                                           v1::RejectCheckpointResponse*) {
-  return absl::UnimplementedError("RejectCheckpoint: not yet");
+  return OnLoop([&] {
+    std::vector<v1::Event> events;
+    absl::Status s = supervisor_.OnCheckpointRejected(req, &events);
+    Settle(events);
+    return s;
+  });
 }
 
 absl::Status Controller::ReportProgress(const v1::ReportProgressRequest& req,
                                         v1::ReportProgressResponse* resp) {
-  return OnLoop([&] { return jobs_.ReportProgress(req, resp); });
+  return OnLoop([&] {
+    std::vector<v1::Event> events;
+    absl::Status s = supervisor_.OnProgress(req, resp, &events);
+    Settle(events);
+    return s;
+  });
 }
 
 // ---- nodes ---------------------------------------------------------------------------------
@@ -207,16 +326,24 @@ absl::Status Controller::RegisterNode(const v1::RegisterNodeRequest& req,
   return OnLoop([&] {
     std::vector<v1::Event> events;
     absl::Status s = nodes_.Register(req, resp, &events);
-    Publish(events);
+    if (s.ok()) {
+      if (absl::StatusOr<v1::Node> node = store_.GetNode(resp->node_id()); node.ok()) {
+        supervisor_.OnNodeChanged(*node);
+      }
+    }
+    Settle(events);
     return s;
   });
 }
 
-absl::Status Controller::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse*) {
+absl::Status Controller::Heartbeat(const v1::HeartbeatRequest& req,
+                                   v1::HeartbeatResponse* resp) {
   return OnLoop([&] {
     std::vector<v1::Event> events;
     absl::Status s = nodes_.Heartbeat(req, &events);
-    Publish(events);
+    if (s.ok()) s = ApplyNodeEvents(events, &events);
+    if (s.ok()) s = supervisor_.OnHeartbeat(req, resp, &events);
+    Settle(events);
     return s;
   });
 }

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -22,17 +23,20 @@
 #include "common/metrics.h"
 #include "common/spec_validate.h"
 #include "controller/job_manager.h"
+#include "controller/log_store.h"
 #include "controller/node_tracker.h"
 #include "controller/rendezvous_kv.h"
 #include "controller/store.h"
+#include "controller/supervisor.h"
 
 namespace dhp::controller {
 
 struct ControllerOptions {
-  SpecOptions spec;
+  SpecOptions spec;                // spec.checkpoint_root is where runs write checkpoints
   NodeTrackerOptions nodes;
-  int heartbeat_check_ms = 1000;   // how often silent nodes are looked for
+  int heartbeat_check_ms = 1000;   // how often silent nodes and stalled runs are looked for
   int kv_max_timeout_ms = 600000;  // longest Kv wait a caller may ask for
+  std::string log_root;            // rank logs (LogStore); empty: GetLogs/AppendLogs refused
 };
 
 class Controller : public api::DhpService {
@@ -81,15 +85,24 @@ class Controller : public api::DhpService {
   // Waits until an event newer than `seen` exists, `ms` pass, or the controller stops.
   void WaitForEventsAfter(int64_t seen, int ms);
   void ScheduleHeartbeatCheck();
+  // Loop thread, after any change: a scheduling pass, checkpoint directories deleted off the
+  // loop, and the events published.
+  void Settle(std::vector<v1::Event>& events);
+  // Tells the supervisor about node state changes among `events` (LOST / READY again).
+  absl::Status ApplyNodeEvents(const std::vector<v1::Event>& events,
+                               std::vector<v1::Event>* more);
   absl::StatusOr<KvScopeKey> CheckScope(const v1::KvScope& scope);
   std::chrono::milliseconds KvTimeout(int timeout_ms) const;
   void CollectGauges();
 
   Store& store_;
+  const Clock& clock_;
   MetricsRegistry& metrics_;
   const ControllerOptions options_;
   JobManager jobs_;
   NodeTracker nodes_;
+  Supervisor supervisor_;
+  std::unique_ptr<LogStore> logs_;  // thread-safe; used off the loop
   RendezvousKv kv_;
   GaugeFamily& jobs_by_state_;
   GaugeFamily& nodes_by_state_;

@@ -241,11 +241,15 @@ TEST_F(ControllerTest, FollowingEverythingReturnsWhenTheClientGoesAway) {
   EXPECT_TRUE(Await(watch).ok());
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);  // polls IsCancelled twice a second
   std::vector<v1::Event> events = sink.events();
-  ASSERT_EQ(events.size(), 2u);
+  ASSERT_EQ(events.size(), 4u);
   EXPECT_EQ(events[0].job_id(), job.id());
   EXPECT_EQ(Rows({events[0]})[0], EventRow("job.state", "", "QUEUED", "submitted"));
   EXPECT_EQ(events[1].node_id(), "n1");
   EXPECT_EQ(Rows({events[1]})[0], EventRow("node.state", "", "READY", "registered"));
+  // The new node's slots let the scheduler place the job at once.
+  EXPECT_EQ(events[2].type() + " " + events[2].to_state(), "run.state STARTING");
+  EXPECT_EQ(events[3].type() + " " + events[3].to_state(), "job.state SCHEDULED");
+  EXPECT_EQ(events[3].job_id(), job.id());
 }
 
 TEST_F(ControllerTest, KvIsScopedToTheCurrentAttemptOfARealJob) {

@@ -6,6 +6,7 @@
 
 #include "common/ids.h"
 #include "common/proto_enum.h"
+#include "controller/job_events.h"
 #include "controller/job_state_machine.h"
 #include "controller/time_util.h"
 
@@ -44,15 +45,7 @@ JobManager::JobManager(Store& store, const Clock& clock, SpecOptions spec_option
 v1::Event JobManager::MakeEvent(const v1::Job& job, const std::string& type,
                                 const std::string& from, const std::string& to,
                                 const std::string& reason) const {
-  v1::Event e;
-  e.set_job_id(job.id());
-  e.set_attempt(job.current_attempt());
-  *e.mutable_time() = MicrosToTimestamp(clock_.NowMicros());
-  e.set_type(type);
-  e.set_from_state(from);
-  e.set_to_state(to);
-  e.set_reason(reason);
-  return e;
+  return JobEvent(job, clock_.NowMicros(), type, from, to, reason);
 }
 
 absl::StatusOr<v1::JobSpec> JobManager::ValidateSubmission(
@@ -89,6 +82,7 @@ absl::Status JobManager::SubmitValidated(const v1::JobSpec& spec, bool dry_run,
   *job.mutable_create_time() = MicrosToTimestamp(now);
   *job.mutable_update_time() = MicrosToTimestamp(now);
   job.set_current_attempt(1);
+  job.set_submit_seq(now);
   if (dry_run) {
     job.set_message("dry run: the spec is valid; nothing was stored");
     *resp->mutable_job() = job;
@@ -211,14 +205,13 @@ absl::Status JobManager::Resume(const v1::ResumeJobRequest& req, v1::ResumeJobRe
   run.set_attempt(job->current_attempt());
   run.set_state(v1::RUN_STATE_PENDING);
   *run.mutable_create_time() = MicrosToTimestamp(now);
-  std::string reason = "resumed by user without a checkpoint (none recorded)";
-  std::vector<v1::Checkpoint> ckpts = store_.ListCheckpoints(job->id());
-  if (!ckpts.empty()) {
-    const v1::Checkpoint& latest = ckpts.back();  // ascending by step
-    run.set_resume_checkpoint_id(latest.id());
-    run.set_start_step(latest.step());
-    reason = "resumed by user from checkpoint " + std::to_string(latest.id()) + " at step " +
-             std::to_string(latest.step());
+  std::string reason = "resumed by user from the start (no complete checkpoint)";
+  for (const v1::Checkpoint& c : store_.ListCheckpoints(job->id())) {  // ascending by step
+    if (c.state() != v1::CHECKPOINT_STATE_COMPLETE) continue;
+    run.set_resume_checkpoint_id(c.id());
+    run.set_start_step(c.step());
+    reason = "resumed by user from checkpoint " + std::to_string(c.id()) + " at step " +
+             std::to_string(c.step());
   }
   job->set_state(v1::JOB_STATE_QUEUED);
   job->set_message(reason);
@@ -248,32 +241,6 @@ absl::Status JobManager::CheckCurrentAttempt(const std::string& job_id, int atte
         " is not current; the job is on attempt " + std::to_string(job->current_attempt()));
   }
   return absl::OkStatus();
-}
-
-absl::Status JobManager::ReportProgress(const v1::ReportProgressRequest& req,
-                                        v1::ReportProgressResponse* resp) {
-  if (absl::Status s = CheckCurrentAttempt(req.job_id(), req.attempt()); !s.ok()) return s;
-  if (req.step() < 0) {
-    return absl::InvalidArgumentError("step: " + std::to_string(req.step()) +
-                                      " must not be negative");
-  }
-  absl::StatusOr<v1::Job> job = store_.GetJob(req.job_id());
-  if (!job.ok()) return job.status();
-  resp->set_stop(job->state() == v1::JOB_STATE_CANCELLING || IsTerminal(job->state()));
-  if (req.rank() != 0 || req.step() < job->latest_step()) return absl::OkStatus();
-  // Rank 0 speaks for the run; others only learn whether to stop.
-  job->set_latest_step(req.step());
-  job->set_latest_loss(req.loss());
-  *job->mutable_update_time() = MicrosToTimestamp(clock_.NowMicros());
-  JobWrite write;
-  write.job = *job;
-  for (v1::Run& run : store_.ListRuns(job->id())) {
-    if (run.attempt() != req.attempt()) continue;
-    run.set_last_step(req.step());
-    run.set_last_loss(req.loss());
-    write.runs.push_back(run);
-  }
-  return store_.Commit(write).status();
 }
 
 }  // namespace dhp::controller

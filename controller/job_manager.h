@@ -36,8 +36,6 @@ class JobManager {
                       std::vector<v1::Event>* events);
   absl::Status Resume(const v1::ResumeJobRequest& req, v1::ResumeJobResponse* resp,
                       std::vector<v1::Event>* events);
-  absl::Status ReportProgress(const v1::ReportProgressRequest& req,
-                              v1::ReportProgressResponse* resp);
 
   // OK when the job exists and `attempt` is its current attempt; NOT_FOUND for an unknown job,
   // FAILED_PRECONDITION (naming the current attempt) for any other attempt.

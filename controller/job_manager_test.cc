@@ -77,18 +77,6 @@ class JobManagerTest : public ::testing::Test {
     return jobs_->Resume(req, resp, events ? events : &e);
   }
 
-  absl::Status Progress(const std::string& id, int attempt, int rank, int64_t step, double loss,
-                        v1::ReportProgressResponse* resp = nullptr) {
-    v1::ReportProgressRequest req;
-    req.set_job_id(id);
-    req.set_attempt(attempt);
-    req.set_rank(rank);
-    req.set_step(step);
-    req.set_loss(loss);
-    v1::ReportProgressResponse r;
-    return jobs_->ReportProgress(req, resp ? resp : &r);
-  }
-
   v1::Job Stored(const std::string& id) {
     absl::StatusOr<v1::Job> job = store_->GetJob(id);
     EXPECT_TRUE(job.ok()) << job.status();
@@ -204,7 +192,8 @@ TEST_F(JobManagerTest, InvalidSpecIsRefusedWithTheValidationMessageAndNothingSto
   req.set_spec_text(SpecYaml("typo") + "restart: {max_restart: 1}\n");
   s = jobs_->Submit(req, &resp, &events);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.message(), "restart.max_restart: unknown key; known keys: max_restarts");
+  EXPECT_EQ(s.message(),
+            "restart.max_restart: unknown key; known keys: max_restarts, stall_timeout_s");
 
   EXPECT_TRUE(events.empty());
   EXPECT_EQ(resp.job().id(), "");
@@ -388,10 +377,17 @@ TEST_F(JobManagerTest, ResumeStartsANewAttemptFromTheNewestCheckpoint) {
   v1::Checkpoint ckpt;
   ckpt.set_job_id(job.id());
   ckpt.set_attempt(1);
+  ckpt.set_state(v1::CHECKPOINT_STATE_COMPLETE);
   ckpt.set_step(200);
   absl::StatusOr<v1::Checkpoint> high = store_->AddCheckpoint(ckpt, {});
   ckpt.set_step(100);  // recorded later, but an older step
   absl::StatusOr<v1::Checkpoint> low = store_->AddCheckpoint(ckpt, {});
+  ckpt.set_step(300);  // newer, but not every shard arrived: not resumable
+  ckpt.set_state(v1::CHECKPOINT_STATE_PARTIAL);
+  ASSERT_TRUE(store_->AddCheckpoint(ckpt, {}).ok());
+  ckpt.set_step(250);
+  ckpt.set_state(v1::CHECKPOINT_STATE_CORRUPT);
+  ASSERT_TRUE(store_->AddCheckpoint(ckpt, {}).ok());
   ASSERT_TRUE(high.ok() && low.ok());
   ASSERT_NE(high->id(), low->id());
 
@@ -425,73 +421,9 @@ TEST_F(JobManagerTest, ResumeWithoutCheckpointsStartsFresh) {
   ASSERT_TRUE(Cancel(job.id()).ok());
   v1::ResumeJobResponse resp;
   ASSERT_TRUE(Resume(job.id(), &resp).ok());
-  EXPECT_EQ(resp.job().message(), "resumed by user without a checkpoint (none recorded)");
+  EXPECT_EQ(resp.job().message(), "resumed by user from the start (no complete checkpoint)");
   EXPECT_EQ(resp.run().resume_checkpoint_id(), 0);
   EXPECT_EQ(resp.run().start_step(), 0);
-}
-
-TEST_F(JobManagerTest, ReportProgressFromRankZeroUpdatesJobAndRun) {
-  const v1::Job job = Submit("progress");
-  v1::ReportProgressResponse resp;
-  ASSERT_TRUE(Progress(job.id(), 1, 0, 10, 2.5, &resp).ok());
-  EXPECT_FALSE(resp.stop());
-  v1::Job stored = Stored(job.id());
-  EXPECT_EQ(stored.latest_step(), 10);
-  EXPECT_EQ(stored.latest_loss(), 2.5);
-  EXPECT_EQ(store_->ListRuns(job.id())[0].last_step(), 10);
-  EXPECT_EQ(store_->ListRuns(job.id())[0].last_loss(), 2.5);
-
-  // Other ranks only learn whether to stop; an older step from rank 0 changes nothing.
-  ASSERT_TRUE(Progress(job.id(), 1, 1, 20, 1.0, &resp).ok());
-  ASSERT_TRUE(Progress(job.id(), 1, 0, 5, 9.0, &resp).ok());
-  stored = Stored(job.id());
-  EXPECT_EQ(stored.latest_step(), 10);
-  EXPECT_EQ(stored.latest_loss(), 2.5);
-  EXPECT_EQ(store_->ListRuns(job.id())[0].last_step(), 10);
-  EXPECT_EQ(store_->LastEventId(), 1);  // progress is not an event
-
-  absl::Status s = Progress(job.id(), 1, 0, -1, 0);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.message(), "step: -1 must not be negative");
-  s = Progress("j-missing", 1, 0, 1, 0);
-  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(s.message(), "job j-missing not found");
-}
-
-TEST_F(JobManagerTest, ReportProgressFromAStaleAttemptIsRefused) {
-  const v1::Job job = Submit("stale");
-  ASSERT_TRUE(Cancel(job.id()).ok());
-  v1::ResumeJobResponse resumed;
-  ASSERT_TRUE(Resume(job.id(), &resumed).ok());
-  absl::Status s = Progress(job.id(), 1, 0, 30, 1.0);
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(s.message(),
-            "attempt 1 of job " + job.id() + " is not current; the job is on attempt 2");
-  EXPECT_EQ(Stored(job.id()).latest_step(), 0);
-  ASSERT_TRUE(Progress(job.id(), 2, 0, 30, 1.0).ok());
-  EXPECT_EQ(Stored(job.id()).latest_step(), 30);
-  EXPECT_EQ(store_->ListRuns(job.id())[0].last_step(), 0);
-  EXPECT_EQ(store_->ListRuns(job.id())[1].last_step(), 30);
-}
-
-TEST_F(JobManagerTest, ReportProgressAsksRanksToStopWhileCancelling) {
-  const v1::Job job = Submit("stopping");
-  JobWrite write;
-  write.job = Stored(job.id());
-  write.job.set_state(v1::JOB_STATE_CANCELLING);
-  ASSERT_TRUE(store_->Commit(write).ok());
-  v1::ReportProgressResponse resp;
-  ASSERT_TRUE(Progress(job.id(), 1, 1, 7, 0.5, &resp).ok());
-  EXPECT_TRUE(resp.stop());
-  ASSERT_TRUE(Progress(job.id(), 1, 0, 7, 0.5, &resp).ok());
-  EXPECT_TRUE(resp.stop());
-  EXPECT_EQ(Stored(job.id()).state(), v1::JOB_STATE_CANCELLING);  // progress keeps the state
-  EXPECT_EQ(Stored(job.id()).latest_step(), 7);
-
-  // Cancelling twice is refused with the state machine's reason.
-  absl::Status s = Cancel(job.id());
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(s.message(), "cannot cancel job " + job.id() + ": job is already being cancelled");
 }
 
 TEST_F(JobManagerTest, EveryTransitionIsRecordedInOrder) {
@@ -503,7 +435,7 @@ TEST_F(JobManagerTest, EveryTransitionIsRecordedInOrder) {
   ASSERT_TRUE(Cancel(job.id(), "second thoughts").ok());
   ASSERT_TRUE(Resume(job.id(), &resp).ok());
 
-  const std::string resumed = "resumed by user without a checkpoint (none recorded)";
+  const std::string resumed = "resumed by user from the start (no complete checkpoint)";
   EXPECT_EQ(History(job.id()),
             (std::vector<EventRow>{
                 {"job.state", "", "QUEUED", "submitted", 1},

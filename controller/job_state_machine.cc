@@ -17,8 +17,9 @@ std::vector<JobState> Successors(JobState from) {
       return {v1::JOB_STATE_SCHEDULED, v1::JOB_STATE_CANCELLED, v1::JOB_STATE_FAILED};
     case v1::JOB_STATE_SCHEDULED:
       // QUEUED: the placement was undone (a node was lost before launch).
+      // RESTARTING: a rank failed before every rank was seen running.
       return {v1::JOB_STATE_STARTING, v1::JOB_STATE_CANCELLING, v1::JOB_STATE_FAILED,
-              v1::JOB_STATE_QUEUED};
+              v1::JOB_STATE_QUEUED, v1::JOB_STATE_RESTARTING};
     case v1::JOB_STATE_STARTING:
       return {v1::JOB_STATE_RUNNING, v1::JOB_STATE_CANCELLING, v1::JOB_STATE_FAILED,
               v1::JOB_STATE_RESTARTING};

@@ -30,7 +30,7 @@ const std::set<std::pair<JobState, JobState>>& Legal() {
   static const auto* legal = new std::set<std::pair<JobState, JobState>>{
       {kQueued, kScheduled},     {kQueued, kCancelled},       {kQueued, kFailed},
       {kScheduled, kStarting},   {kScheduled, kCancelling},   {kScheduled, kFailed},
-      {kScheduled, kQueued},     {kStarting, kRunning},       {kStarting, kCancelling},
+      {kScheduled, kQueued},     {kScheduled, kRestarting},   {kStarting, kRunning},       {kStarting, kCancelling},
       {kStarting, kFailed},      {kStarting, kRestarting},    {kRunning, kSucceeded},
       {kRunning, kFailed},       {kRunning, kCancelling},     {kRunning, kRestarting},
       {kRestarting, kQueued},    {kRestarting, kCancelling},  {kRestarting, kFailed},
@@ -61,7 +61,7 @@ TEST(JobStateMachineTest, EveryPairMatchesTheTable) {
       }
     }
   }
-  EXPECT_EQ(legal_seen, 22);
+  EXPECT_EQ(legal_seen, 23);
 }
 
 TEST(JobStateMachineTest, ErrorMessages) {

@@ -125,6 +125,7 @@ int main(int argc, char** argv) {
   options.spec.checkpoint_root = std::filesystem::absolute(flags.checkpoint_root).string();
   options.nodes.heartbeat_interval_ms = flags.heartbeat_interval_ms;
   options.nodes.heartbeat_timeout_ms = flags.heartbeat_timeout_ms;
+  options.log_root = flags.data_dir + "/logs";
   dhp::controller::Controller controller(**store, clock, metrics, options);
   controller.Start();
 

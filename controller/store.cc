@@ -504,13 +504,34 @@ std::vector<v1::Checkpoint> Store::ListCheckpoints(const std::string& job_id) {
   return OrDie(ReadRows<v1::Checkpoint>(*select, "checkpoint"), "ListCheckpoints");
 }
 
-absl::Status Store::DeleteCheckpoint(int64_t id) {
+absl::StatusOr<std::vector<v1::Event>> Store::UpdateCheckpoint(
+    const v1::Checkpoint& ckpt, const std::vector<v1::Event>& events) {
+  DHP_STORE_ASSIGN_OR_RETURN(Transaction tx, db_->Begin());
+  DHP_STORE_ASSIGN_OR_RETURN(
+      ScopedStatement update,
+      db_->Prepare("UPDATE checkpoints SET size_bytes = ?, proto = ? WHERE id = ?"));
+  update->BindInt(1, ckpt.size_bytes()).BindBlob(2, ckpt.SerializeAsString()).BindInt(3, ckpt.id());
+  DHP_STORE_RETURN_IF_ERROR(update->Run());
+  if (db_->changes() == 0) {
+    return absl::NotFoundError(absl::StrCat("checkpoint ", ckpt.id(), " not found"));
+  }
+  DHP_STORE_ASSIGN_OR_RETURN(std::vector<v1::Event> added,
+                             AppendEvents(*db_, events, ckpt.job_id(), ""));
+  DHP_STORE_RETURN_IF_ERROR(tx.Commit());
+  return added;
+}
+
+absl::StatusOr<std::vector<v1::Event>> Store::DeleteCheckpoint(
+    int64_t id, const std::vector<v1::Event>& events) {
+  DHP_STORE_ASSIGN_OR_RETURN(Transaction tx, db_->Begin());
   DHP_STORE_ASSIGN_OR_RETURN(ScopedStatement del,
                              db_->Prepare("DELETE FROM checkpoints WHERE id = ?"));
   del->BindInt(1, id);
   DHP_STORE_RETURN_IF_ERROR(del->Run());
   if (db_->changes() == 0) return absl::NotFoundError(absl::StrCat("checkpoint ", id, " not found"));
-  return absl::OkStatus();
+  DHP_STORE_ASSIGN_OR_RETURN(std::vector<v1::Event> added, AppendEvents(*db_, events, "", ""));
+  DHP_STORE_RETURN_IF_ERROR(tx.Commit());
+  return added;
 }
 
 // ---- events ---------------------------------------------------------------------------------

@@ -77,7 +77,12 @@ class Store {
   absl::StatusOr<v1::Checkpoint> AddCheckpoint(const v1::Checkpoint& ckpt,
                                                const std::vector<v1::Event>& events);
   std::vector<v1::Checkpoint> ListCheckpoints(const std::string& job_id);  // by step, ascending
-  absl::Status DeleteCheckpoint(int64_t id);
+  // Replaces the stored record with the same id (state, shards, size), with events.
+  // Both return the appended events with their ids.
+  absl::StatusOr<std::vector<v1::Event>> UpdateCheckpoint(const v1::Checkpoint& ckpt,
+                                                          const std::vector<v1::Event>& events);
+  absl::StatusOr<std::vector<v1::Event>> DeleteCheckpoint(
+      int64_t id, const std::vector<v1::Event>& events = {});
 
   // Events with id > after_id, ascending; job_id empty: all events. limit <= 0: no limit.
   std::vector<v1::Event> ListEvents(const std::string& job_id, int64_t after_id, int limit);

@@ -538,9 +538,26 @@ TEST_F(StoreTest, CheckpointsRoundTrip) {
   EXPECT_EQ(listed[0].id(), c200->id());
   EXPECT_EQ(store->ListCheckpoints("j2").size(), 1u);
 
-  absl::Status again = store->DeleteCheckpoint(c100->id());
+  absl::Status again = store->DeleteCheckpoint(c100->id()).status();
   EXPECT_EQ(again.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(again.message()), HasSubstr(std::to_string(c100->id())));
+
+  v1::Checkpoint updated = *c200;
+  updated.set_state(v1::CHECKPOINT_STATE_COMPLETE);
+  updated.set_size_bytes(4096);
+  v1::Event done;
+  done.set_type("checkpoint");
+  absl::StatusOr<std::vector<v1::Event>> appended = store->UpdateCheckpoint(updated, {done});
+  ASSERT_TRUE(appended.ok()) << appended.status();
+  ASSERT_EQ(appended->size(), 1u);
+  EXPECT_EQ((*appended)[0].job_id(), "j1");
+  EXPECT_GT((*appended)[0].id(), 0);
+  listed = store->ListCheckpoints("j1");
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].state(), v1::CHECKPOINT_STATE_COMPLETE);
+  EXPECT_EQ(listed[0].size_bytes(), 4096);
+  updated.set_id(987654);
+  EXPECT_EQ(store->UpdateCheckpoint(updated, {}).status().code(), absl::StatusCode::kNotFound);
 
   absl::StatusOr<v1::Checkpoint> orphan = store->AddCheckpoint(make("nope", 1), {});
   EXPECT_EQ(orphan.status().code(), absl::StatusCode::kNotFound);

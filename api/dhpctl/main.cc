@@ -3,23 +3,39 @@
 //   dhpctl submit -f spec.yaml [--follow] [--dry-run]
 //   dhpctl list [--state running] [--label team=vision] [--limit N]
 //   dhpctl get JOB | cancel JOB [--reason R] | resume JOB | watch JOB | events | nodes
+//   dhpctl logs JOB [--rank N]... [--attempt A] [-f|--follow]
+//   dhpctl checkpoints JOB
 //
 // --server / DHP_SERVER picks the controller (host:port of its gRPC API); -o table|json|yaml;
 // --token-file / DHP_TOKEN the API token when the controller requires one.
+// While following a RUNNING job (submit/resume --follow, watch) a progress line is shown
+// (api/dhpctl/progress.h) and a summary is printed to stderr when the job ends.
 // Exit codes: 0 success; 1 the controller refused or failed the request; 2 bad usage or an
 // unreadable file; 3 the controller is unreachable; with --follow, 4 when the job ends FAILED
-// and 5 when it ends CANCELLED.
+// and 5 when it ends CANCELLED; 130 interrupted (Ctrl-C) while following or in logs -f.
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "api/auth.h"
 #include "api/client.h"
+#include "api/dhpctl/log_lines.h"
 #include "api/dhpctl/output.h"
+#include "api/dhpctl/progress.h"
 #include "common/clock.h"
 #include "common/proto_enum.h"
 
@@ -39,6 +55,36 @@ struct Globals {
 };
 
 int64_t Now() { return SystemClock().NowMicros(); }
+
+constexpr int kInterrupted = 130;  // 128 + SIGINT, as shells report it
+
+volatile std::sig_atomic_t g_interrupted = 0;
+
+void OnInterrupt(int) { g_interrupted = 1; }
+
+// Ctrl-C (and SIGTERM) set g_interrupted instead of killing the process, so that the follow
+// loops can clean up (clear the progress line, print buffered lines) and exit kInterrupted.
+void CatchInterrupts() {
+  struct sigaction sa = {};
+  sa.sa_handler = OnInterrupt;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+// Sleeps up to `ms`, returning early (false) when interrupted.
+bool SleepUnlessInterrupted(int ms) {
+  for (int slept = 0; slept < ms && !g_interrupted; slept += 20) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(20, ms - slept)));
+  }
+  return !g_interrupted;
+}
+
+int TerminalWidth() {
+  struct winsize ws = {};
+  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  return 0;
+}
 
 // One line a person can act on, and the exit code for it.
 int Report(const absl::Status& s, const std::string& server) {
@@ -66,26 +112,129 @@ int FinalExit(v1::JobState state) {
 }
 
 // Streams a job's events (from the beginning) until it is final; returns the exit code.
-int Follow(api::DhpClient& client, const std::string& job_id, const Globals& g) {
-  v1::WatchJobRequest req;
-  req.set_job_id(job_id);
-  req.set_follow(true);
-  absl::Status s = client.WatchJob(req, [&](const v1::Event& e) {
-    if (g.format() == Format::kTable) {
-      std::cout << EventLine(e) << std::endl;
-    } else {
-      std::cout << ProtoToJsonLine(e) << std::endl;
-    }
-    return true;
+// In table format, polls the job (via `poll`, a client with a short deadline) twice a second
+// and shows its progress line while it is RUNNING. Ends with the summary on stderr.
+int Follow(api::DhpClient& client, api::DhpClient& poll, const std::string& job_id,
+           const Globals& g) {
+  const bool table = g.format() == Format::kTable;
+  const bool tty = isatty(STDOUT_FILENO) == 1;
+  ProgressConsole console(std::cout, tty, tty ? TerminalWidth() : 0);
+  CatchInterrupts();
+
+  std::mutex mu;  // guards done and watch_status
+  std::condition_variable cv;
+  bool done = false;
+  absl::Status watch_status;
+  std::thread watcher([&] {
+    v1::WatchJobRequest req;
+    req.set_job_id(job_id);
+    req.set_follow(true);
+    absl::Status s = client.WatchJob(req, [&](const v1::Event& e) {
+      console.Line(table ? EventLine(e) : ProtoToJsonLine(e));
+      return true;
+    });
+    std::lock_guard<std::mutex> lock(mu);
+    watch_status = s;
+    done = true;
+    cv.notify_all();
   });
-  if (!s.ok()) return Report(s, g.server);
+
   v1::GetJobRequest get;
   get.set_job_id(job_id);
+  auto next_poll = std::chrono::steady_clock::now();
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      if (cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return done; })) break;
+    }
+    if (g_interrupted) {
+      // The watch call cannot be cancelled from here; leave without waiting for it.
+      console.Clear();
+      std::cout.flush();
+      std::cerr << "dhpctl: interrupted; job " << job_id << " is not affected (dhpctl watch "
+                << job_id << " follows it again)\n";
+      std::_Exit(kInterrupted);
+    }
+    if (!table || std::chrono::steady_clock::now() < next_poll) continue;
+    next_poll = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+    absl::StatusOr<v1::GetJobResponse> job = poll.GetJob(get);
+    if (!job.ok()) continue;  // the watch stream reports lasting trouble
+    const v1::Job& j = job->job();
+    if (j.state() == v1::JOB_STATE_RUNNING && (j.latest_step() > 0 || j.total_steps() > 0)) {
+      console.Progress(ProgressLine(j), ProgressFraction(j), Now());
+    } else {
+      console.Clear();
+    }
+  }
+  watcher.join();
+  console.Clear();
+  if (!watch_status.ok()) return Report(watch_status, g.server);
   absl::StatusOr<v1::GetJobResponse> job = client.GetJob(get);
   if (!job.ok()) return Report(job.status(), g.server);
-  std::cerr << "job " << job_id << " ended " << ShortName(job->job().state()) << ": "
-            << job->job().message() << "\n";
+  std::cerr << FinalSummary(*job);
   return FinalExit(job->job().state());
+}
+
+// `dhpctl logs`: prints a job's rank output (complete lines; "[rank N] " before each when
+// several ranks are shown). With `follow`, polls every 500 ms until the attempt has ended and
+// everything is printed.
+int Logs(api::DhpClient& client, const std::string& job_id, const std::vector<int32_t>& ranks,
+         int32_t attempt, bool follow, const Globals& g) {
+  LogCursor cursor(job_id, attempt, ranks);
+  if (ranks.empty()) {
+    // The world size decides between "[rank N] " prefixes or none, and which ranks to ask for.
+    v1::GetJobRequest get;
+    get.set_job_id(job_id);
+    absl::StatusOr<v1::GetJobResponse> job = client.GetJob(get);
+    if (!job.ok()) return Report(job.status(), g.server);
+    const int32_t want = attempt > 0 ? attempt : job->job().current_attempt();
+    for (const v1::Run& run : job->runs()) {
+      if (run.attempt() != want) continue;
+      cursor.set_world_size(run.world_size() > 0 ? run.world_size() : run.placement_size());
+    }
+  }
+  LineAssembler lines(cursor.MultiRank());
+  CatchInterrupts();
+  bool looked_again = false;  // the last look for unseen ranks once the attempt ended
+  auto last_ok = std::chrono::steady_clock::now();
+  for (;;) {
+    if (g_interrupted) {
+      std::cout << lines.Flush() << std::flush;
+      return kInterrupted;
+    }
+    absl::StatusOr<v1::GetLogsResponse> resp = client.GetLogs(cursor.NextRequest());
+    if (!resp.ok()) {
+      // While following, ride out a controller restart (up to a minute).
+      const absl::StatusCode code = resp.status().code();
+      const bool transient = code == absl::StatusCode::kUnavailable ||
+                             code == absl::StatusCode::kDeadlineExceeded;
+      if (follow && transient &&
+          std::chrono::steady_clock::now() - last_ok < std::chrono::minutes(1)) {
+        SleepUnlessInterrupted(1000);
+        continue;
+      }
+      std::cout << lines.Flush() << std::flush;
+      return Report(resp.status(), g.server);
+    }
+    last_ok = std::chrono::steady_clock::now();
+    std::string out;
+    const LogCursor::Update update = cursor.Consume(*resp, lines, &out);
+    std::cout << out << std::flush;
+    if (update.full) continue;  // more is waiting
+    if (!follow) break;         // everything there was when asked
+    if (resp->final() && update.new_bytes == 0) {
+      if (cursor.discovering() && !looked_again) {
+        looked_again = true;
+        cursor.DiscoverNext();
+        continue;
+      }
+      break;
+    }
+    if (resp->final()) continue;  // make sure nothing remains
+    SleepUnlessInterrupted(500);
+  }
+  std::cout << lines.Flush() << std::flush;
+  return 0;
 }
 
 bool ReadFile(const std::string& path, std::string* out) {
@@ -123,6 +272,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> states, labels;
   int limit = 0;
   int64_t after = 0;
+  std::vector<int32_t> log_ranks;
+  int32_t log_attempt = 0;
 
   CLI::App* submit = app.add_subcommand("submit", "Submit a job spec (YAML or JSON)");
   submit->add_option("-f,--file", file, "Spec file, - for stdin")->required();
@@ -146,6 +297,16 @@ int main(int argc, char** argv) {
   events->add_option("--after", after, "Only events after this id");
   events->add_flag("--follow", follow, "Keep streaming new events");
   CLI::App* nodes = app.add_subcommand("nodes", "List worker nodes");
+  CLI::App* logs = app.add_subcommand(
+      "logs", "Print a job's rank output; several ranks' lines start \"[rank N] \"");
+  logs->add_option("job", job_id, "Job id")->required();
+  logs->add_option("--rank,-r", log_ranks, "Only this world rank (repeatable; default: all)");
+  logs->add_option("--attempt,-a", log_attempt, "Attempt (run) number; default: the current one");
+  logs->add_flag("-f,--follow", follow,
+                 "Keep printing new output until the attempt ends (Ctrl-C to stop)");
+  CLI::App* checkpoints = app.add_subcommand(
+      "checkpoints", "List a job's checkpoints with their state, shards and write time");
+  checkpoints->add_option("job", job_id, "Job id")->required();
 
   try {
     app.parse(argc, argv);
@@ -164,6 +325,8 @@ int main(int argc, char** argv) {
     token = *t;
   }
   api::DhpClient client(g.server, g.timeout_ms, token);
+  // For the progress polls of the follow commands: a stuck call must not freeze the display.
+  api::DhpClient poll_client(g.server, std::min(g.timeout_ms, 2000), token);
 
   if (submit->parsed()) {
     v1::SubmitJobRequest req;
@@ -181,7 +344,7 @@ int main(int argc, char** argv) {
     }
     Print(*resp, g, "job " + resp->job().id() + " submitted (" +
                         ShortName(resp->job().state()) + ")\n");
-    return follow ? Follow(client, resp->job().id(), g) : 0;
+    return follow ? Follow(client, poll_client, resp->job().id(), g) : 0;
   }
   if (list->parsed()) {
     v1::ListJobsRequest req;
@@ -236,9 +399,9 @@ int main(int argc, char** argv) {
     Print(*resp, g, "job " + job_id + " " + ShortName(resp->job().state()) + " as attempt " +
                         std::to_string(resp->run().attempt()) + ": " + resp->job().message() +
                         "\n");
-    return follow ? Follow(client, job_id, g) : 0;
+    return follow ? Follow(client, poll_client, job_id, g) : 0;
   }
-  if (watch->parsed()) return Follow(client, job_id, g);
+  if (watch->parsed()) return Follow(client, poll_client, job_id, g);
   if (events->parsed()) {
     v1::WatchJobRequest req;
     req.set_after_event_id(after);
@@ -249,6 +412,29 @@ int main(int argc, char** argv) {
       return true;
     });
     return s.ok() ? 0 : Report(s, g.server);
+  }
+  if (logs->parsed()) {
+    for (int32_t r : log_ranks) {
+      if (r < 0) {
+        std::cerr << "dhpctl: --rank " << r << " is negative; world ranks start at 0\n";
+        return 2;
+      }
+    }
+    if (log_attempt < 0) {
+      std::cerr << "dhpctl: --attempt " << log_attempt
+                << " is negative; attempts start at 1 (0: the current one)\n";
+      return 2;
+    }
+    return Logs(client, job_id, log_ranks, log_attempt, follow, g);
+  }
+  if (checkpoints->parsed()) {
+    v1::GetJobRequest req;
+    req.set_job_id(job_id);
+    absl::StatusOr<v1::GetJobResponse> resp = client.GetJob(req);
+    if (!resp.ok()) return Report(resp.status(), g.server);
+    v1::GetJobResponse only;
+    *only.mutable_checkpoints() = resp->checkpoints();
+    return Print(only, g, CheckpointsTable(*resp));
   }
   if (nodes->parsed()) {
     absl::StatusOr<v1::ListNodesResponse> resp = client.ListNodes(v1::ListNodesRequest());

@@ -1,7 +1,10 @@
 #include "api/dhpctl/output.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <sstream>
+#include <utility>
 
 #include "common/proto_enum.h"
 #include "common/proto_yaml.h"
@@ -40,6 +43,22 @@ std::string Bytes(int64_t b) {
   out.precision(u == 0 ? 0 : 1);
   out << std::fixed << v << " " << units[u];
   return out.str();
+}
+
+// "0-3", "0,2,5-6" for ascending slots.
+std::string Ranges(std::vector<int32_t> v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  std::string out;
+  for (size_t i = 0; i < v.size();) {
+    size_t j = i;
+    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += std::to_string(v[i]);
+    if (j > i) out += "-" + std::to_string(v[j]);
+    i = j + 1;
+  }
+  return out;
 }
 
 std::string Loss(const v1::Job& job) {
@@ -116,10 +135,18 @@ std::string JobDetail(const v1::GetJobResponse& resp, int64_t now_micros) {
       << "Attempt:    " << j.current_attempt() << " (restarts " << j.restart_count() << " of "
       << j.spec().restart().max_restarts() << ")\n"
       << "Step:       " << j.latest_step() << " of "
-      << (j.spec().training().max_steps() > 0
+      << (j.total_steps() > 0 ? std::to_string(j.total_steps())
+          : j.spec().training().max_steps() > 0
               ? std::to_string(j.spec().training().max_steps())
               : std::to_string(j.spec().training().epochs()) + " epochs")
-      << ", loss " << Loss(j) << "\n"
+      << ", loss " << Loss(j) << "\n";
+  if (j.tokens_per_second() > 0 || j.step_seconds() > 0) {
+    std::ostringstream speed;
+    speed.precision(3);
+    speed << j.tokens_per_second() << " tokens/s, " << j.step_seconds() << " s/step";
+    out << "Speed:      " << speed.str() << "\n";
+  }
+  out
       << "Created:    " << Time(j.create_time()) << " ("
       << Age(Micros(j.create_time()), now_micros) << " ago)\n"
       << "Updated:    " << Time(j.update_time()) << "\n";
@@ -132,27 +159,98 @@ std::string JobDetail(const v1::GetJobResponse& resp, int64_t now_micros) {
     out << "\n";
   }
   std::vector<std::vector<std::string>> runs;
+  const v1::Run* newest = nullptr;
   for (const v1::Run& r : resp.runs()) {
     runs.push_back({std::to_string(r.attempt()), ShortName(r.state()),
                     std::to_string(r.start_step()), std::to_string(r.last_step()),
-                    Time(r.create_time()), Time(r.end_time()), r.reason()});
+                    r.world_size() > 0 ? std::to_string(r.world_size()) : "-",
+                    Seconds(r.queue_wait_seconds()), Time(r.create_time()), Time(r.end_time()),
+                    r.reason()});
+    if (newest == nullptr || r.attempt() > newest->attempt()) newest = &r;
   }
   out << "\nRuns:\n"
-      << RenderTable({"ATTEMPT", "STATE", "FROM_STEP", "LAST_STEP", "CREATED", "ENDED", "REASON"},
+      << RenderTable({"ATTEMPT", "STATE", "FROM_STEP", "LAST_STEP", "WORLD", "QUEUED", "CREATED",
+                      "ENDED", "REASON"},
                      runs);
-  out << "\nCheckpoints:\n";
-  if (resp.checkpoints().empty()) {
-    out << "(none)\n";
-  } else {
-    std::vector<std::vector<std::string>> ckpts;
-    for (const v1::Checkpoint& c : resp.checkpoints()) {
-      ckpts.push_back({std::to_string(c.id()), std::to_string(c.step()),
-                       std::to_string(c.attempt()), Bytes(c.size_bytes()), Time(c.create_time()),
-                       c.path()});
-    }
-    out << RenderTable({"ID", "STEP", "ATTEMPT", "SIZE", "CREATED", "PATH"}, ckpts);
+  if (newest != nullptr && newest->placement_size() > 0) {
+    out << "Placement:  " << PlacementSummary(*newest) << " (attempt " << newest->attempt()
+        << ")\n";
   }
+  if (newest != nullptr && !newest->checkpoint_dir().empty()) {
+    out << "Ckpt dir:   " << newest->checkpoint_dir() << "\n";
+  }
+  out << "\nCheckpoints:\n" << CheckpointsTable(resp);
   return out.str();
+}
+
+std::string Seconds(double seconds) {
+  if (!(seconds > 0)) return "-";
+  char buf[64];
+  if (seconds < 59.95) {
+    std::snprintf(buf, sizeof(buf), "%.1fs", seconds);
+    return buf;
+  }
+  const long long total = std::llround(seconds);
+  const long long h = total / 3600, m = (total % 3600) / 60, sec = total % 60;
+  if (h > 0) {
+    std::snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", h, m, sec);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%lld:%02lld", m, sec);
+  }
+  return buf;
+}
+
+std::string PlacementSummary(const v1::Run& run) {
+  if (run.placement().empty()) return "-";
+  // Nodes in the order of their first rank.
+  std::vector<const v1::RankPlacement*> sorted;
+  for (const v1::RankPlacement& p : run.placement()) sorted.push_back(&p);
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const v1::RankPlacement* a, const v1::RankPlacement* b) {
+                     return a->world_rank() < b->world_rank();
+                   });
+  std::vector<std::pair<std::string, bool>> groups;  // (node, gpu), first-seen order
+  std::vector<std::vector<int32_t>> slots;
+  for (const v1::RankPlacement* p : sorted) {
+    const std::pair<std::string, bool> key{p->node_id(), p->gpu()};
+    auto it = std::find(groups.begin(), groups.end(), key);
+    if (it == groups.end()) {
+      groups.push_back(key);
+      slots.emplace_back();
+      it = groups.end() - 1;
+    }
+    slots[it - groups.begin()].push_back(p->slot());
+  }
+  std::string out;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += groups[i].first + (groups[i].second ? " gpu " : " cpu ") + Ranges(slots[i]);
+  }
+  return out;
+}
+
+std::string CheckpointsTable(const v1::GetJobResponse& resp) {
+  if (resp.checkpoints().empty()) return "(none)\n";
+  std::vector<std::vector<std::string>> rows;
+  std::string notes;
+  for (const v1::Checkpoint& c : resp.checkpoints()) {
+    std::string shards = std::to_string(c.shards_size());
+    if (c.world_size() > 0) shards += "/" + std::to_string(c.world_size());
+    char write[32] = "-";
+    if (c.write_seconds() > 0) std::snprintf(write, sizeof(write), "%.1f", c.write_seconds());
+    rows.push_back({std::to_string(c.id()), std::to_string(c.step()), ShortName(c.state()),
+                    std::to_string(c.attempt()), Bytes(c.size_bytes()), shards, write,
+                    Time(c.create_time()), c.path()});
+    if (c.state() == v1::CHECKPOINT_STATE_CORRUPT) {
+      notes += "checkpoint " + std::to_string(c.id()) + " (step " + std::to_string(c.step()) +
+               ") is CORRUPT and is skipped on resume: " +
+               (c.reason().empty() ? "no reason recorded" : c.reason()) + "\n";
+    }
+  }
+  return RenderTable({"ID", "STEP", "STATE", "ATTEMPT", "SIZE", "SHARDS", "WRITE_S", "CREATED",
+                      "PATH"},
+                     rows) +
+         notes;
 }
 
 std::string NodesTable(const std::vector<v1::Node>& nodes, int64_t now_micros) {

@@ -25,6 +25,14 @@ std::string LayoutSummary(const v1::JobSpec& spec);
 std::string JobsTable(const std::vector<v1::Job>& jobs, int64_t now_micros);
 std::string JobDetail(const v1::GetJobResponse& resp, int64_t now_micros);
 std::string NodesTable(const std::vector<v1::Node>& nodes, int64_t now_micros);
+// A job's checkpoints: ID, STEP, STATE, ATTEMPT, SIZE, SHARDS (reported/world), WRITE (slowest
+// shard, seconds), CREATED, PATH; then a note line per CORRUPT one with its reason.
+// "(none)" when there are none.
+std::string CheckpointsTable(const v1::GetJobResponse& resp);
+// Where a run's ranks are: "node-a gpu 0-3, node-b gpu 0-1" ("-" before it is placed).
+std::string PlacementSummary(const v1::Run& run);
+// "0.4s", "59.0s", "1:05", "1:02:03"; "-" for 0.
+std::string Seconds(double seconds);
 std::string EventLine(const v1::Event& event);
 
 // The message as JSON (proto JSON mapping) or YAML, for -o json|yaml.

@@ -1,5 +1,9 @@
 #include "api/dhpctl/output.h"
 
+#include <string>
+#include <tuple>
+#include <vector>
+
 #include "gtest/gtest.h"
 
 namespace dhp::dhpctl {
@@ -75,6 +79,92 @@ TEST(OutputTest, NodesTable) {
   EXPECT_EQ(NodesTable({n}, kNow),
             "NODE   STATE  GPUS      CPU_SLOTS  MEMORY   HEARTBEAT  ADDRESS\n"
             "gpu-1  LOST   1 x H100  0          2.0 GiB  30s ago    10.0.0.5\n");
+}
+
+
+TEST(OutputTest, CheckpointsTableWithCorruptNote) {
+  v1::GetJobResponse resp;
+  EXPECT_EQ(CheckpointsTable(resp), "(none)\n");
+  v1::Checkpoint* c = resp.add_checkpoints();
+  c->set_id(3);
+  c->set_step(40);
+  c->set_state(v1::CHECKPOINT_STATE_COMPLETE);
+  c->set_attempt(1);
+  c->set_size_bytes(3LL << 20);
+  c->set_world_size(2);
+  c->add_shards()->set_rank(0);
+  c->add_shards()->set_rank(1);
+  c->set_write_seconds(1.25);
+  c->mutable_create_time()->set_seconds(1'800'000'000);
+  c->set_path("/ckpt/j-1/step-40");
+  c = resp.add_checkpoints();
+  c->set_id(4);
+  c->set_step(80);
+  c->set_state(v1::CHECKPOINT_STATE_CORRUPT);
+  c->set_attempt(2);
+  c->set_world_size(2);
+  c->add_shards()->set_rank(1);
+  c->set_path("/ckpt/j-1/step-80");
+  c->set_reason("rank 1: crc32c mismatch");
+  EXPECT_EQ(CheckpointsTable(resp),
+            "ID  STEP  STATE     ATTEMPT  SIZE     SHARDS  WRITE_S  CREATED               PATH\n"
+            "3   40    COMPLETE  1        3.0 MiB  2/2     1.2      2027-01-15T08:00:00Z  "
+            "/ckpt/j-1/step-40\n"
+            "4   80    CORRUPT   2        0 B      1/2     -        -                     "
+            "/ckpt/j-1/step-80\n"
+            "checkpoint 4 (step 80) is CORRUPT and is skipped on resume: rank 1: crc32c "
+            "mismatch\n");
+}
+
+TEST(OutputTest, PlacementSummaryGroupsSlotsPerNode) {
+  v1::Run run;
+  EXPECT_EQ(PlacementSummary(run), "-");
+  const std::vector<std::tuple<int, std::string, int>> ranks = {
+      {4, "node-b", 0}, {0, "node-a", 0}, {1, "node-a", 1}, {2, "node-a", 2},
+      {3, "node-a", 5}, {5, "node-b", 1}};
+  for (const auto& [rank, node, slot] : ranks) {
+    v1::RankPlacement* p = run.add_placement();
+    p->set_world_rank(rank);
+    p->set_node_id(node);
+    p->set_slot(slot);
+    p->set_gpu(true);
+  }
+  EXPECT_EQ(PlacementSummary(run), "node-a gpu 0-2,5, node-b gpu 0-1");
+  run.mutable_placement(0)->set_gpu(false);
+  EXPECT_EQ(PlacementSummary(run), "node-a gpu 0-2,5, node-b cpu 0, node-b gpu 1");
+}
+
+TEST(OutputTest, Seconds) {
+  EXPECT_EQ(Seconds(0), "-");
+  EXPECT_EQ(Seconds(0.42), "0.4s");
+  EXPECT_EQ(Seconds(59.9), "59.9s");
+  EXPECT_EQ(Seconds(65), "1:05");
+  EXPECT_EQ(Seconds(3723), "1:02:03");
+}
+
+TEST(OutputTest, JobDetailShowsRunPlacementAndQueueWait) {
+  v1::GetJobResponse resp;
+  resp.mutable_job()->set_id("j-1");
+  resp.mutable_job()->set_total_steps(200);
+  resp.mutable_job()->set_latest_step(50);
+  v1::Run* run = resp.add_runs();
+  run->set_attempt(1);
+  run->set_world_size(2);
+  run->set_queue_wait_seconds(2.5);
+  run->set_checkpoint_dir("/ckpt/j-1");
+  for (int r = 0; r < 2; ++r) {
+    v1::RankPlacement* p = run->add_placement();
+    p->set_world_rank(r);
+    p->set_node_id("n-1");
+    p->set_slot(r);
+  }
+  const std::string detail = JobDetail(resp, kNow);
+  EXPECT_NE(detail.find("Step:       50 of 200"), std::string::npos) << detail;
+  EXPECT_NE(detail.find("WORLD  QUEUED"), std::string::npos) << detail;
+  EXPECT_NE(detail.find("2      2.5s"), std::string::npos) << detail;
+  EXPECT_NE(detail.find("Placement:  n-1 cpu 0-1 (attempt 1)\n"), std::string::npos) << detail;
+  EXPECT_NE(detail.find("Ckpt dir:   /ckpt/j-1\n"), std::string::npos) << detail;
+  EXPECT_NE(detail.find("Checkpoints:\n(none)\n"), std::string::npos) << detail;
 }
 
 }  // namespace

@@ -1,0 +1,157 @@
+// Scheduler: places gang-scheduled training jobs onto the rank slots (GPUs or CPU rank slots)
+// of the registered nodes. A pure in-memory library: no store, no I/O, no clock. The Controller
+// feeds it node capacities and the queue, persists the placements it returns, and calls
+// Reserve() after a restart to re-record the placements of jobs that were already running.
+//
+// Policy, one Schedule() pass:
+//   * Jobs are considered by (priority desc, submit_seq asc, job_id asc).
+//   * Gang: a job gets all of its world ranks or nothing. All ranks of a job are on one slot
+//     kind; GPU slots are tried first, CPU slots when the job does not fit on free GPUs.
+//   * Same-node groups (tensor-parallel groups) must each sit on one node. To use the fewest
+//     nodes, groups are placed largest first, each best fit: onto the node the job already uses
+//     with the fewest free slots that still hold the group; else onto a new node: the one with
+//     the fewest free slots that holds ALL the job's remaining ranks if there is one (so an
+//     8-rank job takes one node with 8 free rather than a node with 2 free plus another), else
+//     the one with the fewest free slots that holds the group. Ties: the node id that sorts
+//     first. Slots are taken in index order, so a job's ranks on one node get consecutive GPU
+//     indices.
+//   * Memory: when both JobDemand::memory_bytes_per_rank and NodeCapacity::memory_bytes_per_slot
+//     are > 0, the node's slots must have at least that much.
+//   * Backfill: the first job that does not fit (and could run on the schedulable nodes if
+//     they were empty) becomes the head. It gets a reservation: the slots it would take if the
+//     running jobs' slots were free, chosen to need the fewest running jobs to finish (then the
+//     most slots free now, then best fit). Every later job is placed only on free slots outside
+//     that reservation (PlacementDecision::backfilled), so it never takes a slot the head is
+//     waiting for. Only ONE job holds a reservation per pass: a second reservation could only
+//     be honoured by keeping even more slots idle, and the head is recomputed every pass anyway
+//     (reservations are not remembered between passes). Jobs that can never run, or that need
+//     nodes that are not schedulable now, do not become the head.
+//   * Nodes that are not schedulable (LOST) keep their allocations but get no new ones.
+//
+// Cost: free slots are indexed per slot kind by (free count, node), so a group's best fit is a
+// lower_bound; a pass costs about O(jobs log jobs + placed ranks x log nodes), plus, for the
+// head's reservation, a scan of the nodes for each of its groups that finds no free room. A
+// job whose shape (group sizes and memory) already failed in this pass is not tried again
+// (free slots only shrink during a pass). bench/scheduler_bench.cc measures it.
+//
+// Thread-safety: not thread-safe; the Controller calls it only on its loop thread.
+#ifndef DHP_CONTROLLER_SCHEDULER_H_
+#define DHP_CONTROLLER_SCHEDULER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "dhp/v1/job_spec.pb.h"
+
+namespace dhp::controller {
+
+// One rank slot: a GPU index of a GPU node, or a CPU rank slot index of a CPU node.
+struct SlotRef {
+  std::string node_id;
+  int slot = 0;
+  bool gpu = false;
+  bool operator==(const SlotRef& o) const {
+    return node_id == o.node_id && slot == o.slot && gpu == o.gpu;
+  }
+  bool operator!=(const SlotRef& o) const { return !(*this == o); }
+};
+
+struct NodeCapacity {
+  std::string node_id;
+  bool gpu = false;  // offers GPUs (slots = GPU indices 0..slots-1) or CPU rank slots
+  int slots = 0;
+  int64_t memory_bytes_per_slot = 0;  // 0: unknown (not checked)
+  bool schedulable = true;            // false (node LOST): keeps its allocations, gets no new ones
+};
+
+struct JobDemand {
+  std::string job_id;
+  int priority = 0;        // higher first
+  int64_t submit_seq = 0;  // FIFO within a priority (lower first)
+  int world_size = 0;
+  // A partition of [0, world_size): each group must sit on ONE node. Ranks not listed are
+  // groups of their own (so an empty list means "no constraint").
+  std::vector<std::vector<int>> same_node_groups;
+  int64_t memory_bytes_per_rank = 0;  // 0: not checked
+};
+
+// The demand of a normalised spec (common/spec_validate.h): world size from LayoutForSpec;
+// same-node groups = the ranks of each tensor-parallel group ("text.tp<d>", and "vision.tp<d>"
+// under vision tensor parallelism) merged with any group they overlap; every other rank is a
+// group of its own. Ulysses "vision.sp<d>" groups are NOT forced onto one node. Groups are
+// listed by their lowest rank, members ascending. Priority comes from spec.priority(); memory
+// is left 0 (the spec does not say).
+JobDemand DemandForSpec(const std::string& job_id, const v1::JobSpec& spec, int64_t submit_seq);
+
+struct PlacementDecision {
+  std::string job_id;
+  std::vector<SlotRef> ranks;  // index = world rank
+  bool backfilled = false;     // placed behind a head job that holds a reservation
+};
+
+struct ScheduleResult {
+  std::vector<PlacementDecision> placed;  // in the order they were placed
+  // Job id -> why it is not placed, one line, e.g.
+  //   "waiting for 4 free CPU slots with a tensor-parallel group of 2 on one node (cluster has
+  //    1 free)"
+  //   "behind higher-priority job j-abc, which holds a reservation"
+  std::map<std::string, std::string> waiting;
+};
+
+class Scheduler {
+ public:
+  Scheduler();
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Adds a node or updates one (capacity, schedulable). Allocations are kept: when `slots`
+  // shrinks below a held slot, that slot stays held until its job is released and then goes.
+  void UpsertNode(const NodeCapacity& node);
+  // Forgets the node and its slots. Jobs that held slots there keep them in AllocationOf()
+  // until Release() (the Controller fails or restarts them); a node registered again under the
+  // same id starts empty.
+  void RemoveNode(const std::string& node_id);
+
+  // Records an existing placement (after a controller restart), on schedulable nodes or not.
+  // FAILED_PRECONDITION naming the slot if its node is unknown, the index is out of range, the
+  // slot kind differs from the node's, the slot is listed twice or held by another job, or the
+  // job already holds a different allocation (the same one again is OK). INVALID_ARGUMENT for
+  // no ranks. All or nothing.
+  absl::Status Reserve(const std::string& job_id, const std::vector<SlotRef>& ranks);
+  // Frees the job's slots; a no-op for a job that holds none.
+  void Release(const std::string& job_id);
+
+  // OK if the job could ever run: on the cluster with every node (schedulable or not) empty.
+  // Otherwise FAILED_PRECONDITION with the numbers, e.g. "needs 8 rank slots with tensor-
+  // parallel groups of 4 on one node; the cluster has 6 slots and its largest node 2", or
+  // "needs 40.0 GiB per rank; the largest device has 24.0 GiB". INVALID_ARGUMENT when the
+  // demand itself is malformed (world size < 1, a group rank out of range or listed twice).
+  // With no nodes registered at all it returns OK: the cluster is not known yet (a controller
+  // that has just started has heard from no agent), and the job simply waits.
+  absl::Status CheckFeasible(const JobDemand& job) const;
+
+  // One scheduling pass over `queue` (see the header comment). Allocates the slots of every
+  // placement it returns. Jobs of `queue` that already hold an allocation are skipped (neither
+  // placed nor waiting); every other job is either placed or in `waiting` with a reason.
+  ScheduleResult Schedule(const std::vector<JobDemand>& queue);
+
+  int total_slots() const;  // slots of all registered nodes, schedulable or not
+  int free_slots() const;   // slots a new job could get now: free, on schedulable nodes
+  int used_slots() const;   // slots held by jobs (on registered nodes)
+  int node_count() const;
+  // The job's slots, index = world rank; empty if it holds none.
+  std::vector<SlotRef> AllocationOf(const std::string& job_id) const;
+
+ private:
+  struct State;  // nodes, free-slot indexes, allocations (scheduler.cc)
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace dhp::controller
+
+#endif  // DHP_CONTROLLER_SCHEDULER_H_

@@ -1,0 +1,532 @@
+#include "controller/supervisor.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/logging.h"
+#include "controller/job_events.h"
+#include "controller/time_util.h"
+
+namespace dhp::controller {
+namespace {
+
+bool Placed(v1::JobState s) {
+  return s == v1::JOB_STATE_SCHEDULED || s == v1::JOB_STATE_STARTING ||
+         s == v1::JOB_STATE_RUNNING;
+}
+
+// "node-a: cpu 0,1; node-b: gpu 0,1,2,3"
+std::string DescribePlacement(const std::vector<v1::RankPlacement>& placement) {
+  std::map<std::string, std::string> by_node;
+  std::map<std::string, bool> gpu;
+  for (const v1::RankPlacement& p : placement) {
+    std::string& slots = by_node[p.node_id()];
+    absl::StrAppend(&slots, slots.empty() ? "" : ",", p.slot());
+    gpu[p.node_id()] = p.gpu();
+  }
+  std::string out;
+  for (const auto& [node, slots] : by_node) {
+    absl::StrAppend(&out, out.empty() ? "" : "; ", node, ": ", gpu[node] ? "gpu " : "cpu ", slots);
+  }
+  return out;
+}
+
+std::string LastLine(const std::string& text) {
+  size_t end = text.find_last_not_of("\r\n");
+  if (end == std::string::npos) return "";
+  size_t begin = text.rfind('\n', end);
+  return text.substr(begin == std::string::npos ? 0 : begin + 1, end - begin);
+}
+
+}  // namespace
+
+std::string RunKey(const std::string& job_id, int attempt) {
+  return absl::StrCat(job_id, "#", attempt);
+}
+
+Supervisor::Supervisor(Store& store, const Clock& clock, SupervisorOptions options)
+    : store_(store), clock_(clock), options_(std::move(options)) {}
+
+absl::StatusOr<Supervisor::Loaded> Supervisor::Load(const std::string& job_id, int attempt) {
+  absl::StatusOr<v1::Job> job = store_.GetJob(job_id);
+  if (!job.ok()) return job.status();
+  if (attempt != job->current_attempt()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("attempt ", attempt, " of job ", job_id, " is not current; the job is on "
+                     "attempt ", job->current_attempt()));
+  }
+  for (v1::Run& run : store_.ListRuns(job_id)) {
+    if (run.attempt() == attempt) return Loaded{*std::move(job), std::move(run)};
+  }
+  return absl::NotFoundError(absl::StrCat("job ", job_id, " has no run ", attempt));
+}
+
+absl::Status Supervisor::Commit(JobWrite& write, std::vector<v1::Event>* events) {
+  absl::StatusOr<std::vector<v1::Event>> added = store_.Commit(write);
+  if (!added.ok()) return added.status();
+  events->insert(events->end(), added->begin(), added->end());
+  return absl::OkStatus();
+}
+
+ActiveRun* Supervisor::FindRun(const std::string& job_id, int attempt) {
+  auto it = runs_.find(RunKey(job_id, attempt));
+  return it == runs_.end() ? nullptr : &it->second;
+}
+
+bool Supervisor::HasProcesses(const std::string& job_id, int attempt) const {
+  return runs_.count(RunKey(job_id, attempt)) > 0;
+}
+
+std::vector<std::string> Supervisor::RunKeys() const {
+  std::vector<std::string> keys;
+  for (const auto& [key, run] : runs_) keys.push_back(key);
+  return keys;
+}
+
+std::string Supervisor::CheckpointDir(const v1::Job& job, int attempt) const {
+  const std::string& dir = job.spec().checkpoint().directory();
+  const std::string base =
+      !dir.empty() && dir[0] == '/' ? dir : absl::StrCat(options_.checkpoint_root, "/", dir);
+  return absl::StrCat(base, "/", job.id(), "/attempt-", attempt);
+}
+
+// ---- recovery, admission, queue ---------------------------------------------------------------
+
+absl::Status Supervisor::Recover() {
+  for (const v1::Node& node : store_.ListNodes()) OnNodeChanged(node);
+  JobQuery query;
+  query.states = {v1::JOB_STATE_QUEUED, v1::JOB_STATE_SCHEDULED, v1::JOB_STATE_STARTING,
+                  v1::JOB_STATE_RUNNING, v1::JOB_STATE_CANCELLING};
+  query.limit = 1000;
+  const int64_t now = clock_.NowMicros();
+  while (true) {
+    absl::StatusOr<JobPage> page = store_.ListJobs(query);
+    if (!page.ok()) return page.status();
+    for (const v1::Job& job : page->jobs) {
+      if (job.state() == v1::JOB_STATE_QUEUED) {
+        OnJobQueued(job);
+        continue;
+      }
+      absl::StatusOr<Loaded> loaded = Load(job.id(), job.current_attempt());
+      if (!loaded.ok()) return loaded.status();
+      ActiveRun run;
+      run.job_id = job.id();
+      run.attempt = job.current_attempt();
+      run.job_state = job.state();
+      run.placement.assign(loaded->run.placement().begin(), loaded->run.placement().end());
+      run.ranks.resize(run.placement.size());
+      run.start_step = loaded->run.start_step();
+      run.max_step = loaded->run.last_step();
+      run.last_advance_micros = now;  // a fresh stall period after a controller restart
+      run.stall_timeout_s = job.spec().restart().stall_timeout_s();
+      std::vector<SlotRef> slots;
+      for (const v1::RankPlacement& p : run.placement) {
+        slots.push_back(SlotRef{p.node_id(), p.slot(), p.gpu()});
+      }
+      absl::Status reserved = scheduler_.Reserve(RunKey(run.job_id, run.attempt), slots);
+      if (!reserved.ok()) DHP_LOG(WARNING) << "recovering job " << job.id() << ": " << reserved;
+      if (job.state() == v1::JOB_STATE_CANCELLING) {
+        run.cancelling = true;
+        StartDraining(run);
+      }
+      runs_[RunKey(run.job_id, run.attempt)] = std::move(run);
+    }
+    if (page->next_before_seq == 0) break;
+    query.before_seq = page->next_before_seq;
+  }
+  dirty_ = true;
+  DHP_LOG(INFO) << "supervisor recovered " << queue_.size() << " queued and " << runs_.size()
+                << " placed jobs";
+  return absl::OkStatus();
+}
+
+absl::Status Supervisor::CheckAdmission(const v1::JobSpec& spec) const {
+  absl::Status s = scheduler_.CheckFeasible(DemandForSpec("", spec, 0));
+  if (s.ok()) return s;
+  return absl::FailedPreconditionError(
+      absl::StrCat("the job can never fit this cluster: ", s.message()));
+}
+
+void Supervisor::OnJobQueued(const v1::Job& job) {
+  queue_[job.id()] =
+      DemandForSpec(RunKey(job.id(), job.current_attempt()), job.spec(), job.submit_seq());
+  dirty_ = true;
+}
+
+absl::Status Supervisor::OnJobCancelled(const v1::Job& job, std::vector<v1::Event>* events) {
+  queue_.erase(job.id());
+  waiting_.erase(job.id());
+  if (job.state() != v1::JOB_STATE_CANCELLING) return absl::OkStatus();
+  ActiveRun* run = FindRun(job.id(), job.current_attempt());
+  if (run == nullptr) {  // nothing was placed: the cancel completes at once
+    absl::StatusOr<Loaded> loaded = Load(job.id(), job.current_attempt());
+    if (!loaded.ok()) return loaded.status();
+    ActiveRun none;
+    none.job_id = job.id();
+    none.attempt = job.current_attempt();
+    none.cancelling = true;
+    return FinishDrain(none, events);
+  }
+  run->cancelling = true;
+  run->job_state = v1::JOB_STATE_CANCELLING;
+  if (!run->draining) StartDraining(*run);
+  return SweepDrained(events);
+}
+
+// ---- nodes --------------------------------------------------------------------------------
+
+void Supervisor::OnNodeChanged(const v1::Node& node) {
+  NodeCapacity cap;
+  cap.node_id = node.id();
+  const v1::NodeResources& res = node.resources();
+  cap.gpu = res.gpus_size() > 0;
+  cap.slots = cap.gpu ? res.gpus_size() : res.cpu_slots();
+  if (cap.gpu) {
+    int64_t smallest = 0;
+    for (const v1::Gpu& g : res.gpus()) {
+      if (smallest == 0 || g.memory_bytes() < smallest) smallest = g.memory_bytes();
+    }
+    cap.memory_bytes_per_slot = smallest;
+  } else if (cap.slots > 0) {
+    cap.memory_bytes_per_slot = res.memory_bytes() / cap.slots;
+  }
+  cap.schedulable = node.state() == v1::NODE_STATE_READY;
+  scheduler_.UpsertNode(cap);
+  if (cap.schedulable) {
+    lost_nodes_.erase(node.id());
+  } else {
+    lost_nodes_.insert(node.id());
+  }
+  dirty_ = true;
+}
+
+absl::Status Supervisor::OnNodeLost(const std::string& node_id, std::vector<v1::Event>* events) {
+  absl::StatusOr<v1::Node> node = store_.GetNode(node_id);
+  if (node.ok()) OnNodeChanged(*node);
+  lost_nodes_.insert(node_id);
+  for (const std::string& key : RunKeys()) {
+    ActiveRun& run = runs_[key];
+    if (run.draining) {
+      run.drain_nodes.erase(node_id);
+      continue;
+    }
+    std::string ranks;
+    for (const v1::RankPlacement& p : run.placement) {
+      if (p.node_id() == node_id) absl::StrAppend(&ranks, ranks.empty() ? "" : ", ", p.world_rank());
+    }
+    if (ranks.empty()) continue;
+    const std::string reason =
+        absl::StrCat("node ", node_id, " was lost (no heartbeat) with ranks ", ranks);
+    if (absl::Status s = FailRun(run, reason, true, events); !s.ok()) return s;
+  }
+  return SweepDrained(events);
+}
+
+// ---- scheduling ---------------------------------------------------------------------------
+
+absl::Status Supervisor::Schedule(std::vector<v1::Event>* events) {
+  if (!dirty_ || queue_.empty()) return absl::OkStatus();
+  dirty_ = false;
+  std::vector<JobDemand> queue;
+  queue.reserve(queue_.size());
+  for (const auto& [id, demand] : queue_) queue.push_back(demand);
+  ScheduleResult result = scheduler_.Schedule(queue);
+  for (const PlacementDecision& decision : result.placed) {
+    if (absl::Status s = Place(decision, events); !s.ok()) {
+      scheduler_.Release(decision.job_id);
+      return s;
+    }
+  }
+  int noted = 0;
+  for (const auto& [key, why] : result.waiting) {
+    if (++noted > options_.max_waiting_messages) break;
+    const std::string job_id = key.substr(0, key.rfind('#'));
+    if (waiting_[job_id] == why) continue;
+    if (absl::Status s = NoteWaiting(job_id, why); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Supervisor::Place(const PlacementDecision& decision, std::vector<v1::Event>* events) {
+  const size_t hash = decision.job_id.rfind('#');
+  const std::string job_id = decision.job_id.substr(0, hash);
+  const int attempt = std::stoi(decision.job_id.substr(hash + 1));
+  absl::StatusOr<Loaded> loaded = Load(job_id, attempt);
+  if (!loaded.ok() || loaded->job.state() != v1::JOB_STATE_QUEUED) {
+    queue_.erase(job_id);  // stale queue entry: the job moved on meanwhile
+    scheduler_.Release(decision.job_id);
+    return absl::OkStatus();
+  }
+  v1::Job& job = loaded->job;
+  v1::Run& run = loaded->run;
+  const int64_t now = clock_.NowMicros();
+  ActiveRun active;
+  active.job_id = job_id;
+  active.attempt = attempt;
+  for (size_t w = 0; w < decision.ranks.size(); ++w) {
+    v1::RankPlacement p;
+    p.set_world_rank(static_cast<int>(w));
+    p.set_node_id(decision.ranks[w].node_id);
+    p.set_slot(decision.ranks[w].slot);
+    p.set_gpu(decision.ranks[w].gpu);
+    *run.add_placement() = p;
+    active.placement.push_back(p);
+  }
+  const double waited = std::max<int64_t>(0, now - TimestampToMicros(run.create_time())) / 1e6;
+  run.set_queue_wait_seconds(waited);
+  run.set_checkpoint_dir(CheckpointDir(job, attempt));
+  run.set_world_size(static_cast<int>(decision.ranks.size()));
+  const std::string reason =
+      absl::StrFormat("placed on %s after %.1f s in the queue%s",
+                      DescribePlacement(active.placement), waited,
+                      decision.backfilled ? " (backfilled)" : "");
+  JobWrite write;
+  MoveRun(job, run, v1::RUN_STATE_STARTING, reason, now, &write);
+  if (absl::Status s = MoveJob(job, v1::JOB_STATE_SCHEDULED, reason, now, &write); !s.ok()) {
+    return s;
+  }
+  write.job = job;
+  write.runs.push_back(run);
+  if (absl::Status s = Commit(write, events); !s.ok()) return s;
+  active.ranks.resize(active.placement.size());
+  active.job_state = v1::JOB_STATE_SCHEDULED;
+  active.start_step = run.start_step();
+  active.max_step = run.start_step();
+  active.last_advance_micros = now;
+  active.stall_timeout_s = job.spec().restart().stall_timeout_s();
+  runs_[decision.job_id] = std::move(active);
+  queue_.erase(job_id);
+  waiting_.erase(job_id);
+  return absl::OkStatus();
+}
+
+absl::Status Supervisor::NoteWaiting(const std::string& job_id, const std::string& why) {
+  waiting_[job_id] = why;
+  absl::StatusOr<v1::Job> job = store_.GetJob(job_id);
+  if (!job.ok() || job->state() != v1::JOB_STATE_QUEUED || job->message() == why) {
+    return absl::OkStatus();
+  }
+  JobWrite write;
+  job->set_message(why);
+  write.job = *job;
+  std::vector<v1::Event> none;
+  return Commit(write, &none);
+}
+
+// ---- heartbeats: rank processes -------------------------------------------------------------
+
+absl::Status Supervisor::OnHeartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp,
+                                     std::vector<v1::Event>* events) {
+  const std::string& node = req.node_id();
+  std::map<std::string, std::vector<const v1::RankStatus*>> by_run;
+  for (const v1::RankStatus& st : req.ranks()) {
+    by_run[RunKey(st.job_id(), st.attempt())].push_back(&st);
+  }
+  for (const std::string& key : RunKeys()) {
+    ActiveRun& run = runs_[key];
+    const std::vector<const v1::RankStatus*>& statuses = by_run[key];
+    for (const v1::RankStatus* st : statuses) {
+      if (run.draining) break;
+      if (absl::Status s = ApplyRankStatus(run, *st, node, events); !s.ok()) return s;
+    }
+    if (!run.draining) {
+      bool all_launched = true, all_done = true;
+      for (const RankView& r : run.ranks) {
+        all_launched = all_launched && r.launched;
+        all_done = all_done && r.exited && r.exit_code == 0 && r.signal == 0;
+      }
+      if (all_done) {
+        if (absl::Status s = SucceedRun(run, events); !s.ok()) return s;
+      } else if (all_launched && run.job_state == v1::JOB_STATE_SCHEDULED) {
+        absl::StatusOr<Loaded> loaded = Load(run.job_id, run.attempt);
+        if (!loaded.ok()) return loaded.status();
+        JobWrite write;
+        absl::Status s = MoveJob(loaded->job, v1::JOB_STATE_STARTING,
+                                 absl::StrCat("all ", run.ranks.size(), " ranks launched"),
+                                 clock_.NowMicros(), &write);
+        if (!s.ok()) return s;
+        write.job = loaded->job;
+        if (s = Commit(write, events); !s.ok()) return s;
+        run.job_state = v1::JOB_STATE_STARTING;
+      }
+    }
+    if (run.draining && run.drain_nodes.count(node) > 0) {
+      bool running = false;
+      for (const v1::RankStatus* st : statuses) {
+        running = running || st->state() == v1::RANK_PROCESS_STATE_RUNNING;
+      }
+      if (!running) run.drain_nodes.erase(node);
+    }
+  }
+  if (absl::Status s = SweepDrained(events); !s.ok()) return s;
+  for (const auto& [key, run] : runs_) {
+    if (run.draining) continue;
+    for (const v1::RankPlacement& p : run.placement) {
+      if (p.node_id() != node) continue;
+      v1::RankLaunch* launch = resp->add_ranks();
+      launch->set_job_id(run.job_id);
+      launch->set_attempt(run.attempt);
+      launch->set_world_rank(p.world_rank());
+      launch->set_world_size(static_cast<int>(run.placement.size()));
+      launch->set_slot(p.slot());
+      launch->set_gpu(p.gpu());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Supervisor::ApplyRankStatus(ActiveRun& run, const v1::RankStatus& st,
+                                         const std::string& node_id,
+                                         std::vector<v1::Event>* events) {
+  const int w = st.world_rank();
+  if (w < 0 || w >= static_cast<int>(run.ranks.size()) ||
+      run.placement[w].node_id() != node_id) {
+    DHP_LOG(WARNING) << "node " << node_id << " reports rank " << w << " of " << run.job_id
+                     << " attempt " << run.attempt << ", which is not placed there; ignored";
+    return absl::OkStatus();
+  }
+  RankView& rank = run.ranks[w];
+  rank.launched = true;
+  if (st.state() != v1::RANK_PROCESS_STATE_EXITED || rank.exited) return absl::OkStatus();
+  rank.exited = true;
+  rank.exit_code = st.exit_code();
+  rank.signal = st.signal();
+  rank.stopped_by_agent = st.stopped_by_agent();
+  if ((st.exit_code() == 0 && st.signal() == 0) || st.stopped_by_agent()) return absl::OkStatus();
+  std::string reason = absl::StrCat("rank ", w, " on node ", node_id);
+  if (st.signal() != 0) {
+    absl::StrAppend(&reason, " was killed by signal ", st.signal(), " (", strsignal(st.signal()),
+                    ")");
+  } else {
+    absl::StrAppend(&reason, " exited with code ", st.exit_code());
+  }
+  const std::string last = LastLine(st.log_tail());
+  if (!last.empty()) absl::StrAppend(&reason, ": ", last);
+  return FailRun(run, reason, true, events);
+}
+
+// ---- run endings ----------------------------------------------------------------------------
+
+absl::Status Supervisor::SucceedRun(ActiveRun& run, std::vector<v1::Event>* events) {
+  absl::StatusOr<Loaded> loaded = Load(run.job_id, run.attempt);
+  if (!loaded.ok()) return loaded.status();
+  v1::Job& job = loaded->job;
+  const int64_t now = clock_.NowMicros();
+  JobWrite write;
+  if (job.state() == v1::JOB_STATE_SCHEDULED || job.state() == v1::JOB_STATE_STARTING) {
+    if (job.state() == v1::JOB_STATE_SCHEDULED) {
+      absl::Status s = MoveJob(job, v1::JOB_STATE_STARTING, "ranks launched", now, &write);
+      if (!s.ok()) return s;
+    }
+    absl::Status s = MoveJob(job, v1::JOB_STATE_RUNNING, "training", now, &write);
+    if (!s.ok()) return s;
+  }
+  const std::string reason = absl::StrCat("all ", run.ranks.size(), " ranks finished at step ",
+                                          std::max<int64_t>(run.max_step, 0));
+  if (absl::Status s = MoveJob(job, v1::JOB_STATE_SUCCEEDED, reason, now, &write); !s.ok()) {
+    return s;
+  }
+  MoveRun(job, loaded->run, v1::RUN_STATE_SUCCEEDED, reason, now, &write);
+  write.job = job;
+  write.runs.push_back(loaded->run);
+  if (absl::Status s = Commit(write, events); !s.ok()) return s;
+  run.job_state = v1::JOB_STATE_SUCCEEDED;
+  StartDraining(run);
+  return absl::OkStatus();
+}
+
+absl::Status Supervisor::FailRun(ActiveRun& run, const std::string& reason, bool counted,
+                                 std::vector<v1::Event>* events) {
+  absl::StatusOr<Loaded> loaded = Load(run.job_id, run.attempt);
+  if (!loaded.ok()) return loaded.status();
+  v1::Job& job = loaded->job;
+  const int64_t now = clock_.NowMicros();
+  JobWrite write;
+  MoveRun(job, loaded->run, v1::RUN_STATE_FAILED, reason, now, &write);
+  write.runs.push_back(loaded->run);
+  const int max_restarts = job.spec().restart().max_restarts();
+  if (counted && job.restart_count() >= max_restarts) {
+    const std::string why =
+        max_restarts == 0
+            ? absl::StrCat(reason, "; automatic restarts are off (restart.max_restarts 0)")
+            : absl::StrCat(reason, "; all ", max_restarts, " restarts used");
+    if (absl::Status s = MoveJob(job, v1::JOB_STATE_FAILED, why, now, &write); !s.ok()) return s;
+  } else {
+    if (absl::Status s = MoveJob(job, v1::JOB_STATE_RESTARTING, reason, now, &write); !s.ok()) {
+      return s;
+    }
+    if (counted) job.set_restart_count(job.restart_count() + 1);
+    job.set_current_attempt(job.current_attempt() + 1);
+    v1::Run next;
+    next.set_job_id(job.id());
+    next.set_attempt(job.current_attempt());
+    next.set_state(v1::RUN_STATE_PENDING);
+    *next.mutable_create_time() = MicrosToTimestamp(now);
+    std::string from = "from the start (no complete checkpoint)";
+    for (const v1::Checkpoint& c : store_.ListCheckpoints(job.id())) {
+      if (c.state() != v1::CHECKPOINT_STATE_COMPLETE) continue;
+      next.set_resume_checkpoint_id(c.id());
+      next.set_start_step(c.step());
+      from = absl::StrCat("from checkpoint ", c.id(), " at step ", c.step());
+    }
+    const std::string why =
+        counted ? absl::StrCat("restart ", job.restart_count(), " of ", max_restarts, " ", from)
+                : absl::StrCat("retry ", from);
+    if (absl::Status s = MoveJob(job, v1::JOB_STATE_QUEUED, why, now, &write); !s.ok()) return s;
+    write.events.push_back(JobEvent(job, now, "run.state", "", "PENDING", "attempt created"));
+    write.runs.push_back(next);
+  }
+  write.job = job;
+  if (absl::Status s = Commit(write, events); !s.ok()) return s;
+  run.job_state = v1::JOB_STATE_FAILED;
+  StartDraining(run);
+  if (job.state() == v1::JOB_STATE_QUEUED) OnJobQueued(job);
+  return absl::OkStatus();
+}
+
+void Supervisor::StartDraining(ActiveRun& run) {
+  run.draining = true;
+  run.drain_nodes.clear();
+  for (const v1::RankPlacement& p : run.placement) {
+    if (lost_nodes_.count(p.node_id()) == 0) run.drain_nodes.insert(p.node_id());
+  }
+}
+
+absl::Status Supervisor::SweepDrained(std::vector<v1::Event>* events) {
+  for (const std::string& key : RunKeys()) {
+    const ActiveRun& run = runs_[key];
+    if (!run.draining || !run.drain_nodes.empty()) continue;
+    ActiveRun done = run;
+    runs_.erase(key);
+    scheduler_.Release(key);
+    dirty_ = true;
+    if (absl::Status s = FinishDrain(done, events); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Supervisor::FinishDrain(const ActiveRun& run, std::vector<v1::Event>* events) {
+  if (!run.cancelling) return absl::OkStatus();
+  absl::StatusOr<Loaded> loaded = Load(run.job_id, run.attempt);
+  if (!loaded.ok() || loaded->job.state() != v1::JOB_STATE_CANCELLING) return absl::OkStatus();
+  const int64_t now = clock_.NowMicros();
+  const std::string reason = loaded->job.message().empty() ? "cancelled" : loaded->job.message();
+  JobWrite write;
+  absl::Status s = MoveJob(loaded->job, v1::JOB_STATE_CANCELLED,
+                           absl::StrCat(reason, "; every rank has stopped"), now, &write);
+  if (!s.ok()) return s;
+  MoveRun(loaded->job, loaded->run, v1::RUN_STATE_CANCELLED, reason, now, &write);
+  write.job = loaded->job;
+  write.runs.push_back(loaded->run);
+  return Commit(write, events);
+}
+
+std::vector<std::string> Supervisor::TakeDeletions() {
+  std::vector<std::string> out;
+  out.swap(deletions_);
+  return out;
+}
+
+}  // namespace dhp::controller

@@ -1,0 +1,167 @@
+// Supervisor: runs jobs. Turns queued jobs into placed runs (Scheduler), tells each node's agent
+// which rank processes it should run (heartbeat responses), follows the ranks' reports (process
+// states from agents, progress and checkpoints from ranks) and drives every job and run through
+// its states: SCHEDULED -> STARTING -> RUNNING -> SUCCEEDED, automatic restarts from the latest
+// complete checkpoint (RESTARTING -> QUEUED, up to restart.max_restarts, then FAILED), and
+// CANCELLING -> CANCELLED once the agents report the ranks gone.
+//
+// A run fails when one of its ranks exits non-zero (not stopped by its agent), when a node
+// holding its ranks is LOST, when its step has not advanced for restart.stall_timeout_s (the
+// event names the ranks that fell behind and what each rank's watchdog says it waits on), or when
+// a rank finds its resume checkpoint corrupt (that restart is not counted: the checkpoint is
+// marked CORRUPT and the next attempt takes the one before).
+//
+// Slots stay allocated to an ended run until every node holding its ranks has reported them
+// gone (or is LOST), so a new run never shares a device with processes still exiting.
+//
+// Durable state is the Store (jobs, runs with their placements, checkpoints, events); the
+// in-memory view (queue, allocations, per-rank reports) is rebuilt by Recover() after a
+// controller restart, and agents re-report their ranks with the next heartbeat.
+//
+// Thread-safety: not thread-safe; the Controller calls it only on its loop thread.
+#ifndef DHP_CONTROLLER_SUPERVISOR_H_
+#define DHP_CONTROLLER_SUPERVISOR_H_
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/clock.h"
+#include "controller/scheduler.h"
+#include "controller/store.h"
+#include "dhp/v1/service.pb.h"
+
+namespace dhp::controller {
+
+struct SupervisorOptions {
+  std::string checkpoint_root;  // absolute; runs write under <root>/<directory>/<job>/attempt-<a>
+  int max_waiting_messages = 100;  // queued jobs per pass whose "why waiting" message is kept
+};
+
+// One rank of an active run, as its agent and the rank itself last reported.
+struct RankView {
+  bool launched = false;          // the agent reported the process (running or exited)
+  bool exited = false;
+  int exit_code = 0;
+  int signal = 0;
+  bool stopped_by_agent = false;
+  int64_t step = -1;              // newest step the rank reported; -1: none yet
+  int64_t report_micros = 0;      // when it last reported progress
+  std::string waiting_on;         // its watchdog's description while a step takes long
+};
+
+struct ActiveRun {
+  std::string job_id;
+  int attempt = 0;
+  std::vector<v1::RankPlacement> placement;  // by world rank
+  std::vector<RankView> ranks;
+  v1::JobState job_state = v1::JOB_STATE_SCHEDULED;  // cached from the store
+  int64_t start_step = 0;           // the step it resumes from
+  int64_t max_step = -1;
+  double loss = 0;                  // newest reported by a rank with a text role
+  int64_t total_steps = 0;
+  double tokens_per_second = 0;
+  double step_seconds = 0;
+  int64_t last_advance_micros = 0;  // when max_step last grew (or the run was placed)
+  int64_t last_persist_micros = 0;
+  int stall_timeout_s = 600;
+  bool draining = false;             // ended: its ranks must go; slots held until they have
+  bool cancelling = false;           // drained -> the job becomes CANCELLED
+  std::set<std::string> drain_nodes;  // nodes that have not yet reported the ranks gone
+};
+
+class Supervisor {
+ public:
+  Supervisor(Store& store, const Clock& clock, SupervisorOptions options);
+
+  // Rebuilds the queue, allocations and active runs from the store. Call once, before serving.
+  absl::Status Recover();
+
+  // FAILED_PRECONDITION with the reason when the job could never fit the registered cluster.
+  absl::Status CheckAdmission(const v1::JobSpec& spec) const;
+
+  // After the job (re)entered QUEUED: submit, resume.
+  void OnJobQueued(const v1::Job& job);
+  // After a user cancel: QUEUED -> CANCELLED leaves the queue; CANCELLING drains the run.
+  absl::Status OnJobCancelled(const v1::Job& job, std::vector<v1::Event>* events);
+
+  // Node inventory: a registration or a state change of a node.
+  void OnNodeChanged(const v1::Node& node);
+  // A node went LOST: every run with ranks on it fails; draining runs stop waiting for it.
+  absl::Status OnNodeLost(const std::string& node_id, std::vector<v1::Event>* events);
+
+  // A heartbeat (after NodeTracker accepted it): processes the reported rank processes and fills
+  // the ranks the node should run.
+  absl::Status OnHeartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp,
+                           std::vector<v1::Event>* events);
+  absl::Status OnProgress(const v1::ReportProgressRequest& req, v1::ReportProgressResponse* resp,
+                          std::vector<v1::Event>* events);
+  absl::Status OnCheckpointShard(const v1::ReportCheckpointRequest& req,
+                                 v1::ReportCheckpointResponse* resp,
+                                 std::vector<v1::Event>* events);
+  absl::Status OnCheckpointRejected(const v1::RejectCheckpointRequest& req,
+                                    std::vector<v1::Event>* events);
+
+  // Places queued jobs when something changed since the last pass (cheap otherwise).
+  absl::Status Schedule(std::vector<v1::Event>* events);
+  // Periodic: fails runs whose step has not advanced for their stall timeout.
+  absl::Status CheckStalls(std::vector<v1::Event>* events);
+
+  // Checkpoint directories garbage-collected since the last call, for the caller to delete off
+  // the loop thread (every one is inside the checkpoint root).
+  std::vector<std::string> TakeDeletions();
+
+  // Whether the attempt still has (or may still get) rank processes: placed and not drained.
+  bool HasProcesses(const std::string& job_id, int attempt) const;
+
+  const Scheduler& scheduler() const { return scheduler_; }
+  const std::map<std::string, ActiveRun>& runs() const { return runs_; }
+  size_t queue_size() const { return queue_.size(); }
+
+ private:
+  struct Loaded {
+    v1::Job job;
+    v1::Run run;
+  };
+  absl::StatusOr<Loaded> Load(const std::string& job_id, int attempt);
+  absl::Status Place(const PlacementDecision& decision, std::vector<v1::Event>* events);
+  absl::Status NoteWaiting(const std::string& job_id, const std::string& why);
+  // Ends an active run as FAILED and restarts the job or fails it. `counted`: uses a restart.
+  absl::Status FailRun(ActiveRun& run, const std::string& reason, bool counted,
+                       std::vector<v1::Event>* events);
+  absl::Status SucceedRun(ActiveRun& run, std::vector<v1::Event>* events);
+  absl::Status ApplyRankStatus(ActiveRun& run, const v1::RankStatus& status,
+                               const std::string& node_id, std::vector<v1::Event>* events);
+  void StartDraining(ActiveRun& run);
+  // Releases and forgets every draining run whose nodes have all confirmed; completes cancels.
+  absl::Status SweepDrained(std::vector<v1::Event>* events);
+  absl::Status FinishDrain(const ActiveRun& run, std::vector<v1::Event>* events);
+  absl::Status PersistProgress(ActiveRun& run, bool to_running, std::vector<v1::Event>* events);
+  absl::Status Commit(JobWrite& write, std::vector<v1::Event>* events);
+  std::vector<std::string> RunKeys() const;
+  absl::Status CollectGarbage(const v1::Job& job, std::vector<v1::Event>* events);
+  std::string StallReason(const ActiveRun& run, int64_t now) const;
+  std::string CheckpointDir(const v1::Job& job, int attempt) const;
+  ActiveRun* FindRun(const std::string& job_id, int attempt);
+
+  Store& store_;
+  const Clock& clock_;
+  const SupervisorOptions options_;
+  Scheduler scheduler_;
+  std::map<std::string, JobDemand> queue_;     // QUEUED jobs by job id
+  std::map<std::string, ActiveRun> runs_;      // by RunKey(job, attempt)
+  std::map<std::string, std::string> waiting_;  // job id -> why it waits (last persisted)
+  std::vector<std::string> deletions_;
+  std::set<std::string> lost_nodes_;
+  bool dirty_ = true;  // the queue or the free slots changed since the last pass
+};
+
+// "job#attempt": the scheduler's allocation key of a run.
+std::string RunKey(const std::string& job_id, int attempt);
+
+}  // namespace dhp::controller
+
+#endif  // DHP_CONTROLLER_SUPERVISOR_H_

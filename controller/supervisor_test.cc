@@ -1,0 +1,451 @@
+#include "controller/supervisor.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+
+#include "common/clock.h"
+#include "controller/job_manager.h"
+#include "controller/time_util.h"
+
+namespace dhp::controller {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kRoot[] = "/data/ckpt";
+
+// Tiny model, vision SP 2 x text TP 2 collocated: 2 ranks forming one tensor-parallel group.
+std::string Spec(const std::string& name, int max_restarts, int priority = 0) {
+  return "name: " + name + "\nmodel: {preset: tiny}\npriority: " + std::to_string(priority) +
+         "\nvision: {parallelism: sequence, degree: 2}\ntext: {parallelism: tensor, degree: 2}\n"
+         "training: {max_steps: 10}\ncheckpoint: {every_steps: 5, keep_latest: 2}\n"
+         "restart: {max_restarts: " + std::to_string(max_restarts) + ", stall_timeout_s: 30}\n"
+         "data: {datasets: [shapes], registry: {shapes: {annotation_path: data/train.jsonl}}}\n";
+}
+
+class SupervisorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(":memory:");
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    jobs_ = std::make_unique<JobManager>(*store_, clock_, SpecOptions{kRoot});
+    sup_ = std::make_unique<Supervisor>(*store_, clock_, SupervisorOptions{kRoot});
+  }
+
+  void AddNode(const std::string& id, int cpu_slots) {
+    v1::Node node;
+    node.set_id(id);
+    node.set_state(v1::NODE_STATE_READY);
+    node.mutable_resources()->set_cpu_slots(cpu_slots);
+    ASSERT_TRUE(store_->PutNode(node, {}).ok());
+    sup_->OnNodeChanged(node);
+  }
+
+  v1::Job Submit(const std::string& name, int max_restarts = 1, int priority = 0) {
+    v1::SubmitJobRequest req;
+    req.set_spec_text(Spec(name, max_restarts, priority));
+    absl::StatusOr<v1::JobSpec> spec = jobs_->ValidateSubmission(req);
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    EXPECT_TRUE(sup_->CheckAdmission(*spec).ok());
+    v1::SubmitJobResponse resp;
+    std::vector<v1::Event> events;
+    EXPECT_TRUE(jobs_->SubmitValidated(*spec, false, &resp, &events).ok());
+    sup_->OnJobQueued(resp.job());
+    clock_.AdvanceMicros(1000);
+    return resp.job();
+  }
+
+  void Schedule() {
+    std::vector<v1::Event> events;
+    ASSERT_TRUE(sup_->Schedule(&events).ok());
+  }
+
+  // One heartbeat of `node` reporting `ranks`; returns the ranks it is told to run.
+  std::vector<v1::RankLaunch> Beat(const std::string& node,
+                                   const std::vector<v1::RankStatus>& ranks = {}) {
+    v1::HeartbeatRequest req;
+    req.set_node_id(node);
+    for (const v1::RankStatus& r : ranks) *req.add_ranks() = r;
+    v1::HeartbeatResponse resp;
+    std::vector<v1::Event> events;
+    absl::Status s = sup_->OnHeartbeat(req, &resp, &events);
+    EXPECT_TRUE(s.ok()) << s;
+    return {resp.ranks().begin(), resp.ranks().end()};
+  }
+
+  static v1::RankStatus Status(const v1::Job& job, int attempt, int rank, bool running,
+                               int exit_code = 0, int signal = 0) {
+    v1::RankStatus st;
+    st.set_job_id(job.id());
+    st.set_attempt(attempt);
+    st.set_world_rank(rank);
+    st.set_state(running ? v1::RANK_PROCESS_STATE_RUNNING : v1::RANK_PROCESS_STATE_EXITED);
+    st.set_exit_code(exit_code);
+    st.set_signal(signal);
+    if (exit_code != 0) st.set_log_tail("loading data\nrank 1: group text.tp0: connection reset\n");
+    return st;
+  }
+
+  absl::Status Progress(const v1::Job& job, int attempt, int rank, int64_t step,
+                        const std::string& waiting_on = "", bool* stop = nullptr) {
+    v1::ReportProgressRequest req;
+    req.set_job_id(job.id());
+    req.set_attempt(attempt);
+    req.set_rank(rank);
+    req.set_step(step);
+    req.set_loss(rank == 0 ? 5.0 - step * 0.1 : NAN);
+    req.set_total_steps(10);
+    req.set_waiting_on(waiting_on);
+    v1::ReportProgressResponse resp;
+    std::vector<v1::Event> events;
+    absl::Status s = sup_->OnProgress(req, &resp, &events);
+    if (stop != nullptr) *stop = resp.stop();
+    return s;
+  }
+
+  absl::StatusOr<v1::Checkpoint> Shard(const v1::Job& job, int attempt, int rank, int64_t step) {
+    const v1::Run run = Run(job.id(), attempt);
+    v1::ReportCheckpointRequest req;
+    req.set_job_id(job.id());
+    req.set_attempt(attempt);
+    req.set_step(step);
+    req.set_world_size(2);
+    req.set_path(run.checkpoint_dir() + "/step-" + std::to_string(step));
+    req.mutable_shard()->set_rank(rank);
+    req.mutable_shard()->set_file("rank-" + std::to_string(rank) + ".safetensors");
+    req.mutable_shard()->set_size_bytes(1000 + rank);
+    req.mutable_shard()->set_crc32c("0badf00d");
+    req.set_write_seconds(0.25 + rank);
+    v1::ReportCheckpointResponse resp;
+    std::vector<v1::Event> events;
+    absl::Status s = sup_->OnCheckpointShard(req, &resp, &events);
+    if (!s.ok()) return s;
+    return resp.checkpoint();
+  }
+
+  v1::Job Stored(const std::string& id) { return *store_->GetJob(id); }
+  v1::Run Run(const std::string& id, int attempt) {
+    for (const v1::Run& r : store_->ListRuns(id)) {
+      if (r.attempt() == attempt) return r;
+    }
+    ADD_FAILURE() << "no run " << attempt;
+    return v1::Run();
+  }
+  std::vector<v1::Event> Events(const std::string& id) { return store_->ListEvents(id, 0, 0); }
+
+  // Places `job`, launches both ranks and reports step 1: RUNNING.
+  void StartRunning(const v1::Job& job, int attempt = 1) {
+    Schedule();
+    ASSERT_EQ(Beat("n1").size(), 2u);
+    Beat("n1", {Status(job, attempt, 0, true), Status(job, attempt, 1, true)});
+    ASSERT_EQ(Stored(job.id()).state(), v1::JOB_STATE_STARTING);
+    const int64_t start = Run(job.id(), attempt).start_step();
+    ASSERT_TRUE(Progress(job, attempt, 0, start + 1).ok());
+    ASSERT_TRUE(Progress(job, attempt, 1, start + 1).ok());
+    ASSERT_EQ(Stored(job.id()).state(), v1::JOB_STATE_RUNNING);
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<Supervisor> sup_;
+};
+
+TEST_F(SupervisorTest, AJobRunsToSuccessWithItsCheckpoint) {
+  AddNode("n1", 2);
+  const v1::Job job = Submit("ok");
+  Schedule();
+  v1::Job stored = Stored(job.id());
+  EXPECT_EQ(stored.state(), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(stored.message(), "placed on n1: cpu 0,1 after 0.0 s in the queue");
+  const v1::Run run = Run(job.id(), 1);
+  EXPECT_EQ(run.state(), v1::RUN_STATE_STARTING);
+  ASSERT_EQ(run.placement_size(), 2);
+  EXPECT_EQ(run.placement(1).node_id(), "n1");
+  EXPECT_EQ(run.placement(1).slot(), 1);
+  EXPECT_EQ(run.checkpoint_dir(), std::string(kRoot) + "/ok/" + job.id() + "/attempt-1");
+  EXPECT_EQ(sup_->scheduler().free_slots(), 0);
+
+  const std::vector<v1::RankLaunch> launches = Beat("n1");
+  ASSERT_EQ(launches.size(), 2u);
+  EXPECT_EQ(launches[0].world_rank(), 0);
+  EXPECT_EQ(launches[1].world_rank(), 1);
+  EXPECT_EQ(launches[1].world_size(), 2);
+  EXPECT_EQ(launches[1].slot(), 1);
+  EXPECT_TRUE(Beat("n2").empty());  // nothing for other nodes
+
+  Beat("n1", {Status(job, 1, 0, true)});
+  EXPECT_EQ(Stored(job.id()).state(), v1::JOB_STATE_SCHEDULED);  // rank 1 not launched yet
+  Beat("n1", {Status(job, 1, 0, true), Status(job, 1, 1, true)});
+  EXPECT_EQ(Stored(job.id()).state(), v1::JOB_STATE_STARTING);
+  ASSERT_TRUE(Progress(job, 1, 1, 0).ok());  // a report before any step: not yet training
+  EXPECT_EQ(Stored(job.id()).state(), v1::JOB_STATE_STARTING);
+  ASSERT_TRUE(Progress(job, 1, 0, 1).ok());
+  stored = Stored(job.id());
+  EXPECT_EQ(stored.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(stored.latest_step(), 1);
+  EXPECT_DOUBLE_EQ(stored.latest_loss(), 4.9);
+  EXPECT_EQ(stored.total_steps(), 10);
+  EXPECT_EQ(Run(job.id(), 1).state(), v1::RUN_STATE_RUNNING);
+
+  absl::StatusOr<v1::Checkpoint> c = Shard(job, 1, 1, 10);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->state(), v1::CHECKPOINT_STATE_PARTIAL);
+  c = Shard(job, 1, 1, 10);  // a retried report changes nothing
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->shards_size(), 1);
+  c = Shard(job, 1, 0, 10);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->state(), v1::CHECKPOINT_STATE_COMPLETE);
+  EXPECT_EQ(c->size_bytes(), 2001);
+  EXPECT_DOUBLE_EQ(c->write_seconds(), 1.25);
+  ASSERT_TRUE(Progress(job, 1, 0, 10).ok());
+
+  Beat("n1", {Status(job, 1, 0, false), Status(job, 1, 1, true)});
+  EXPECT_EQ(Stored(job.id()).state(), v1::JOB_STATE_RUNNING);
+  Beat("n1", {Status(job, 1, 0, false), Status(job, 1, 1, false)});
+  stored = Stored(job.id());
+  EXPECT_EQ(stored.state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(stored.message(), "all 2 ranks finished at step 10");
+  EXPECT_EQ(stored.latest_step(), 10);
+  EXPECT_EQ(Run(job.id(), 1).state(), v1::RUN_STATE_SUCCEEDED);
+  EXPECT_EQ(sup_->scheduler().free_slots(), 2);  // this heartbeat showed nothing running
+  EXPECT_TRUE(Beat("n1").empty());
+}
+
+TEST_F(SupervisorTest, ARankThatFailsRestartsTheJobFromItsCheckpoint) {
+  AddNode("n1", 2);
+  const v1::Job job = Submit("restart", /*max_restarts=*/1);
+  StartRunning(job);
+  ASSERT_TRUE(Shard(job, 1, 0, 5).ok());
+  ASSERT_TRUE(Shard(job, 1, 1, 5).ok());
+  const int64_t ckpt = store_->ListCheckpoints(job.id())[0].id();
+
+  // Rank 1 dies; rank 0 still runs: the old attempt is no longer wanted, its slots stay held.
+  const std::vector<v1::RankLaunch> wanted =
+      Beat("n1", {Status(job, 1, 0, true), Status(job, 1, 1, false, 1)});
+  EXPECT_TRUE(wanted.empty());
+  v1::Job stored = Stored(job.id());
+  EXPECT_EQ(stored.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(stored.current_attempt(), 2);
+  EXPECT_EQ(stored.restart_count(), 1);
+  EXPECT_EQ(stored.message(),
+            "restart 1 of 1 from checkpoint " + std::to_string(ckpt) + " at step 5");
+  EXPECT_EQ(Run(job.id(), 1).state(), v1::RUN_STATE_FAILED);
+  EXPECT_EQ(Run(job.id(), 1).reason(),
+            "rank 1 on node n1 exited with code 1: rank 1: group text.tp0: connection reset");
+  EXPECT_EQ(Run(job.id(), 2).resume_checkpoint_id(), ckpt);
+  EXPECT_EQ(Run(job.id(), 2).start_step(), 5);
+  Schedule();
+  EXPECT_EQ(Stored(job.id()).state(), v1::JOB_STATE_QUEUED);  // rank 0 of attempt 1 still runs
+  EXPECT_THAT(Stored(job.id()).message(), HasSubstr("waiting"));
+  bool stop = false;
+  ASSERT_TRUE(Progress(job, 2, 0, 6, "", &stop).ok());
+  EXPECT_TRUE(stop);  // attempt 2 is not placed yet
+  EXPECT_EQ(Progress(job, 1, 0, 6).code(), absl::StatusCode::kFailedPrecondition);
+
+  Beat("n1", {Status(job, 1, 0, false, 0, 15), Status(job, 1, 1, false, 1)});  // gone
+  Schedule();
+  EXPECT_EQ(Stored(job.id()).state(), v1::JOB_STATE_SCHEDULED);
+  const std::vector<v1::RankLaunch> next = Beat("n1");
+  ASSERT_EQ(next.size(), 2u);
+  EXPECT_EQ(next[0].attempt(), 2);
+
+  // Attempt 2 fails too: no restarts left.
+  StartRunning(job, 2);
+  Beat("n1", {Status(job, 2, 0, false, 0, 9), Status(job, 2, 1, true)});
+  stored = Stored(job.id());
+  EXPECT_EQ(stored.state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(stored.message(), "rank 0 on node n1 was killed by signal 9 (Killed); all 1 restarts used");
+}
+
+TEST_F(SupervisorTest, WithoutRestartsAFailureFailsTheJob) {
+  AddNode("n1", 2);
+  const v1::Job job = Submit("fail", /*max_restarts=*/0);
+  StartRunning(job);
+  Beat("n1", {Status(job, 1, 0, true), Status(job, 1, 1, false, 2)});
+  const v1::Job stored = Stored(job.id());
+  EXPECT_EQ(stored.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(stored.message(), HasSubstr("rank 1 on node n1 exited with code 2"));
+  EXPECT_THAT(stored.message(), HasSubstr("automatic restarts are off (restart.max_restarts 0)"));
+}
+
+TEST_F(SupervisorTest, CancelCompletesWhenTheAgentReportsTheRanksGone) {
+  AddNode("n1", 2);
+  const v1::Job job = Submit("cancel");
+  StartRunning(job);
+  v1::CancelJobRequest req;
+  req.set_job_id(job.id());
+  v1::CancelJobResponse resp;
+  std::vector<v1::Event> events;
+  ASSERT_TRUE(jobs_->Cancel(req, &resp, &events).ok());
+  ASSERT_TRUE(sup_->OnJobCancelled(resp.job(), &events).ok());
+  EXPECT_EQ(Stored(job.id()).state(), v1::JOB_STATE_CANCELLING);
+  bool stop = false;
+  ASSERT_TRUE(Progress(job, 1, 0, 2, "", &stop).ok());
+  EXPECT_TRUE(stop);
+  EXPECT_TRUE(Beat("n1", {Status(job, 1, 0, true), Status(job, 1, 1, true)}).empty());
+  EXPECT_EQ(Stored(job.id()).state(), v1::JOB_STATE_CANCELLING);
+  v1::RankStatus killed = Status(job, 1, 0, false, 0, 15);
+  killed.set_stopped_by_agent(true);
+  Beat("n1", {killed});
+  EXPECT_EQ(Stored(job.id()).state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(Stored(job.id()).message(), "cancelled by user; every rank has stopped");
+  EXPECT_EQ(Run(job.id(), 1).state(), v1::RUN_STATE_CANCELLED);
+  EXPECT_EQ(sup_->scheduler().free_slots(), 2);
+}
+
+TEST_F(SupervisorTest, AStalledRunFailsNamingTheSilentRankAndTheWaitingOne) {
+  AddNode("n1", 2);
+  const v1::Job job = Submit("stall");
+  StartRunning(job);
+  clock_.AdvanceMicros(25'000'000);
+  ASSERT_TRUE(Progress(job, 1, 0, 1, "all_reduce on group text.tp0 (call 7) for 19 s").ok());
+  std::vector<v1::Event> events;
+  ASSERT_TRUE(sup_->CheckStalls(&events).ok());
+  EXPECT_EQ(Stored(job.id()).state(), v1::JOB_STATE_RUNNING);  // 25 s < 30 s
+  clock_.AdvanceMicros(6'000'000);
+  ASSERT_TRUE(sup_->CheckStalls(&events).ok());
+  const v1::Run failed = Run(job.id(), 1);
+  EXPECT_EQ(failed.state(), v1::RUN_STATE_FAILED);
+  EXPECT_EQ(failed.reason(),
+            "no progress for 31 s (restart.stall_timeout_s 30) at step 1; stalled: rank 1 "
+            "(node n1) silent for 31 s after step 1; rank 0 waits in all_reduce on group "
+            "text.tp0 (call 7) for 19 s");
+  EXPECT_EQ(Stored(job.id()).state(), v1::JOB_STATE_QUEUED);  // restart 1 of 1
+}
+
+TEST_F(SupervisorTest, ALostNodeFailsItsRuns) {
+  AddNode("n1", 2);
+  const v1::Job job = Submit("lost", 0);
+  StartRunning(job);
+  v1::Node node = *store_->GetNode("n1");
+  node.set_state(v1::NODE_STATE_LOST);
+  ASSERT_TRUE(store_->PutNode(node, {}).ok());
+  std::vector<v1::Event> events;
+  ASSERT_TRUE(sup_->OnNodeLost("n1", &events).ok());
+  EXPECT_EQ(Stored(job.id()).state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(Stored(job.id()).message(),
+              HasSubstr("node n1 was lost (no heartbeat) with ranks 0, 1"));
+  EXPECT_EQ(sup_->scheduler().used_slots(), 0);  // nothing to wait for on a lost node
+}
+
+TEST_F(SupervisorTest, ASecondJobWaitsWholeUntilTheFirstEnds) {
+  AddNode("n1", 2);
+  AddNode("n2", 1);  // 3 slots, but a job's 2 ranks form one tensor-parallel group
+  const v1::Job first = Submit("first");
+  const v1::Job second = Submit("second");
+  Schedule();
+  EXPECT_EQ(Stored(first.id()).state(), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(Stored(second.id()).state(), v1::JOB_STATE_QUEUED);
+  EXPECT_THAT(Stored(second.id()).message(), HasSubstr("waiting"));
+  EXPECT_EQ(sup_->scheduler().free_slots(), 1);  // nothing partial on n2
+  EXPECT_TRUE(Beat("n2").empty());
+  Beat("n1", {Status(first, 1, 0, false), Status(first, 1, 1, false)});
+  EXPECT_EQ(Stored(first.id()).state(), v1::JOB_STATE_SUCCEEDED);
+  Schedule();
+  EXPECT_EQ(Stored(second.id()).state(), v1::JOB_STATE_SCHEDULED);
+  EXPECT_GT(Run(second.id(), 1).queue_wait_seconds(), 0);
+}
+
+TEST_F(SupervisorTest, AJobLargerThanTheClusterIsRefused) {
+  AddNode("n1", 1);
+  v1::SubmitJobRequest req;
+  req.set_spec_text(Spec("big", 0));
+  absl::StatusOr<v1::JobSpec> spec = jobs_->ValidateSubmission(req);
+  ASSERT_TRUE(spec.ok());
+  absl::Status s = sup_->CheckAdmission(*spec);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("the job can never fit this cluster: needs 2"));
+}
+
+TEST_F(SupervisorTest, OnlyTheNewestCompleteCheckpointsAreKept) {
+  AddNode("n1", 2);
+  const v1::Job job = Submit("gc");
+  StartRunning(job);
+  ASSERT_TRUE(Shard(job, 1, 0, 3).ok());  // never completed: superseded later
+  for (int step : {5, 10, 15}) {
+    ASSERT_TRUE(Shard(job, 1, 0, step).ok());
+    ASSERT_TRUE(Shard(job, 1, 1, step).ok());
+  }
+  const std::vector<v1::Checkpoint> left = store_->ListCheckpoints(job.id());
+  ASSERT_EQ(left.size(), 2u);
+  EXPECT_EQ(left[0].step(), 10);
+  EXPECT_EQ(left[1].step(), 15);
+  const std::string dir = Run(job.id(), 1).checkpoint_dir();
+  EXPECT_EQ(sup_->TakeDeletions(),
+            (std::vector<std::string>{dir + "/step-3", dir + "/step-5"}));
+  int deleted = 0;
+  for (const v1::Event& e : Events(job.id())) deleted += e.to_state() == "DELETED";
+  EXPECT_EQ(deleted, 2);
+
+  v1::ReportCheckpointRequest bad;
+  bad.set_job_id(job.id());
+  bad.set_attempt(1);
+  bad.set_step(20);
+  bad.set_world_size(2);
+  bad.set_path("/etc/step-20");
+  bad.mutable_shard()->set_file("rank-0.safetensors");
+  v1::ReportCheckpointResponse resp;
+  std::vector<v1::Event> events;
+  absl::Status s = sup_->OnCheckpointShard(bad, &resp, &events);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("is not inside the run's checkpoint directory"));
+}
+
+TEST_F(SupervisorTest, ACorruptCheckpointIsSkippedWithoutUsingARestart) {
+  AddNode("n1", 2);
+  const v1::Job job = Submit("corrupt", 1);
+  StartRunning(job);
+  for (int step : {5, 10}) {
+    ASSERT_TRUE(Shard(job, 1, 0, step).ok());
+    ASSERT_TRUE(Shard(job, 1, 1, step).ok());
+  }
+  const std::vector<v1::Checkpoint> ckpts = store_->ListCheckpoints(job.id());
+  Beat("n1", {Status(job, 1, 0, false, 1), Status(job, 1, 1, false, 1)});
+  ASSERT_EQ(Run(job.id(), 2).resume_checkpoint_id(), ckpts[1].id());
+  StartRunning(job, 2);
+
+  v1::RejectCheckpointRequest reject;
+  reject.set_job_id(job.id());
+  reject.set_attempt(2);
+  reject.set_checkpoint_id(ckpts[1].id());
+  reject.set_rank(1);
+  reject.set_reason("rank-00001.safetensors: checksum mismatch");
+  std::vector<v1::Event> events;
+  ASSERT_TRUE(sup_->OnCheckpointRejected(reject, &events).ok());
+  const v1::Job stored = Stored(job.id());
+  EXPECT_EQ(stored.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(stored.restart_count(), 1);  // unchanged by the retry
+  EXPECT_EQ(stored.current_attempt(), 3);
+  EXPECT_EQ(Run(job.id(), 3).resume_checkpoint_id(), ckpts[0].id());
+  EXPECT_EQ(store_->ListCheckpoints(job.id())[1].state(), v1::CHECKPOINT_STATE_CORRUPT);
+  EXPECT_EQ(store_->ListCheckpoints(job.id())[1].reason(),
+            "rank 1: rank-00001.safetensors: checksum mismatch");
+}
+
+TEST_F(SupervisorTest, ARestartedSupervisorKnowsThePlacedRuns) {
+  AddNode("n1", 2);
+  const v1::Job job = Submit("recover");
+  const v1::Job queued = Submit("queued");
+  StartRunning(job);
+  sup_ = std::make_unique<Supervisor>(*store_, clock_, SupervisorOptions{kRoot});
+  ASSERT_TRUE(sup_->Recover().ok());
+  EXPECT_EQ(sup_->queue_size(), 1u);
+  EXPECT_EQ(sup_->scheduler().used_slots(), 2);
+  const std::vector<v1::RankLaunch> wanted =
+      Beat("n1", {Status(job, 1, 0, true), Status(job, 1, 1, true)});
+  ASSERT_EQ(wanted.size(), 2u);
+  EXPECT_EQ(wanted[0].job_id(), job.id());
+  ASSERT_TRUE(Progress(job, 1, 0, 2).ok());
+  EXPECT_EQ(Stored(job.id()).state(), v1::JOB_STATE_RUNNING);
+  Schedule();
+  EXPECT_EQ(Stored(queued.id()).state(), v1::JOB_STATE_QUEUED);
+}
+
+}  // namespace
+}  // namespace dhp::controller
