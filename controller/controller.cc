@@ -276,7 +276,13 @@ absl::Status Controller::AppendLogs(const v1::AppendLogsRequest& req,
   if (logs_ == nullptr) return absl::FailedPreconditionError("this controller keeps no logs");
   for (const v1::LogChunk& chunk : req.chunks()) {
     absl::StatusOr<int64_t> size = logs_->Append(chunk);
-    if (!size.ok()) return size.status();
+    if (!size.ok() && size.status().code() != absl::StatusCode::kInvalidArgument) {
+      return size.status();  // the store failed: the agent retries the whole batch
+    }
+    if (!size.ok()) {  // a chunk that can never be stored: skip it, keep the others flowing
+      DHP_LOG(WARNING) << "AppendLogs from " << req.node_id() << ": " << size.status();
+      size = chunk.offset() + static_cast<int64_t>(chunk.data().size());
+    }
     resp->add_sizes(*size);
   }
   return absl::OkStatus();

@@ -81,12 +81,13 @@ class Cluster:
         self.controller.wait(timeout=10)
         return self.controller.returncode
 
-    def start_worker(self, node_id, cpu_slots=2, env=None):
+    def start_worker(self, node_id, cpu_slots=2, env=None, extra_args=()):
         log = self._log("worker-%s.log" % node_id)
         proc = subprocess.Popen(
             [self.bins.worker, "--server", self.server, "--node-id", node_id,
-             "--cpu-slots", str(cpu_slots)], stdout=log, stderr=log,
-            env=dict(os.environ, **(env or {})))
+             "--cpu-slots", str(cpu_slots),
+             "--log-dir", os.path.join(self.tmp.name, "agent-logs", node_id)] + list(extra_args),
+            stdout=log, stderr=log, env=dict(os.environ, **(env or {})))
         self.workers[node_id] = proc
         return proc
 
@@ -108,6 +109,10 @@ class Cluster:
         for f in self.logs:
             f.close()
         self.tmp.cleanup()
+
+    def worker_log(self, node_id):
+        with open(os.path.join(self.tmp.name, "worker-%s.log" % node_id), "rb") as f:
+            return f.read().decode(errors="replace")
 
     def controller_log(self):
         with open(os.path.join(self.tmp.name, "controller.log"), "rb") as f:

@@ -15,6 +15,17 @@ from dhp_cluster import Binaries, Cluster, wait_for
 BINS = None
 
 
+def single_rank(path):
+    """Rewrites a tiny-cpu spec file to one rank (no parallelism) and returns its path."""
+    with open(path) as f:
+        text = f.read()
+    text = re.sub(r"parallelism: (sequence|tensor)", "parallelism: none", text)
+    text = text.replace("degree: 2", "degree: 1").replace("zero_stage: 1", "zero_stage: 0")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
 def spec_with(cluster, name, labels=None, extra=""):
     """The tiny-cpu spec under another name (and labels), written to a file."""
     with open(cluster.config("tiny-cpu.yaml")) as f:
@@ -47,18 +58,13 @@ class ControlPlaneTest(unittest.TestCase):
 
     def test_demo_flow_submit_list_get_cancel_resume(self):
         c = self.cluster
-        c.start_worker("node-a", cpu_slots=2)
+        # No worker yet: the job stays QUEUED (runs_test.py covers jobs that run).
         job = self.submit(c.config("tiny-cpu.yaml"))
 
         code, out, _ = c.dhpctl("list")
         self.assertEqual(code, 0)
         self.assertRegex(out, r"(?m)^ID +NAME +STATE +ATTEMPT")
         self.assertRegex(out, r"(?m)^%s +tiny-cpu +QUEUED +1 " % job)
-
-        nodes = wait_for(lambda: [n for n in c.dhpctl_json("nodes")["nodes"]
-                                  if n.get("state") == "NODE_STATE_READY"], what="READY node")
-        self.assertEqual(nodes[0]["id"], "node-a")
-        self.assertEqual(nodes[0]["resources"]["cpu_slots"], 2)
 
         got = c.dhpctl_json("get", job)
         self.assertEqual(got["job"]["state"], "JOB_STATE_QUEUED")
@@ -88,6 +94,17 @@ class ControlPlaneTest(unittest.TestCase):
         self.assertEqual(code, 0)
         transitions = [l.split("  ")[4] for l in out.splitlines() if " job.state " in l]
         self.assertEqual(transitions, ["QUEUED", "QUEUED -> CANCELLED", "CANCELLED -> QUEUED"])
+
+        # A node too small for the job's tensor-parallel pair: the job keeps waiting, and says so.
+        c.start_worker("node-a", cpu_slots=1)
+        nodes = wait_for(lambda: [n for n in c.dhpctl_json("nodes").get("nodes", [])
+                                  if n.get("state") == "NODE_STATE_READY"], what="READY node")
+        self.assertEqual(nodes[0]["id"], "node-a")
+        self.assertEqual(nodes[0]["resources"]["cpu_slots"], 1)
+        got = wait_for(lambda: "cannot run on this cluster" in
+                       c.dhpctl_json("get", job)["job"]["message"] and c.dhpctl_json("get", job),
+                       what="the scheduler's verdict")
+        self.assertEqual(got["job"]["state"], "JOB_STATE_QUEUED")
 
     def test_bad_spec_is_refused_with_the_field_and_nothing_is_stored(self):
         c = self.cluster
@@ -122,12 +139,14 @@ class ControlPlaneTest(unittest.TestCase):
 
     def test_sigkill_restart_keeps_jobs_runs_nodes_and_events(self):
         c = self.cluster
-        c.start_worker("node-a")
-        wait_for(lambda: c.dhpctl_json("nodes").get("nodes"), what="registration")
         jobs = [self.submit(spec_with(c, "job-%d" % i)) for i in range(3)]
         c.dhpctl("cancel", jobs[0])
         c.dhpctl("resume", jobs[0])
         c.dhpctl("cancel", jobs[1])
+        c.start_worker("node-a", cpu_slots=1)  # too small: the jobs stay QUEUED
+        wait_for(lambda: c.dhpctl_json("nodes").get("nodes"), what="registration")
+        wait_for(lambda: "cannot run on this cluster" in
+                 c.dhpctl_json("get", jobs[2])["job"]["message"], what="the scheduler's verdict")
         before = {j: c.dhpctl_json("get", j) for j in jobs}
         listed = c.dhpctl_json("list")
         _, events_before, _ = c.dhpctl("-o", "json", "events")
@@ -142,8 +161,11 @@ class ControlPlaneTest(unittest.TestCase):
         node = wait_for(lambda: c.dhpctl_json("nodes").get("nodes"), what="node after restart")
         self.assertEqual(node[0]["id"], "node-a")
         self.assertEqual(node[0]["state"], "NODE_STATE_READY")
-        # New work continues with fresh ids and increasing event ids.
-        self.submit(spec_with(c, "after-restart"))
+        # New work continues with fresh ids and increasing event ids (refused: it cannot fit).
+        code, _, err = c.dhpctl("submit", "-f", spec_with(c, "after-restart"))
+        self.assertEqual(code, 1)
+        self.assertIn("FAILED_PRECONDITION: the job can never fit this cluster: needs 2", err)
+        self.submit(single_rank(spec_with(c, "after-restart-small")))
         last = json.loads(c.dhpctl("-o", "json", "events")[1].splitlines()[-1])
         self.assertGreater(int(last["id"]), len(events_before.splitlines()))
 
@@ -166,8 +188,8 @@ class ControlPlaneTest(unittest.TestCase):
 
     def test_metrics_pass_promtool_and_count_requests(self):
         c = self.cluster
-        c.start_worker("node-m")
         self.submit(c.config("tiny-cpu.yaml"))
+        c.start_worker("node-m", cpu_slots=1)  # too small for the job: it stays QUEUED
         c.dhpctl("list")
         c.http("GET", "/v1/jobs")
         wait_for(lambda: c.dhpctl_json("nodes").get("nodes"), what="registration")

@@ -1,13 +1,35 @@
 #include "worker/agent/agent.h"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
+#include <vector>
 
 #include "common/logging.h"
 
 namespace dhp::worker {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+int MillisUntil(SteadyClock::time_point t) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t - SteadyClock::now());
+  return static_cast<int>(std::max<int64_t>(0, ms.count()));
+}
+
+}  // namespace
+
+AgentOptions Agent::WithDefaults(AgentOptions options) {
+  if (options.ranks.node_id.empty()) options.ranks.node_id = options.node.id();
+  return options;
+}
 
 Agent::Agent(api::DhpClient& client, AgentOptions options)
-    : client_(client), options_(std::move(options)) {}
+    : client_(client),
+      options_(WithDefaults(std::move(options))),
+      launcher_(options_.ranks),
+      shipper_({options_.node.id()},
+               [&client](const v1::AppendLogsRequest& req) { return client.AppendLogs(req); }) {}
 
 void Agent::Stop() {
   {
@@ -17,7 +39,7 @@ void Agent::Stop() {
   cv_.notify_all();
 }
 
-bool Agent::SleepFor(int ms) {
+bool Agent::WaitFor(int ms) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, std::chrono::milliseconds(ms), [this] { return stopped_; });
   return !stopped_;
@@ -37,39 +59,107 @@ bool Agent::Register(int* heartbeat_ms) {
                 << options_.node.resources().cpu_slots() << " CPU slots); heartbeat every "
                 << *heartbeat_ms << " ms";
   registered_ = true;
+  shipper_.Resync();  // a restarted controller may have lost the logs it held
   return true;
 }
 
+Agent::Beat Agent::Heartbeat() {
+  v1::HeartbeatRequest hb;
+  hb.set_node_id(options_.node.id());
+  for (v1::RankStatus& s : launcher_.Statuses()) *hb.add_ranks() = std::move(s);
+  absl::StatusOr<v1::HeartbeatResponse> resp = client_.Heartbeat(hb);
+  if (resp.ok()) {
+    if (heartbeat_failures_ > 0) {
+      DHP_LOG(INFO) << "heartbeat ok again after " << heartbeat_failures_ << " failures";
+    }
+    heartbeat_failures_ = 0;
+    launcher_.Reconcile({resp->ranks().begin(), resp->ranks().end()});
+    shipper_.Track(launcher_.Logs());
+    return Beat::kOk;
+  }
+  if (resp.status().code() == absl::StatusCode::kNotFound) {
+    DHP_LOG(WARNING) << "controller forgot this node; registering again";
+    return Beat::kNotFound;
+  }
+  ++heartbeat_failures_;
+  if ((heartbeat_failures_ & (heartbeat_failures_ - 1)) == 0) {  // 1st, 2nd, 4th, 8th, ...
+    DHP_LOG(WARNING) << "heartbeat failed " << heartbeat_failures_ << " time(s) in a row ("
+                     << launcher_.tracked() << " rank processes keep running): " << resp.status();
+  }
+  return Beat::kFailed;
+}
+
+void Agent::PollRanks() {
+  launcher_.Poll();
+  shipper_.Track(launcher_.Logs());
+}
+
+void Agent::ShipLogs() {
+  absl::Status status = shipper_.Ship();
+  if (!status.ok() && shipping_ok_) {
+    DHP_LOG(WARNING) << "shipping rank logs failed (will retry): " << status;
+  } else if (status.ok() && !shipping_ok_) {
+    DHP_LOG(INFO) << "shipping rank logs again";
+  }
+  shipping_ok_ = status.ok();
+}
+
+void Agent::ShipLogsLoop() {
+  while (WaitFor(options_.log_ship_ms)) ShipLogs();
+}
+
 int Agent::Run() {
+  std::thread shipping([this] { ShipLogsLoop(); });
   int registrations = 0;
   int backoff = options_.retry_initial_ms;
   int heartbeat_ms = 0;
   bool need_register = true;
-  while (true) {
+  SteadyClock::time_point next = SteadyClock::now();  // the next register or heartbeat
+  while (WaitFor(std::min(options_.tick_ms, MillisUntil(next)))) {
+    PollRanks();
+    if (SteadyClock::now() < next) continue;
     if (need_register) {
-      if (!Register(&heartbeat_ms)) {
-        if (!SleepFor(backoff)) break;
+      if (Register(&heartbeat_ms)) {
+        ++registrations;
+        need_register = false;
+        backoff = options_.retry_initial_ms;  // and heartbeat at once: report the ranks
+      } else {
+        next = SteadyClock::now() + std::chrono::milliseconds(backoff);
         backoff = std::min(backoff * 2, options_.retry_max_ms);
-        continue;
       }
-      ++registrations;
-      need_register = false;
-      backoff = options_.retry_initial_ms;
+      continue;
     }
-    if (!SleepFor(heartbeat_ms)) break;
-    v1::HeartbeatRequest hb;
-    hb.set_node_id(options_.node.id());
-    absl::StatusOr<v1::HeartbeatResponse> resp = client_.Heartbeat(hb);
-    if (resp.ok()) continue;
-    if (resp.status().code() == absl::StatusCode::kNotFound) {
-      DHP_LOG(WARNING) << "controller forgot this node; registering again";
+    if (Heartbeat() == Beat::kNotFound) {
       registered_ = false;
       need_register = true;
     } else {
-      DHP_LOG(WARNING) << "heartbeat failed: " << resp.status();
+      next = SteadyClock::now() + std::chrono::milliseconds(heartbeat_ms);
     }
   }
+  shipping.join();
+  Shutdown();
   return registrations;
+}
+
+void Agent::Shutdown() {
+  if (!launcher_.AllExited()) {
+    DHP_LOG(INFO) << "stopping " << launcher_.tracked() << " rank processes (grace "
+                  << options_.ranks.stop_grace_ms << " ms)";
+  }
+  launcher_.StopAll();
+  while (true) {
+    launcher_.Poll();
+    if (launcher_.AllExited()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(options_.tick_ms, 20)));
+  }
+  shipper_.Track(launcher_.Logs());
+  if (shipper_.tracked() > 0) ShipLogs();  // best effort: the last output of the ranks
+  if (launcher_.tracked() == 0 || !registered_) return;
+  v1::HeartbeatRequest hb;  // report the exits; the controller's answer no longer matters
+  hb.set_node_id(options_.node.id());
+  for (v1::RankStatus& s : launcher_.Statuses()) *hb.add_ranks() = std::move(s);
+  absl::StatusOr<v1::HeartbeatResponse> resp = client_.Heartbeat(hb);
+  if (!resp.ok()) DHP_LOG(WARNING) << "final heartbeat failed: " << resp.status();
 }
 
 }  // namespace dhp::worker

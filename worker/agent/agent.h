@@ -1,9 +1,17 @@
-// Agent: the dhp-worker daemon's control loop. Registers this node with the controller and
-// heartbeats; re-registers when the controller has forgotten it (NOT_FOUND) and keeps retrying
-// with backoff while the controller is unreachable, so a controller restart needs nothing
-// from the operator. (Launching rank processes comes with the scheduler.)
+// Agent: the dhp-worker daemon. Registers this node with the controller, heartbeats, and runs
+// the rank processes the controller asks for.
 //
-// Thread-safety: Run blocks on the calling thread; Stop may be called from any thread.
+// Every heartbeat reports the node's rank processes (RankLauncher::Statuses, running or exited)
+// and the response, the complete set of ranks the node should run, is reconciled: missing ranks
+// start, unwanted ones are stopped (SIGTERM, SIGKILL after the grace). Between heartbeats a short
+// tick reaps exits and escalates stops. A second thread ships the rank logs (LogShipper) every
+// log_ship_ms. When the controller has forgotten the node (NOT_FOUND) the agent registers again;
+// while it is unreachable the agent retries with backoff and keeps its ranks running, so a
+// controller restart kills no job. Stop ends the loop, stops every rank (waiting up to the grace
+// period), ships the last output and reports the exits once more.
+//
+// Thread-safety: Run blocks on the calling thread (and owns the launcher); Stop may be called
+// from any thread.
 #ifndef DHP_WORKER_AGENT_AGENT_H_
 #define DHP_WORKER_AGENT_AGENT_H_
 
@@ -14,6 +22,8 @@
 
 #include "api/client.h"
 #include "dhp/v1/node.pb.h"
+#include "worker/agent/log_shipper.h"
+#include "worker/agent/rank_launcher.h"
 
 namespace dhp::worker {
 
@@ -21,26 +31,41 @@ struct AgentOptions {
   v1::Node node;                 // id, hostname, address, resources, agent_version
   int retry_initial_ms = 200;    // backoff while the controller is unreachable
   int retry_max_ms = 5000;
+  RankLauncherOptions ranks;     // how ranks run (node_id defaults to node.id())
+  int tick_ms = 100;             // reap exited ranks, escalate stops
+  int log_ship_ms = 500;         // ship new rank output
 };
 
 class Agent {
  public:
   Agent(api::DhpClient& client, AgentOptions options);
 
-  // Runs until Stop. Returns the number of successful registrations (for tests and logs).
+  // Runs until Stop, then stops the ranks. Returns the number of successful registrations.
   int Run();
   void Stop();
   bool registered() const { return registered_.load(); }
 
  private:
+  enum class Beat { kOk, kNotFound, kFailed };
+
+  static AgentOptions WithDefaults(AgentOptions options);
   bool Register(int* heartbeat_ms);
-  // Sleeps up to `ms`; false when stopped meanwhile.
-  bool SleepFor(int ms);
+  Beat Heartbeat();
+  void PollRanks();
+  void ShipLogs();
+  void ShipLogsLoop();
+  void Shutdown();
+  // Waits up to `ms`; false when stopped (at once or meanwhile).
+  bool WaitFor(int ms);
 
   api::DhpClient& client_;
   const AgentOptions options_;
+  RankLauncher launcher_;  // used by Run's thread only
+  LogShipper shipper_;     // thread-safe
   std::atomic<bool> registered_{false};
-  std::mutex mu_;  // guards stopped_ (with cv_ for interruptible sleeps)
+  int heartbeat_failures_ = 0;  // in a row (Run's thread only)
+  bool shipping_ok_ = true;  // last ShipLogs result (ShipLogs runs on one thread at a time)
+  std::mutex mu_;  // guards stopped_ (with cv_ for interruptible waits)
   std::condition_variable cv_;
   bool stopped_ = false;
 };

@@ -1,8 +1,11 @@
-// dhp-worker: the per-node agent. Registers the node's GPUs / CPU slots with the controller
-// and heartbeats until SIGINT/SIGTERM.
+// dhp-worker: the per-node agent. Registers the node's GPUs / CPU slots with the controller,
+// heartbeats, runs the rank processes the controller asks for and ships their logs, until
+// SIGINT/SIGTERM (which stops the ranks, SIGKILL after --stop-grace-ms).
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <thread>
 
@@ -12,6 +15,27 @@
 #include "common/logging.h"
 #include "worker/agent/agent.h"
 #include "worker/agent/resources.h"
+
+namespace {
+
+// dhp-rank next to this executable, else whatever PATH finds.
+std::string DefaultRankBinary() {
+  std::error_code ec;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    std::filesystem::path sibling = self.parent_path() / "dhp-rank";
+    if (access(sibling.c_str(), X_OK) == 0) return sibling.string();
+  }
+  return "dhp-rank";
+}
+
+std::string Absolute(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path abs = std::filesystem::absolute(path, ec);
+  return ec ? path : abs.string();
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"dhp-worker: the dhp node agent"};
@@ -30,6 +54,19 @@ int main(int argc, char** argv) {
                  "Rank slots to offer on CPU (default: one per CPU when there is no GPU)");
   app.add_option("--token-file", token_file,
                  "File with the controller's API token (env DHP_TOKEN holds the token itself)");
+  std::string rank_binary, log_dir, data_root = ".";
+  int stop_grace_ms = 10000;
+  app.add_option("--rank-binary", rank_binary,
+                 "Rank program (default: dhp-rank beside dhp-worker, else from PATH)");
+  app.add_option("--log-dir", log_dir,
+                 "Rank logs go to <dir>/<job>/attempt-<a>/rank-<r>.log "
+                 "(default: /tmp/dhp-worker-<node-id>/logs)");
+  app.add_option("--data-root", data_root, "Passed to every rank as --data-root")
+      ->capture_default_str();
+  app.add_option("--stop-grace-ms", stop_grace_ms,
+                 "How long a stopped rank gets between SIGTERM and SIGKILL")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   const char* env_token = std::getenv("DHP_TOKEN");
   std::string token = env_token ? env_token : "";
@@ -55,6 +92,19 @@ int main(int argc, char** argv) {
   options.node.set_address(address.empty() ? hostname : address);
   options.node.set_agent_version("dhp-worker 0.1");
   *options.node.mutable_resources() = dhp::worker::DetectResources(cpu_slots);
+  options.ranks.node_id = options.node.id();
+  if (rank_binary.empty()) rank_binary = DefaultRankBinary();
+  // A path is made absolute; a bare name is looked up in PATH when a rank starts.
+  options.ranks.rank_binary =
+      rank_binary.find('/') == std::string::npos ? rank_binary : Absolute(rank_binary);
+  options.ranks.controller = server;
+  options.ranks.token_file = token_file.empty() ? "" : Absolute(token_file);
+  options.ranks.data_root = data_root;
+  options.ranks.log_dir =
+      Absolute(log_dir.empty() ? "/tmp/dhp-worker-" + options.node.id() + "/logs" : log_dir);
+  options.ranks.stop_grace_ms = stop_grace_ms;
+  DHP_LOG(INFO) << "ranks run " << options.ranks.rank_binary << ", logs under "
+                << options.ranks.log_dir;
 
   dhp::api::DhpClient client(server, 5000, token);
   dhp::worker::Agent agent(client, options);

@@ -1,0 +1,226 @@
+// The agent against a fake controller (a real gRPC server on loopback) and real rank processes
+// (a shell script standing in for dhp-rank).
+#include "worker/agent/agent.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+
+namespace dhp::worker {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kFakeRank[] = R"(#!/bin/sh
+echo "rank $*"
+case " $* " in
+  *" --world-rank 1 "*) echo "rank 1 failing"; exit 5 ;;
+esac
+echo ready
+exec sleep 30
+)";
+
+// Registers nodes, answers heartbeats with `desired`, keeps what AppendLogs sends.
+class FakeController : public v1::WorkerService::Service {
+ public:
+  grpc::Status RegisterNode(grpc::ServerContext*, const v1::RegisterNodeRequest* req,
+                            v1::RegisterNodeResponse* resp) override {
+    std::lock_guard<std::mutex> lock(mu);
+    nodes.insert(req->node().id());
+    ++registrations;
+    resp->set_node_id(req->node().id());
+    resp->set_heartbeat_interval_ms(100);
+    return grpc::Status::OK;
+  }
+  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+                         v1::HeartbeatResponse* resp) override {
+    std::lock_guard<std::mutex> lock(mu);
+    if (nodes.count(req->node_id()) == 0) return {grpc::StatusCode::NOT_FOUND, "unknown node"};
+    last_heartbeat = *req;
+    for (const v1::RankLaunch& l : desired) *resp->add_ranks() = l;
+    return grpc::Status::OK;
+  }
+  grpc::Status AppendLogs(grpc::ServerContext*, const v1::AppendLogsRequest* req,
+                          v1::AppendLogsResponse* resp) override {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const v1::LogChunk& c : req->chunks()) {
+      std::string& log = logs[{c.job_id(), c.attempt(), c.world_rank()}];
+      if (c.offset() == static_cast<int64_t>(log.size())) log += c.data();
+      resp->add_sizes(static_cast<int64_t>(log.size()));
+    }
+    return grpc::Status::OK;
+  }
+
+  // The status of a rank in the last heartbeat; nullptr when absent.
+  std::unique_ptr<v1::RankStatus> Reported(int attempt, int rank) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const v1::RankStatus& s : last_heartbeat.ranks()) {
+      if (s.attempt() == attempt && s.world_rank() == rank) {
+        return std::make_unique<v1::RankStatus>(s);
+      }
+    }
+    return nullptr;
+  }
+  std::string Log(int attempt, int rank) {
+    std::lock_guard<std::mutex> lock(mu);
+    return logs[{"j", attempt, rank}];
+  }
+
+  std::mutex mu;  // guards everything below
+  std::set<std::string> nodes;
+  int registrations = 0;
+  std::vector<v1::RankLaunch> desired;
+  v1::HeartbeatRequest last_heartbeat;
+  std::map<RankKey, std::string> logs;
+};
+
+struct Server {
+  Server(FakeController* service, int port) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:" + std::to_string(port),
+                             grpc::InsecureServerCredentials(), &this->port);
+    builder.RegisterService(service);
+    server = builder.BuildAndStart();
+  }
+  ~Server() { server->Shutdown(std::chrono::system_clock::now()); }
+  int port = 0;
+  std::unique_ptr<grpc::Server> server;
+};
+
+v1::RankLaunch Launch(int attempt, int rank, int world) {
+  v1::RankLaunch l;
+  l.set_job_id("j");
+  l.set_attempt(attempt);
+  l.set_world_rank(rank);
+  l.set_world_size(world);
+  return l;
+}
+
+bool Eventually(const std::function<bool()>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+class AgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = ::testing::TempDir() + "/agent_test.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    options_.node.set_id("node-a");
+    options_.retry_initial_ms = 50;
+    options_.retry_max_ms = 200;
+    options_.tick_ms = 20;
+    options_.log_ship_ms = 50;
+    options_.ranks.rank_binary = tmpl + "/fake-rank.sh";
+    options_.ranks.log_dir = tmpl + "/logs";
+    options_.ranks.stop_grace_ms = 3000;
+    std::ofstream(options_.ranks.rank_binary) << kFakeRank;
+    chmod(options_.ranks.rank_binary.c_str(), 0755);
+    server_ = std::make_unique<Server>(&fake_, 0);
+    client_ = std::make_unique<api::DhpClient>("127.0.0.1:" + std::to_string(server_->port), 1000);
+  }
+  void TearDown() override {
+    if (thread_.joinable()) StopAgent();
+  }
+  void StartAgent() {
+    agent_ = std::make_unique<Agent>(*client_, options_);
+    thread_ = std::thread([this] { agent_->Run(); });
+  }
+  void StopAgent() {
+    agent_->Stop();
+    thread_.join();
+  }
+  bool ReportedRunning(int attempt, int rank) {
+    std::unique_ptr<v1::RankStatus> s = fake_.Reported(attempt, rank);
+    return s != nullptr && s->state() == v1::RANK_PROCESS_STATE_RUNNING;
+  }
+
+  AgentOptions options_;
+  FakeController fake_;
+  std::unique_ptr<Server> server_;
+  std::unique_ptr<api::DhpClient> client_;
+  std::unique_ptr<Agent> agent_;
+  std::thread thread_;
+};
+
+TEST_F(AgentTest, LaunchesReportsShipsLogsAndStopsRanks) {
+  fake_.desired = {Launch(1, 0, 2), Launch(1, 1, 2)};
+  StartAgent();
+  ASSERT_TRUE(Eventually([&] {
+    std::unique_ptr<v1::RankStatus> failed = fake_.Reported(1, 1);
+    return ReportedRunning(1, 0) && failed && failed->state() == v1::RANK_PROCESS_STATE_EXITED;
+  }));
+  std::unique_ptr<v1::RankStatus> failed = fake_.Reported(1, 1);
+  EXPECT_EQ(failed->exit_code(), 5);
+  EXPECT_THAT(failed->log_tail(), HasSubstr("rank 1 failing"));
+  ASSERT_TRUE(Eventually([&] { return fake_.Log(1, 0).find("ready") != std::string::npos; }));
+  EXPECT_THAT(fake_.Log(1, 0), HasSubstr("--job j --attempt 1 --world-rank 0 --world-size 2"));
+  EXPECT_THAT(fake_.Log(1, 1), HasSubstr("rank 1 failing"));
+
+  const int64_t pid = fake_.Reported(1, 0)->pid();
+  {
+    std::lock_guard<std::mutex> lock(fake_.mu);
+    fake_.desired.clear();  // e.g. the job was cancelled
+  }
+  ASSERT_TRUE(Eventually([&] { return fake_.Reported(1, 0) == nullptr; }));  // stopped, forgotten
+  EXPECT_NE(kill(static_cast<pid_t>(pid), 0), 0);
+  StopAgent();
+}
+
+TEST_F(AgentTest, RanksSurviveAControllerRestartAndAreReportedAgain) {
+  fake_.desired = {Launch(1, 0, 1)};
+  StartAgent();
+  ASSERT_TRUE(Eventually([&] { return ReportedRunning(1, 0); }));
+  const int64_t pid = fake_.Reported(1, 0)->pid();
+  const int port = server_->port;
+  server_.reset();  // the controller goes away...
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(kill(static_cast<pid_t>(pid), 0), 0);
+
+  FakeController restarted;  // ...and comes back without memory of the node
+  restarted.desired = {Launch(1, 0, 1)};
+  Server server(&restarted, port);
+  ASSERT_TRUE(Eventually([&] {
+    std::unique_ptr<v1::RankStatus> s = restarted.Reported(1, 0);
+    return s != nullptr && s->state() == v1::RANK_PROCESS_STATE_RUNNING;
+  }));
+  EXPECT_EQ(restarted.Reported(1, 0)->pid(), pid);
+  EXPECT_EQ(restarted.registrations, 1);
+  ASSERT_TRUE(Eventually([&] { return restarted.Log(1, 0).find("ready") != std::string::npos; }));
+  StopAgent();
+}
+
+TEST_F(AgentTest, StopTerminatesTheRanksAndReportsTheirExit) {
+  fake_.desired = {Launch(2, 0, 1)};
+  StartAgent();
+  ASSERT_TRUE(Eventually([&] { return ReportedRunning(2, 0); }));
+  const int64_t pid = fake_.Reported(2, 0)->pid();
+  const auto start = std::chrono::steady_clock::now();
+  StopAgent();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_NE(kill(static_cast<pid_t>(pid), 0), 0);
+  std::unique_ptr<v1::RankStatus> last = fake_.Reported(2, 0);
+  ASSERT_NE(last, nullptr);
+  EXPECT_EQ(last->state(), v1::RANK_PROCESS_STATE_EXITED);
+  EXPECT_EQ(last->signal(), SIGTERM);
+  EXPECT_TRUE(last->stopped_by_agent());
+}
+
+}  // namespace
+}  // namespace dhp::worker

@@ -1,0 +1,206 @@
+#include "worker/agent/rank_launcher.h"
+
+#include <cctype>
+#include <chrono>
+
+#include "absl/status/status.h"
+#include "common/logging.h"
+
+namespace dhp::worker {
+namespace {
+
+// The job id becomes a directory name: the controller's rule for job ids (1-128 characters of
+// A-Z a-z 0-9 _ . -, no "..") keeps it inside the log directory.
+bool ValidJobId(const std::string& job) {
+  if (job.empty() || job.size() > 128 || job == "." || job.find("..") != std::string::npos) {
+    return false;
+  }
+  for (char c : job) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '-') {
+      return false;
+    }
+  }
+  return true;
+}
+
+absl::Status ValidateLaunch(const v1::RankLaunch& l) {
+  const std::string& job = l.job_id();
+  if (!ValidJobId(job)) {
+    return absl::InvalidArgumentError("RankLaunch.job_id '" + job +
+                                      "' is not a job id (1-128 characters of A-Z a-z 0-9 _ . -, "
+                                      "no \"..\")");
+  }
+  if (l.attempt() < 1 || l.world_rank() < 0 || l.world_rank() >= l.world_size()) {
+    return absl::InvalidArgumentError(
+        "RankLaunch of job " + job + ": attempt " + std::to_string(l.attempt()) +
+        ", world_rank " + std::to_string(l.world_rank()) + " and world_size " +
+        std::to_string(l.world_size()) +
+        " must satisfy attempt >= 1 and 0 <= world_rank < world_size");
+  }
+  if (l.slot() < 0) {
+    return absl::InvalidArgumentError("RankLaunch of job " + job + ": slot " +
+                                      std::to_string(l.slot()) + " is negative");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string RankKey::ToString() const {
+  return "job " + job_id + " attempt " + std::to_string(attempt) + " rank " +
+         std::to_string(world_rank);
+}
+
+RankLauncher::RankLauncher(RankLauncherOptions options) : options_(std::move(options)) {}
+
+std::vector<std::string> RankLauncher::Argv(const v1::RankLaunch& l) const {
+  std::vector<std::string> argv = {
+      options_.rank_binary,
+      "--controller", options_.controller,
+      "--job", l.job_id(),
+      "--attempt", std::to_string(l.attempt()),
+      "--world-rank", std::to_string(l.world_rank()),
+      "--world-size", std::to_string(l.world_size()),
+      "--device", l.gpu() ? "cuda:0" : "cpu",
+      "--data-root", options_.data_root,
+  };
+  if (!options_.token_file.empty()) {
+    argv.push_back("--token-file");
+    argv.push_back(options_.token_file);
+  }
+  return argv;
+}
+
+std::vector<std::pair<std::string, std::string>> RankLauncher::Env(
+    const v1::RankLaunch& l) const {
+  std::vector<std::pair<std::string, std::string>> env = {
+      {"OMP_NUM_THREADS", "1"},
+      {"OMP_WAIT_POLICY", "PASSIVE"},
+      {"OPENBLAS_NUM_THREADS", "1"},
+      {"DHP_NODE_ID", options_.node_id},
+  };
+  if (l.gpu()) env.emplace_back("CUDA_VISIBLE_DEVICES", std::to_string(l.slot()));
+  return env;
+}
+
+std::string RankLauncher::LogPath(const RankKey& key) const {
+  return options_.log_dir + "/" + key.job_id + "/attempt-" + std::to_string(key.attempt) +
+         "/rank-" + std::to_string(key.world_rank) + ".log";
+}
+
+void RankLauncher::Start(const v1::RankLaunch& launch) {
+  const RankKey key = RankKey::Of(launch);
+  started_.insert(key);
+  Rank& rank = ranks_[key];
+  rank.launch = launch;
+  absl::Status valid = ValidateLaunch(launch);
+  if (!valid.ok()) {
+    rank.start_error = std::string(valid.message());
+  } else {
+    absl::StatusOr<std::unique_ptr<RankProcess>> process =
+        RankProcess::Start({Argv(launch), Env(launch), LogPath(key)});
+    if (process.ok()) {
+      rank.process = std::move(*process);
+      DHP_LOG(INFO) << "started " << key.ToString() << " (pid " << rank.process->pid() << ", "
+                    << (launch.gpu() ? "gpu " : "cpu slot ") << launch.slot() << "), log "
+                    << LogPath(key);
+      return;
+    }
+    rank.start_error = std::string(process.status().message());
+  }
+  DHP_LOG(ERROR) << "cannot start " << key.ToString() << ": " << rank.start_error;
+}
+
+void RankLauncher::Stop(const RankKey& key, Rank& rank, const char* why) {
+  if (rank.exited() || rank.stopped_by_agent) return;
+  DHP_LOG(INFO) << "stopping " << key.ToString() << " (pid " << rank.process->pid() << "): " << why;
+  rank.stopped_by_agent = true;
+  rank.process->Terminate(std::chrono::milliseconds(options_.stop_grace_ms));
+}
+
+void RankLauncher::Reconcile(const std::vector<v1::RankLaunch>& desired) {
+  std::set<RankKey> wanted;
+  for (const v1::RankLaunch& launch : desired) {
+    const RankKey key = RankKey::Of(launch);
+    wanted.insert(key);
+    if (started_.count(key) == 0) Start(launch);
+  }
+  for (auto it = ranks_.begin(); it != ranks_.end();) {
+    Rank& rank = it->second;
+    if (wanted.count(it->first) != 0) {
+      ++it;
+    } else if (rank.exited() && rank.exit_reported) {
+      it = ranks_.erase(it);
+    } else {
+      Stop(it->first, rank, "no longer wanted");
+      ++it;
+    }
+  }
+}
+
+void RankLauncher::Poll() {
+  for (auto& [key, rank] : ranks_) {
+    if (rank.process == nullptr || !rank.process->Poll() || rank.exit_logged) continue;
+    rank.exit_logged = true;
+    const RankProcess& p = *rank.process;
+    DHP_LOG(INFO) << key.ToString() << " (pid " << p.pid() << ") exited: "
+                  << (p.signal() != 0 ? "signal " + std::to_string(p.signal())
+                                      : "status " + std::to_string(p.exit_code()))
+                  << (rank.stopped_by_agent ? " (stopped by the agent)" : "");
+  }
+}
+
+v1::RankStatus RankLauncher::StatusOf(const RankKey& key, const Rank& rank) {
+  v1::RankStatus s;
+  s.set_job_id(key.job_id);
+  s.set_attempt(key.attempt);
+  s.set_world_rank(key.world_rank);
+  s.set_stopped_by_agent(rank.stopped_by_agent);
+  if (rank.process == nullptr) {
+    s.set_state(v1::RANK_PROCESS_STATE_EXITED);
+    s.set_exit_code(127);
+    s.set_log_tail("dhp-worker: " + rank.start_error);
+    return s;
+  }
+  const RankProcess& p = *rank.process;
+  s.set_pid(p.pid());
+  if (!p.exited()) {
+    s.set_state(v1::RANK_PROCESS_STATE_RUNNING);
+    return s;
+  }
+  s.set_state(v1::RANK_PROCESS_STATE_EXITED);
+  s.set_exit_code(p.exit_code());
+  s.set_signal(p.signal());
+  s.set_log_tail(p.log_tail());
+  return s;
+}
+
+std::vector<v1::RankStatus> RankLauncher::Statuses() {
+  std::vector<v1::RankStatus> out;
+  for (auto& [key, rank] : ranks_) {
+    out.push_back(StatusOf(key, rank));
+    if (rank.exited()) rank.exit_reported = true;
+  }
+  return out;
+}
+
+std::vector<RankLog> RankLauncher::Logs() const {
+  std::vector<RankLog> out;
+  for (const auto& [key, rank] : ranks_) {
+    if (rank.process != nullptr) out.push_back({key, rank.process->log_path()});
+  }
+  return out;
+}
+
+void RankLauncher::StopAll() {
+  for (auto& [key, rank] : ranks_) Stop(key, rank, "the agent is stopping");
+}
+
+bool RankLauncher::AllExited() const {
+  for (const auto& [key, rank] : ranks_) {
+    if (!rank.exited()) return false;
+  }
+  return true;
+}
+
+}  // namespace dhp::worker
