@@ -31,6 +31,7 @@ Controller::Controller(Store& store, const Clock& clock, MetricsRegistry& metric
       events_total_(metrics.AddCounter("dhp_events_total",
                                        "Events recorded since the controller started.",
                                        {"type"})),
+      run_metrics_(metrics),
       work_(boost::asio::make_work_guard(io_)),
       heartbeat_timer_(io_) {
   last_event_id_ = store_.LastEventId();
@@ -154,7 +155,11 @@ absl::Status Controller::SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJo
 }
 
 absl::Status Controller::GetJob(const v1::GetJobRequest& req, v1::GetJobResponse* resp) {
-  return OnLoop([&] { return jobs_.Get(req, resp); });
+  return OnLoop([&] {
+    absl::Status s = jobs_.Get(req, resp);
+    if (s.ok()) supervisor_.DescribeRanks(resp->job(), resp);
+    return s;
+  });
 }
 
 absl::Status Controller::ListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp) {
@@ -429,20 +434,25 @@ absl::Status Controller::Health() {
 
 void Controller::CollectGauges() {
   std::vector<std::pair<std::vector<std::string>, double>> jobs, nodes;
+  MetricRows runs;
   absl::Status s = OnLoop([&] {
     std::map<v1::JobState, int64_t> counts = store_.CountJobsByState();
     for (int i = 1; i < v1::JobState_descriptor()->value_count(); ++i) {
       auto state = static_cast<v1::JobState>(v1::JobState_descriptor()->value(i)->number());
       jobs.push_back({{ShortName(state)}, static_cast<double>(counts[state])});
     }
+    std::vector<v1::Node> all_nodes = nodes_.List();
     std::map<std::string, int> by_state = {{"READY", 0}, {"LOST", 0}};
-    for (const v1::Node& n : nodes_.List()) by_state[ShortName(n.state())]++;
+    for (const v1::Node& n : all_nodes) by_state[ShortName(n.state())]++;
     for (const auto& [state, n] : by_state) nodes.push_back({{state}, static_cast<double>(n)});
+    // The input points into the supervisor: compute the rows before leaving the loop.
+    runs = ComputeRunMetrics(GatherRunMetricsInput(supervisor_, store_, std::move(all_nodes)));
     return absl::OkStatus();
   });
   if (!s.ok()) return;
   jobs_by_state_.SetAll(jobs);
   nodes_by_state_.SetAll(nodes);
+  run_metrics_.Set(runs);
 }
 
 std::string Controller::MetricsText() { return metrics_.RenderText(); }

@@ -26,6 +26,7 @@
 #include "controller/log_store.h"
 #include "controller/node_tracker.h"
 #include "controller/rendezvous_kv.h"
+#include "controller/run_metrics.h"
 #include "controller/store.h"
 #include "controller/supervisor.h"
 
@@ -93,6 +94,8 @@ class Controller : public api::DhpService {
                                std::vector<v1::Event>* more);
   absl::StatusOr<KvScopeKey> CheckScope(const v1::KvScope& scope);
   std::chrono::milliseconds KvTimeout(int timeout_ms) const;
+  // The registry's collector: jobs and nodes by state, and the RunMetrics gauges, read on the
+  // loop and set off it.
   void CollectGauges();
 
   Store& store_;
@@ -107,6 +110,7 @@ class Controller : public api::DhpService {
   GaugeFamily& jobs_by_state_;
   GaugeFamily& nodes_by_state_;
   CounterFamily& events_total_;
+  RunMetrics run_metrics_;  // per-job, per-stage and cluster gauges (controller/run_metrics.h)
 
   boost::asio::io_context io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;

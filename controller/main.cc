@@ -1,10 +1,13 @@
 // dhp-controller: the control-plane daemon. Serves gRPC and REST on loopback by default,
 // keeps its state in SQLite under --data-dir, and stops cleanly on SIGINT/SIGTERM.
+// Settings come from flags and/or --config FILE (controller/config.h); exit status 2 when they
+// are invalid, 1 when starting fails.
 #include <signal.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <string>
 
@@ -16,54 +19,12 @@
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/proto_yaml.h"
+#include "controller/config.h"
 #include "controller/controller.h"
 #include "controller/store.h"
 
 namespace {
-
-struct Flags {
-  std::string data_dir = "/var/lib/dhp";
-  std::string db;
-  std::string checkpoint_root;
-  std::string bind = "127.0.0.1";
-  int grpc_port = 7070;
-  int http_port = 7080;
-  std::string port_file;
-  int heartbeat_interval_ms = 2000;
-  int heartbeat_timeout_ms = 10000;
-  std::string auth_token_file;
-};
-
-void ParseFlags(int argc, char** argv, Flags& f, CLI::App& app) {
-  app.add_option("--data-dir", f.data_dir, "Directory for the database and checkpoints")
-      ->capture_default_str();
-  app.add_option("--db", f.db, "SQLite database path (default: <data-dir>/dhp.db)");
-  app.add_option("--checkpoint-root", f.checkpoint_root,
-                 "Checkpoint directories of jobs must lie inside this root "
-                 "(default: <data-dir>/checkpoints)");
-  app.add_option("--bind", f.bind,
-                 "Address to listen on. The default serves this host only; use 0.0.0.0 to "
-                 "expose the API to the network")
-      ->capture_default_str();
-  app.add_option("--grpc-port", f.grpc_port, "gRPC port (0: pick a free one)")
-      ->capture_default_str();
-  app.add_option("--http-port", f.http_port, "REST/metrics port (0: pick a free one)")
-      ->capture_default_str();
-  app.add_option("--port-file", f.port_file,
-                 "Write {\"grpc_port\":N,\"http_port\":M} here once listening");
-  app.add_option("--heartbeat-interval-ms", f.heartbeat_interval_ms,
-                 "Heartbeat interval told to workers")
-      ->capture_default_str();
-  app.add_option("--heartbeat-timeout-ms", f.heartbeat_timeout_ms,
-                 "Silence after which a worker is marked LOST")
-      ->capture_default_str();
-  app.add_option("--auth-token-file", f.auth_token_file,
-                 "Require 'authorization: Bearer <token>' (the file's content) on every API call "
-                 "except /healthz and /metrics");
-  app.parse(argc, argv);
-  if (f.db.empty()) f.db = f.data_dir + "/dhp.db";
-  if (f.checkpoint_root.empty()) f.checkpoint_root = f.data_dir + "/checkpoints";
-}
 
 bool WritePortFile(const std::string& path, int grpc_port, int http_port) {
   const std::string tmp = path + ".tmp";
@@ -84,12 +45,23 @@ int Fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   CLI::App app{"dhp-controller: the dhp control plane"};
-  Flags flags;
-  try {
-    ParseFlags(argc, argv, flags, app);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+  dhp::controller::ControllerCommandLine command_line;
+  dhp::controller::AddControllerFlags(app, &command_line);
+  CLI11_PARSE(app, argc, argv);
+  absl::StatusOr<dhp::v1::ControllerConfig> resolved =
+      dhp::controller::ResolveControllerConfig(command_line);
+  if (!resolved.ok()) {
+    DHP_LOG(ERROR) << "invalid configuration: " << resolved.status().message();
+    return 2;
   }
+  if (command_line.check_config) {
+    std::cout << dhp::ProtoToYaml(*resolved);
+    return 0;
+  }
+  const dhp::v1::ControllerConfig& config = *resolved;
+  const std::string& bind = config.listen().bind();
+  const std::string& db = config.db();
+  const std::string& checkpoint_root = config.checkpoint_root();
 
   // Handle SIGINT/SIGTERM synchronously in main; every thread started below inherits the mask.
   sigset_t signals;
@@ -100,32 +72,33 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(flags.db).parent_path(), ec);
-  std::filesystem::create_directories(flags.checkpoint_root, ec);
-  if (ec) return Fail("cannot create " + flags.checkpoint_root + ": " + ec.message());
+  std::filesystem::create_directories(std::filesystem::path(db).parent_path(), ec);
+  std::filesystem::create_directories(checkpoint_root, ec);
+  if (ec) return Fail("cannot create " + checkpoint_root + ": " + ec.message());
 
   absl::StatusOr<std::unique_ptr<dhp::controller::Store>> store =
-      dhp::controller::Store::Open(flags.db);
-  if (!store.ok()) return Fail("cannot open the database " + flags.db + ": " +
+      dhp::controller::Store::Open(db);
+  if (!store.ok()) return Fail("cannot open the database " + db + ": " +
                                std::string(store.status().message()));
 
   dhp::api::TokenAuth auth;
-  if (!flags.auth_token_file.empty()) {
-    absl::StatusOr<std::string> token = dhp::api::ReadTokenFile(flags.auth_token_file);
+  if (!config.auth().token_file().empty()) {
+    absl::StatusOr<std::string> token = dhp::api::ReadTokenFile(config.auth().token_file());
     if (!token.ok()) return Fail(std::string(token.status().message()));
     auth = dhp::api::TokenAuth(*token);
-  } else if (flags.bind != "127.0.0.1" && flags.bind != "localhost" && flags.bind != "::1") {
-    DHP_LOG(WARNING) << "listening on " << flags.bind << " without --auth-token-file: anyone "
-                     << "who can reach this host can submit and cancel jobs";
+  } else if (bind != "127.0.0.1" && bind != "localhost" && bind != "::1") {
+    DHP_LOG(WARNING) << "listening on " << bind << " without --auth-token-file "
+                     << "(auth.token_file): anyone who can reach this host can submit and "
+                     << "cancel jobs";
   }
 
   dhp::SystemClock clock;
   dhp::MetricsRegistry metrics;
   dhp::controller::ControllerOptions options;
-  options.spec.checkpoint_root = std::filesystem::absolute(flags.checkpoint_root).string();
-  options.nodes.heartbeat_interval_ms = flags.heartbeat_interval_ms;
-  options.nodes.heartbeat_timeout_ms = flags.heartbeat_timeout_ms;
-  options.log_root = flags.data_dir + "/logs";
+  options.spec.checkpoint_root = std::filesystem::absolute(checkpoint_root).string();
+  options.nodes.heartbeat_interval_ms = config.heartbeat().interval_ms();
+  options.nodes.heartbeat_timeout_ms = config.heartbeat().timeout_ms();
+  options.log_root = config.log_dir();
   dhp::controller::Controller controller(**store, clock, metrics, options);
   controller.Start();
 
@@ -133,24 +106,25 @@ int main(int argc, char** argv) {
   dhp::api::InstrumentedService grpc_service(controller, api_metrics, "grpc");
   dhp::api::InstrumentedService rest_service(controller, api_metrics, "rest");
 
-  const std::string grpc_address = flags.bind + ":" + std::to_string(flags.grpc_port);
+  const std::string grpc_address = bind + ":" + std::to_string(config.listen().grpc_port());
   absl::StatusOr<std::unique_ptr<dhp::api::GrpcServer>> grpc =
       dhp::api::GrpcServer::Start(grpc_address, grpc_service, auth);
   if (!grpc.ok()) return Fail(std::string(grpc.status().message()));
 
   dhp::api::RestGatewayOptions rest_options;
-  rest_options.address = flags.bind;
-  rest_options.port = static_cast<uint16_t>(flags.http_port);
+  rest_options.address = bind;
+  rest_options.port = static_cast<uint16_t>(config.listen().http_port());
   rest_options.auth = auth;
   dhp::api::RestGateway rest(rest_service, rest_options);
   if (absl::Status s = rest.Start(); !s.ok()) return Fail(std::string(s.message()));
 
-  DHP_LOG(INFO) << "dhp-controller: gRPC on " << flags.bind << ":" << (*grpc)->port()
-                << ", REST and /metrics on http://" << flags.bind << ":" << rest.port()
-                << ", database " << flags.db << " (schema v" << (*store)->schema_version()
+  DHP_LOG(INFO) << "dhp-controller: gRPC on " << bind << ":" << (*grpc)->port()
+                << ", REST and /metrics on http://" << bind << ":" << rest.port()
+                << ", database " << db << " (schema v" << (*store)->schema_version()
                 << ")";
-  if (!flags.port_file.empty() && !WritePortFile(flags.port_file, (*grpc)->port(), rest.port())) {
-    return Fail("cannot write the port file " + flags.port_file);
+  if (!config.port_file().empty() &&
+      !WritePortFile(config.port_file(), (*grpc)->port(), rest.port())) {
+    return Fail("cannot write the port file " + config.port_file());
   }
 
   int sig = 0;

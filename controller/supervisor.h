@@ -51,6 +51,7 @@ struct RankView {
   int64_t step = -1;              // newest step the rank reported; -1: none yet
   int64_t report_micros = 0;      // when it last reported progress
   std::string waiting_on;         // its watchdog's description while a step takes long
+  std::map<std::string, double> metrics;  // its newest ReportProgressRequest.metrics
 };
 
 struct ActiveRun {
@@ -116,6 +117,9 @@ class Supervisor {
 
   // Whether the attempt still has (or may still get) rank processes: placed and not drained.
   bool HasProcesses(const std::string& job_id, int attempt) const;
+
+  // The live per-rank view of the job's current run (GetJobResponse.ranks), if placed.
+  void DescribeRanks(const v1::Job& job, v1::GetJobResponse* resp) const;
 
   const Scheduler& scheduler() const { return scheduler_; }
   const std::map<std::string, ActiveRun>& runs() const { return runs_; }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/job_layout.h"
 #include "common/logging.h"
 #include "common/proto_enum.h"
 #include "controller/job_events.h"
@@ -56,6 +57,7 @@ absl::Status Supervisor::OnProgress(const v1::ReportProgressRequest& req,
   rank.step = std::max(rank.step, req.step());
   rank.report_micros = now;
   rank.waiting_on = req.waiting_on();
+  if (!req.metrics().empty()) rank.metrics = {req.metrics().begin(), req.metrics().end()};
   if (!std::isnan(req.loss())) run->loss = req.loss();
   if (req.total_steps() > 0) run->total_steps = req.total_steps();
   if (req.tokens_per_second() > 0) run->tokens_per_second = req.tokens_per_second();
@@ -102,6 +104,28 @@ absl::Status Supervisor::PersistProgress(ActiveRun& run, bool to_running,
   write.runs.push_back(loaded->run);
   run.last_persist_micros = now;
   return Commit(write, events);
+}
+
+void Supervisor::DescribeRanks(const v1::Job& job, v1::GetJobResponse* resp) const {
+  auto it = runs_.find(RunKey(job.id(), job.current_attempt()));
+  if (it == runs_.end()) return;
+  const ActiveRun& run = it->second;
+  const comm::Layout layout = LayoutForSpec(job.spec());
+  const int64_t now = clock_.NowMicros();
+  for (size_t w = 0; w < run.ranks.size(); ++w) {
+    const RankView& r = run.ranks[w];
+    v1::RankProgress* p = resp->add_ranks();
+    p->set_rank(static_cast<int>(w));
+    p->set_node_id(run.placement[w].node_id());
+    p->set_step(r.step);
+    if (r.report_micros > 0) p->set_report_age_seconds((now - r.report_micros) / 1e6);
+    p->set_waiting_on(r.waiting_on);
+    p->mutable_metrics()->insert(r.metrics.begin(), r.metrics.end());
+    if (static_cast<int>(w) < layout.WorldSize()) {
+      p->set_has_vision(comm::VisionCoord(layout, static_cast<int>(w)).has_value());
+      p->set_has_text(comm::TextCoord(layout, static_cast<int>(w)).has_value());
+    }
+  }
 }
 
 // ---- stalls --------------------------------------------------------------------------------

@@ -1,0 +1,198 @@
+#include "controller/config.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/proto_yaml.h"
+
+namespace dhp::controller {
+namespace {
+
+// Collects "field: reason" in the order of the checks (the order of the file's keys).
+class Errors {
+ public:
+  void Add(const std::string& field, const std::string& reason) {
+    list_.push_back(absl::StrCat(field, ": ", reason));
+  }
+  absl::Status ToStatus(const std::string& prefix = "") const {
+    if (list_.empty()) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(prefix, absl::StrJoin(list_, "; ")));
+  }
+
+ private:
+  std::vector<std::string> list_;
+};
+
+void CheckPort(const std::string& field, int port, Errors& errors) {
+  if (port < 0 || port > 65535) {
+    errors.Add(field, absl::StrCat(port, " is not a port (0-65535; 0 picks a free one)"));
+  }
+}
+
+void CheckTokenFile(const std::string& path, Errors& errors) {
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (!std::filesystem::exists(st)) {
+    errors.Add("auth.token_file", absl::StrCat(path, " does not exist"));
+  } else if (!std::filesystem::is_regular_file(st)) {
+    errors.Add("auth.token_file", absl::StrCat(path, " is not a regular file"));
+  } else if (access(path.c_str(), R_OK) != 0) {
+    errors.Add("auth.token_file", absl::StrCat(path, " is not readable by this user"));
+  }
+}
+
+}  // namespace
+
+v1::ControllerConfig DefaultControllerConfig() {
+  v1::ControllerConfig c;
+  c.mutable_listen()->set_bind("127.0.0.1");  // loopback: nothing is exposed by accident
+  c.mutable_listen()->set_grpc_port(7070);
+  c.mutable_listen()->set_http_port(7080);
+  c.set_data_dir("/var/lib/dhp");
+  c.mutable_heartbeat()->set_interval_ms(2000);
+  c.mutable_heartbeat()->set_timeout_ms(10000);
+  return c;
+}
+
+absl::StatusOr<v1::ControllerConfig> LoadControllerConfig(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read the config file ", path, ": it is a directory"));
+  }
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read the config file ", path, ": ", std::strerror(errno)));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  v1::ControllerConfig config;
+  if (absl::Status s = ParseProtoYaml(text.str(), &config); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
+  }
+  return config;
+}
+
+absl::Status ValidateControllerConfig(const v1::ControllerConfig& config) {
+  v1::ControllerConfig c = DefaultControllerConfig();
+  c.MergeFrom(config);  // set fields win, unset ones keep their default
+  Errors errors;
+  if (c.listen().bind().empty()) {
+    errors.Add("listen.bind", "must not be empty; use 127.0.0.1 (this host only) or 0.0.0.0 "
+                              "(every interface, with auth.token_file)");
+  }
+  CheckPort("listen.grpc_port", c.listen().grpc_port(), errors);
+  CheckPort("listen.http_port", c.listen().http_port(), errors);
+  if (c.listen().http_port() != 0 && c.listen().http_port() == c.listen().grpc_port()) {
+    errors.Add("listen.http_port", absl::StrCat(c.listen().http_port(),
+                                                " is also listen.grpc_port; give each its own "
+                                                "port (or 0 for a free one)"));
+  }
+  if (c.data_dir().empty()) errors.Add("data_dir", "must not be empty");
+  if (!c.auth().token_file().empty()) CheckTokenFile(c.auth().token_file(), errors);
+  const int interval = c.heartbeat().interval_ms();
+  const int timeout = c.heartbeat().timeout_ms();
+  if (interval < 1) {
+    errors.Add("heartbeat.interval_ms", absl::StrCat(interval, " must be at least 1"));
+  } else if (timeout <= interval) {
+    errors.Add("heartbeat.timeout_ms",
+               absl::StrCat(timeout, " must be greater than heartbeat.interval_ms (", interval,
+                            ")"));
+  }
+  return errors.ToStatus();
+}
+
+v1::ControllerConfig MergeControllerConfig(const v1::ControllerConfig& file,
+                                           const v1::ControllerConfig& flags) {
+  v1::ControllerConfig c = DefaultControllerConfig();
+  c.MergeFrom(file);
+  c.MergeFrom(flags);
+  // Derived from the effective data_dir, so `--data-dir X` moves them unless set explicitly.
+  if (c.db().empty()) c.set_db(c.data_dir() + "/dhp.db");
+  if (c.checkpoint_root().empty()) c.set_checkpoint_root(c.data_dir() + "/checkpoints");
+  if (c.log_dir().empty()) c.set_log_dir(c.data_dir() + "/logs");
+  return c;
+}
+
+void AddControllerFlags(CLI::App& app, ControllerCommandLine* command_line) {
+  const v1::ControllerConfig d = DefaultControllerConfig();
+  v1::ControllerConfig* f = &command_line->flags;
+  // Each flag sets its field only when given, which is how the file's value survives otherwise.
+  auto text = [&](const std::string& name, auto setter, const std::string& help) {
+    return app.add_option_function<std::string>(
+        name, [f, setter](const std::string& v) { setter(f, v); }, help);
+  };
+  auto number = [&](const std::string& name, auto setter, const std::string& help) {
+    return app.add_option_function<int>(
+        name, [f, setter](const int& v) { setter(f, v); }, help);
+  };
+  app.add_option("--config", command_line->config_file,
+                 "YAML/JSON configuration file (see configs/controller.yaml); flags given on "
+                 "the command line override its values");
+  app.add_flag("--check-config", command_line->check_config,
+               "Validate the configuration (file and flags), print the effective one and exit: "
+               "0 when valid, 2 when not");
+  text("--data-dir", [](auto* c, const std::string& v) { c->set_data_dir(v); },
+       "Directory for the database and checkpoints (data_dir)")
+      ->default_str(d.data_dir());
+  text("--db", [](auto* c, const std::string& v) { c->set_db(v); },
+       "SQLite database path (db; default: <data-dir>/dhp.db)");
+  text("--checkpoint-root", [](auto* c, const std::string& v) { c->set_checkpoint_root(v); },
+       "Checkpoint directories of jobs must lie inside this root "
+       "(checkpoint_root; default: <data-dir>/checkpoints)");
+  text("--log-dir", [](auto* c, const std::string& v) { c->set_log_dir(v); },
+       "Rank logs shipped by the workers (log_dir; default: <data-dir>/logs)");
+  text("--bind", [](auto* c, const std::string& v) { c->mutable_listen()->set_bind(v); },
+       "Address to listen on (listen.bind). The default serves this host only; use 0.0.0.0 "
+       "to expose the API to the network")
+      ->default_str(d.listen().bind());
+  number("--grpc-port", [](auto* c, int v) { c->mutable_listen()->set_grpc_port(v); },
+         "gRPC port (listen.grpc_port; 0: pick a free one)")
+      ->default_str(std::to_string(d.listen().grpc_port()));
+  number("--http-port", [](auto* c, int v) { c->mutable_listen()->set_http_port(v); },
+         "REST/metrics port (listen.http_port; 0: pick a free one)")
+      ->default_str(std::to_string(d.listen().http_port()));
+  text("--port-file", [](auto* c, const std::string& v) { c->set_port_file(v); },
+       "Write {\"grpc_port\":N,\"http_port\":M} here once listening (port_file)");
+  number("--heartbeat-interval-ms",
+         [](auto* c, int v) { c->mutable_heartbeat()->set_interval_ms(v); },
+         "Heartbeat interval told to workers (heartbeat.interval_ms)")
+      ->default_str(std::to_string(d.heartbeat().interval_ms()));
+  number("--heartbeat-timeout-ms",
+         [](auto* c, int v) { c->mutable_heartbeat()->set_timeout_ms(v); },
+         "Silence after which a worker is marked LOST (heartbeat.timeout_ms)")
+      ->default_str(std::to_string(d.heartbeat().timeout_ms()));
+  text("--auth-token-file",
+       [](auto* c, const std::string& v) { c->mutable_auth()->set_token_file(v); },
+       "Require 'authorization: Bearer <token>' (the file's content) on every API call "
+       "except /healthz and /metrics (auth.token_file)");
+}
+
+absl::StatusOr<v1::ControllerConfig> ResolveControllerConfig(
+    const ControllerCommandLine& command_line) {
+  v1::ControllerConfig file;
+  if (!command_line.config_file.empty()) {
+    absl::StatusOr<v1::ControllerConfig> loaded = LoadControllerConfig(command_line.config_file);
+    if (!loaded.ok()) return loaded.status();
+    // The file must be valid on its own, even where a flag overrides a value.
+    if (absl::Status s = ValidateControllerConfig(*loaded); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(command_line.config_file, ": ",
+                                                     s.message()));
+    }
+    file = *std::move(loaded);
+  }
+  v1::ControllerConfig merged = MergeControllerConfig(file, command_line.flags);
+  if (absl::Status s = ValidateControllerConfig(merged); !s.ok()) return s;
+  return merged;
+}
+
+}  // namespace dhp::controller

@@ -1,0 +1,130 @@
+// RunMetrics: the per-job, per-stage and cluster gauges of the controller's /metrics, computed
+// at every scrape from the supervisor's live view of the placed runs (what each rank last
+// reported with ReportProgress) plus a few store rows of those jobs.
+//
+// The metric names and labels below are a contract: dashboards/*.json and
+// deploy/prometheus/alerts.yml use them, and tests/monitoring_test.py checks that every name
+// they use is one the controller exports. Every family is registered when the controller starts
+// (so /metrics always lists its HELP and TYPE); a family has a sample only while something
+// sets it. All are gauges.
+//
+// Labels: job = job id, stage = vision|text, rank = world rank of the job's current run,
+// node = node id. NOTE: `job` collides with the label Prometheus attaches to every scraped
+// series (the scrape job's name): scrape the controller with `honor_labels: true`
+// (deploy/prometheus/prometheus.yml), or the job id lands in `exported_job`.
+//
+// Jobs: the supervisor's runs (placed or still draining). Queued jobs without a run are only
+// counted (dhp_jobs, dhp_queued_jobs): a scrape reads no per-job rows beyond those runs, so it
+// costs O(placed runs), not O(jobs in the store).
+//
+//   dhp_job_step{job}                       current step (the run's newest; else the job's)
+//   dhp_job_total_steps{job}                steps the job trains to (once a rank reported it)
+//   dhp_job_loss{job}                       newest training loss
+//   dhp_job_learning_rate{job}              newest learning rate (rank metric "lr")
+//   dhp_job_grad_norm{job}                  newest global gradient norm (rank metric "grad_norm")
+//   dhp_job_restarts{job}                   automatic restarts used so far (Job.restart_count)
+//   dhp_job_queue_wait_seconds{job}         the current run's time in the queue until it was
+//                                           placed (Run.queue_wait_seconds); placed runs only
+//   dhp_job_tokens_per_second{job}          newest throughput of the current run, all stages
+//   dhp_job_step_seconds{job}               newest step time of the current run
+//   dhp_job_state{job,state}                1 for the job's state (QUEUED, RUNNING, ...)
+//   dhp_job_last_progress_timestamp_seconds{job}  Unix time at which the current run's step
+//                                           last advanced (or it was placed); placed runs only.
+//                                           Stalled: time() - this > threshold
+//   dhp_stage_tokens_per_second{job,stage,rank}     <stage>_tokens_per_s
+//   dhp_stage_step_seconds{job,stage,rank,phase}    phase = forward|backward|comm|optimizer:
+//                                                   <stage>_<phase>_s, else <phase>_s
+//   dhp_stage_memory_bytes{job,stage,rank,kind}     kind = allocated|reserved|peak (CUDA caching
+//                                                   allocator) | rss (resident set):
+//                                                   <stage>_memory_<kind>_bytes, else
+//                                                   memory_<kind>_bytes
+//   dhp_stage_mfu{job,stage,rank}                   mfu_<stage> (0..1), only when reported (GPU)
+//   dhp_collective_bytes{job,rank,group}            comm_bytes:<group>: cumulative bytes sent and
+//                                                   received on that process group
+//   dhp_rank_step{job,rank}                         the rank's newest reported step
+//   dhp_rank_last_report_timestamp_seconds{job,rank} Unix time of the rank's newest report
+//   dhp_rank_memory_capacity_bytes{job,rank}        memory of the rank's device: its GPU's, or on
+//                                                   a CPU node the node's memory / its CPU slots
+//   dhp_checkpoint_step{job}, dhp_checkpoint_write_seconds{job} (slowest shard),
+//   dhp_checkpoint_size_bytes{job} (all shards)     the job's newest COMPLETE checkpoint
+//   dhp_slots{kind}                          kind = total|used|free rank slots (GPUs or CPU slots)
+//   dhp_queued_jobs                          jobs waiting in the scheduler's queue
+//   dhp_node_slots{node,kind}                kind = total|used: a node's rank slots
+//   dhp_device_memory_bytes{node,device}     device = GPU index ("0", "1", ...), or "host" for
+//                                            the memory of a node without GPUs
+//
+// No value is an age computed at scrape time: times are exported as Unix timestamps (as
+// Prometheus recommends), so two scrapes with nothing new in between render the same text.
+//
+// A rank gets stage rows for each stage role it hosts (a collocated rank: both). Values a rank
+// measures for its whole process (memory, and the step split unless it sends per-stage keys)
+// then appear under both stages: take max, not sum, across stages of one rank. Rows appear once
+// the rank reported the key; a rank that has not reported yet has none.
+//
+// Thread-safety: ComputeRunMetrics is pure. GatherRunMetricsInput reads the Supervisor and the
+// Store: call it on the controller's loop thread. RunMetrics::Set is thread-safe (SetAll).
+#ifndef DHP_CONTROLLER_RUN_METRICS_H_
+#define DHP_CONTROLLER_RUN_METRICS_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/metrics.h"
+#include "controller/store.h"
+#include "controller/supervisor.h"
+#include "dhp/v1/job.pb.h"
+#include "dhp/v1/node.pb.h"
+
+namespace dhp::controller {
+
+// One gauge family's samples: label values (in the family's label order) and the value.
+using GaugeRows = std::vector<std::pair<std::vector<std::string>, double>>;
+// Family name -> its samples. A family that is absent has no samples.
+using MetricRows = std::map<std::string, GaugeRows>;
+
+// Everything ComputeRunMetrics reads; GatherRunMetricsInput fills it from the live controller.
+struct RunMetricsInput {
+  std::vector<const ActiveRun*> runs;        // the supervisor's runs, draining ones included
+  std::map<std::string, v1::Job> jobs;       // job id -> its store row (for every job in runs)
+  std::map<std::string, v1::Run> current_runs;         // job id -> its current attempt's run
+  std::map<std::string, v1::Checkpoint> checkpoints;   // job id -> its newest COMPLETE one
+  std::vector<v1::Node> nodes;
+  int total_slots = 0;
+  int used_slots = 0;
+  int free_slots = 0;
+  int64_t queued_jobs = 0;
+};
+
+// The samples of every family listed in the header comment (but dhp_jobs, dhp_nodes).
+MetricRows ComputeRunMetrics(const RunMetricsInput& in);
+
+// Reads the supervisor's runs and, per job that has one, its job row, runs and checkpoints.
+// `nodes`: the registered nodes (NodeTracker::List). The pointers in the result point into
+// `supervisor`: use the input before the supervisor changes (on the loop thread).
+RunMetricsInput GatherRunMetricsInput(const Supervisor& supervisor, Store& store,
+                                      std::vector<v1::Node> nodes);
+
+// The gauge families, registered on construction in a registry that outlives this object.
+class RunMetrics {
+ public:
+  explicit RunMetrics(MetricsRegistry& registry);
+  RunMetrics(const RunMetrics&) = delete;
+  RunMetrics& operator=(const RunMetrics&) = delete;
+
+  // Replaces every family's samples with those in `rows` (a family absent from rows is
+  // emptied). A name not registered here is a programming error (crash).
+  void Set(const MetricRows& rows);
+
+  // The names of the families this class registers, in registration order.
+  static std::vector<std::string> FamilyNames();
+
+ private:
+  std::map<std::string, GaugeFamily*> families_;
+};
+
+}  // namespace dhp::controller
+
+#endif  // DHP_CONTROLLER_RUN_METRICS_H_
