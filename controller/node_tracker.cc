@@ -124,9 +124,13 @@ absl::Status NodeTracker::CheckHeartbeats(std::vector<v1::Event>* events) {
     if (node.state() != v1::NODE_STATE_READY) continue;
     int64_t last = TimestampToMicros(node.last_heartbeat_time());
     auto it = last_beat_.find(node.id());
-    if (it != last_beat_.end()) last = std::max(last, it->second);
-    // Grace after a controller restart: silence counts from our start at the earliest. `last`
-    // itself stays the real last beat, for the stored time and the reason.
+    const bool heard = it != last_beat_.end();  // since this controller started
+    if (heard) last = std::max(last, it->second);
+    // Grace after a controller restart: a node not heard from since counts its silence from our
+    // start, and gets at least restart_grace_ms. `last` itself stays the real last beat, for
+    // the stored time and the reason.
+    const int64_t grace = std::max<int64_t>(timeout, int64_t{options_.restart_grace_ms} * 1000);
+    if (!heard && now - started_micros_ < grace) continue;
     if (now - std::max(last, started_micros_) < timeout) continue;
     *node.mutable_last_heartbeat_time() = MicrosToTimestamp(last);
     const std::string reason = "no heartbeat for " + FormatSeconds(now - last) + " (timeout " +

@@ -22,6 +22,9 @@ namespace dhp::controller {
 struct NodeTrackerOptions {
   int heartbeat_interval_ms = 2000;   // told to agents at registration
   int heartbeat_timeout_ms = 10000;   // silence after which a node is LOST
+  // After a controller restart, a node not heard from since gets at least this long before it
+  // is LOST: agents reconnect with backoff, and losing a node fails the runs on it.
+  int restart_grace_ms = 30000;
 };
 
 class NodeTracker {

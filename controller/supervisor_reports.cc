@@ -16,8 +16,9 @@ namespace dhp::controller {
 namespace {
 
 constexpr int64_t kPersistEveryMicros = 1000000;
-// A rank whose reporter has been silent this long is named as not reporting.
-constexpr int64_t kSilentMicros = 10000000;
+// A rank whose reporter has been silent this long is named as not reporting (its reporter
+// re-sends every 2 s even while a step hangs).
+constexpr int64_t kSilentMicros = 5000000;
 
 std::string Mib(int64_t bytes) { return absl::StrFormat("%.1f MiB", bytes / 1048576.0); }
 

@@ -303,12 +303,12 @@ TEST_F(SupervisorTest, AStalledRunFailsNamingTheSilentRankAndTheWaitingOne) {
   AddNode("n1", 2);
   const v1::Job job = Submit("stall");
   StartRunning(job);
-  clock_.AdvanceMicros(25'000'000);
+  clock_.AdvanceMicros(27'000'000);
   ASSERT_TRUE(Progress(job, 1, 0, 1, "all_reduce on group text.tp0 (call 7) for 19 s").ok());
   std::vector<v1::Event> events;
   ASSERT_TRUE(sup_->CheckStalls(&events).ok());
-  EXPECT_EQ(Stored(job.id()).state(), v1::JOB_STATE_RUNNING);  // 25 s < 30 s
-  clock_.AdvanceMicros(6'000'000);
+  EXPECT_EQ(Stored(job.id()).state(), v1::JOB_STATE_RUNNING);  // 27 s < 30 s
+  clock_.AdvanceMicros(4'000'000);
   ASSERT_TRUE(sup_->CheckStalls(&events).ok());
   const v1::Run failed = Run(job.id(), 1);
   EXPECT_EQ(failed.state(), v1::RUN_STATE_FAILED);

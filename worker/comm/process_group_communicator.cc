@@ -62,10 +62,12 @@ bool IsReducedFloat(const at::Tensor& t) {
 
 ProcessGroupCommunicator::ProcessGroupCommunicator(std::string name,
                                                    c10::intrusive_ptr<compat::C10dBackend> backend,
-                                                   CommStats* stats)
+                                                   CommStats* stats,
+                                                   InFlightRegistry* inflight)
     : name_(std::move(name)),
       backend_(std::move(backend)),
       stats_(stats),
+      inflight_(inflight),
       rank_(backend_->getRank()),
       size_(backend_->getSize()),
       gloo_(backend_->getBackendName() == "gloo") {}
@@ -76,6 +78,12 @@ std::string ProcessGroupCommunicator::Context(const char* op) const {
 
 void ProcessGroupCommunicator::Record(const char* op, const Volume& v) {
   if (stats_ != nullptr) stats_->Record(name_, op, v);
+}
+
+InFlightScope ProcessGroupCommunicator::Track(const char* op, int peer) {
+  auto it = calls_.find(op);
+  if (it == calls_.end()) it = calls_.emplace(op, 0).first;
+  return InFlightScope(inflight_, name_, op, ++it->second, peer);
 }
 
 at::Tensor ProcessGroupCommunicator::Wire(const at::Tensor& t) const {
@@ -94,6 +102,7 @@ absl::Status ProcessGroupCommunicator::AllReduce(at::Tensor& tensor, ReduceOp op
   } else if (!tensor.is_contiguous()) {
     work = tensor.contiguous();
   }
+  InFlightScope in_flight = Track(kOpAllReduce);
   absl::Status s = Guarded(ctx, [&] {
     std::vector<at::Tensor> tensors{work};
     c10d::AllreduceOptions opts;
@@ -121,6 +130,7 @@ absl::StatusOr<at::Tensor> ProcessGroupCommunicator::AllGatherV(
         at::cat({input, at::zeros(WithRows(input, max_rows - input.size(0)), input.options())});
   }
   at::Tensor out = at::empty(WithRows(input, max_rows * size_), input.options());
+  InFlightScope in_flight = Track(kOpAllGather);
   if (max_rows > 0) {
     absl::Status s = Guarded(ctx, [&] {
       at::Tensor wire_out = Wire(out);
@@ -148,6 +158,7 @@ absl::StatusOr<at::Tensor> ProcessGroupCommunicator::ReduceScatterV(
   if (!rows.ok()) return rows.status();
   const int64_t mine = (*rows)[rank_];
   const int64_t row_bytes = RowBytes(input);
+  InFlightScope in_flight = Track(kOpReduceScatter);
   if (!gloo_ && AllEqual(*rows)) {
     // Native reduce_scatter (NCCL).
     at::Tensor out = at::empty(WithRows(input, mine), input.options());
@@ -196,6 +207,7 @@ absl::StatusOr<at::Tensor> ProcessGroupCommunicator::AllToAllV(
   for (int64_t r : rows->recv) recv_total += r;
   at::Tensor out = at::empty(WithRows(input, recv_total), input.options());
   {
+    InFlightScope in_flight = Track(kOpAllToAll);
     absl::Status s = Guarded(ctx, [&] {
       std::vector<int64_t> send_counts, recv_counts;  // empty: even split
       if (!rows->even) {
@@ -223,6 +235,7 @@ absl::Status ProcessGroupCommunicator::Broadcast(at::Tensor& tensor, int root) {
     return absl::InvalidArgumentError(absl::StrCat(ctx, ": root ", root, " out of range"));
   }
   at::Tensor work = tensor.is_contiguous() ? tensor : tensor.contiguous();
+  InFlightScope in_flight = Track(kOpBroadcast);
   absl::Status s = Guarded(ctx, [&] {
     std::vector<at::Tensor> tensors{Wire(work)};
     c10d::BroadcastOptions opts;
@@ -241,6 +254,7 @@ absl::Status ProcessGroupCommunicator::Send(const at::Tensor& tensor, int dst_ra
   if (dst_rank < 0 || dst_rank >= size_ || dst_rank == rank_) {
     return absl::InvalidArgumentError(absl::StrCat(ctx, ": not a peer rank"));
   }
+  InFlightScope in_flight = Track(kOpSend, dst_rank);
   absl::Status s = Guarded(ctx, [&] {
     std::vector<at::Tensor> tensors{Wire(tensor)};
     backend_->send(tensors, dst_rank, tag)->wait();
@@ -257,6 +271,7 @@ absl::Status ProcessGroupCommunicator::Recv(at::Tensor& tensor, int src_rank, in
     return absl::InvalidArgumentError(absl::StrCat(ctx, ": not a peer rank"));
   }
   at::Tensor work = tensor.is_contiguous() ? tensor : tensor.contiguous();
+  InFlightScope in_flight = Track(kOpRecv, src_rank);
   absl::Status s = Guarded(ctx, [&] {
     std::vector<at::Tensor> tensors{Wire(work)};
     backend_->recv(tensors, src_rank, tag)->wait();
@@ -268,6 +283,7 @@ absl::Status ProcessGroupCommunicator::Recv(at::Tensor& tensor, int src_rank, in
 }
 
 absl::Status ProcessGroupCommunicator::Barrier() {
+  InFlightScope in_flight = Track(kOpBarrier);
   absl::Status s = Guarded(Context(kOpBarrier), [&] { backend_->barrier()->wait(); });
   if (!s.ok()) return s;
   Record(kOpBarrier, Volume{});

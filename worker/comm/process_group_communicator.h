@@ -16,8 +16,16 @@
 // Several communicators may share one backend (groups with identical members, e.g. "world" and
 // "vision" when every rank is a vision rank); each counts under its own name.
 //
-// Thread-safety: not thread-safe (see communicator.h). The CommStats is borrowed (may be null)
-// and must outlive this; the backend is shared (intrusive_ptr).
+// Every collective is registered in an InFlightRegistry (inflight.h; the process-wide one unless
+// another is given, null for none) from the moment it is issued until the backend's wait()
+// returns, with its call number: the n-th call of that operation on this communicator, counting
+// from 1 the calls that got past argument checks (CommStats' count + 1 while all earlier calls
+// succeeded). NCCL: wait() returns once the kernel is enqueued on the GPU stream (unless
+// TORCH_NCCL_BLOCKING_WAIT / NCCL_BLOCKING_WAIT is set), so a collective stalled on the GPU is
+// not seen here; the next host synchronisation stalls instead.
+//
+// Thread-safety: not thread-safe (see communicator.h). The CommStats and the InFlightRegistry
+// are borrowed (may be null) and must outlive this; the backend is shared (intrusive_ptr).
 #ifndef DHP_WORKER_COMM_PROCESS_GROUP_COMMUNICATOR_H_
 #define DHP_WORKER_COMM_PROCESS_GROUP_COMMUNICATOR_H_
 
@@ -28,10 +36,13 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #endif
 
+#include <cstdint>
+#include <map>
 #include <string>
 
 #include "worker/comm/comm_stats.h"
 #include "worker/comm/communicator.h"
+#include "worker/comm/inflight.h"
 #include "worker/model/torch_compat.h"
 
 namespace dhp::comm {
@@ -39,7 +50,8 @@ namespace dhp::comm {
 class ProcessGroupCommunicator : public Communicator {
  public:
   ProcessGroupCommunicator(std::string name, c10::intrusive_ptr<compat::C10dBackend> backend,
-                           CommStats* stats);
+                           CommStats* stats,
+                           InFlightRegistry* inflight = &InFlightRegistry::Global());
 
   const std::string& name() const override { return name_; }
   int rank() const override { return rank_; }
@@ -65,10 +77,14 @@ class ProcessGroupCommunicator : public Communicator {
   // "all_gather on group text.tp0 (rank 1 of 2)".
   std::string Context(const char* op) const;
   void Record(const char* op, const Volume& v);
+  // Numbers the next call of `op` and registers it in flight until the scope ends.
+  InFlightScope Track(const char* op, int peer = -1);
 
   const std::string name_;
   const c10::intrusive_ptr<compat::C10dBackend> backend_;
   CommStats* const stats_;
+  InFlightRegistry* const inflight_;
+  std::map<std::string, int64_t, std::less<>> calls_;  // per op: calls issued so far
   const int rank_;
   const int size_;
   const bool gloo_;

@@ -125,4 +125,39 @@ int64_t Zero1AdamW::state_bytes() const {
   return master_.nbytes() + exp_avg_.nbytes() + exp_avg_sq_.nbytes();
 }
 
+Zero1AdamW::PartitionState Zero1AdamW::State() const {
+  PartitionState st;
+  st.master = master_.clone();
+  st.exp_avg = exp_avg_.clone();
+  st.exp_avg_sq = exp_avg_sq_.clone();
+  st.step = step_;
+  return st;
+}
+
+absl::Status Zero1AdamW::LoadState(const PartitionState& state) {
+  const std::pair<const char*, const at::Tensor*> parts[] = {
+      {"master", &state.master}, {"exp_avg", &state.exp_avg}, {"exp_avg_sq", &state.exp_avg_sq}};
+  for (const auto& [name, t] : parts) {
+    if (!t->defined() || t->dim() != 1 || t->numel() != part_numel_ ||
+        t->scalar_type() != at::kFloat) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ZeRO-1 ", name, ": the checkpoint holds ",
+          t->defined() ? absl::StrCat(t->numel(), " ", c10::toString(t->scalar_type()), " elements")
+                       : std::string("nothing"),
+          ", this rank's partition is ", part_numel_, " fp32 elements (", full_numel_,
+          " parameters over ", group_.size(), " ranks of group ", group_.name(),
+          "): was it written by another layout?"));
+    }
+  }
+  if (state.step < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("ZeRO-1 step: ", state.step, " is negative"));
+  }
+  at::NoGradGuard no_grad;
+  master_.copy_(state.master);
+  exp_avg_.copy_(state.exp_avg);
+  exp_avg_sq_.copy_(state.exp_avg_sq);
+  step_ = state.step;
+  return absl::OkStatus();
+}
+
 }  // namespace dhp

@@ -81,6 +81,19 @@ class Zero1AdamW {
   int64_t step_count() const { return step_; }
   // Bytes of this rank's optimizer state: master + exp_avg + exp_avg_sq.
   int64_t state_bytes() const;
+
+  // This rank's optimizer state, for checkpoints: copies of master, exp_avg and exp_avg_sq
+  // ([P] fp32) and the number of steps taken (the bias corrections depend on it).
+  struct PartitionState {
+    at::Tensor master, exp_avg, exp_avg_sq;
+    int64_t step = 0;
+  };
+  PartitionState State() const;
+  // Restores a State() taken on the same partition (same parameters, group size and rank).
+  // InvalidArgument naming the tensor and both sizes when a partition size or dtype differs
+  // (e.g. a checkpoint of another layout); nothing is changed then. The parameters themselves
+  // are not touched: restore them too (they equal the all-gathered master partitions).
+  absl::Status LoadState(const PartitionState& state);
   comm::Communicator& group() { return group_; }
   int group_size() const { return group_.size(); }
 

@@ -3,7 +3,9 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <torch/autograd.h>
+#include <torch/nn/module.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -12,10 +14,12 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/layout.h"
 #include "worker/model/torch_status.h"
 #include "worker/model/vision_window.h"
 #include "worker/parallel/tp_state.h"
+#include "worker/rank/optimizer_state.h"
 
 namespace dhp {
 namespace {
@@ -31,6 +35,33 @@ int64_t ImageTokens(const PackedBatch& batch, const VisionConfig& config) {
   for (const GridThw& g : batch.image_grids) m += MergedTokens(g, config);
   return m;
 }
+
+// Replaces every parameter and buffer of `module` by a 0-element tensor of the same dtype and
+// device, freeing its memory while keeping the module's structure.
+void Release(torch::nn::Module& module) {
+  at::NoGradGuard no_grad;
+  for (auto& item : module.named_parameters()) {
+    item.value().set_data(at::empty({0}, item.value().options()));
+  }
+  for (auto& item : module.named_buffers()) {
+    item.value().set_data(at::empty({0}, item.value().options()));
+  }
+}
+
+std::string ShapeText(at::IntArrayRef sizes) {
+  return absl::StrCat("[", absl::StrJoin(sizes, ", "), "]");
+}
+
+// "3 missing (a, b, c)" with at most 5 names.
+std::string NameList(const std::vector<std::string>& names, const char* what) {
+  std::vector<std::string> shown(names.begin(), names.begin() + std::min<size_t>(names.size(), 5));
+  return absl::StrCat(names.size(), " ", what, " (", absl::StrJoin(shown, "; "),
+                      names.size() > shown.size() ? "; ..." : "", ")");
+}
+
+constexpr char kStepName[] = "trainer.step";
+constexpr char kZeroPrefix[] = "optim.vision.";
+constexpr char kTextOptPrefix[] = "optim.text.";
 
 }  // namespace
 
@@ -49,6 +80,10 @@ absl::StatusOr<std::unique_ptr<DistTrainer>> DistTrainer::Create(
         " moves the hand-off over the wire; pass a \"handoff\" communicator over the world"));
   }
   std::unique_ptr<DistTrainer> t(new DistTrainer(preset, std::move(model), groups, handoff, options));
+  for (const auto& item : t->model_->parameters()) {
+    t->device_ = item.device();
+    break;
+  }
   if (groups.vision_coord().has_value() &&
       layout.vision_parallelism == comm::VisionParallelism::kTensor) {
     absl::StatusOr<std::unique_ptr<VisionTpTransformer>> v =
@@ -82,12 +117,17 @@ absl::StatusOr<std::unique_ptr<DistTrainer>> DistTrainer::Create(
         tp::CreateTextTpModel(preset.text, tp::FullTensorsOf(*t->model_->text), *groups.text_tp());
     if (!text.ok()) return text.status();
     t->text_ = *text;
-    TrainingOptimizer::NamedParams params;
-    for (const auto& item : t->text_->named_parameters()) {
-      params.emplace_back(item.key(), item.value());
-    }
-    t->text_opt_ = std::make_unique<TrainingOptimizer>(params, options.optimizer);
+    t->text_->set_gradient_checkpointing(options.text_activation_checkpointing);
+    t->text_opt_ = std::make_unique<TrainingOptimizer>(t->TextParams(), options.optimizer);
   }
+  // Keep only what this rank's roles use (the text shards and vision TP shards are copies).
+  absl::Status released = CatchTorch("releasing unused model tensors", [&] {
+    Release(*t->model_->text);
+    if (!groups.vision_coord().has_value() || t->vision_tp_ != nullptr) {
+      Release(*t->model_->visual);
+    }
+  });
+  if (!released.ok()) return released;
   return t;
 }
 
@@ -143,7 +183,8 @@ absl::StatusOr<DistStepResult> DistTrainer::StepImpl(const std::vector<PackedBat
       } else if (me == src) {
         DIST_RETURN_IF_ERROR(handoff_->Send(vision_out.detach(), dst, /*tag=*/0));
       } else if (me == dst) {
-        text_image = at::empty({m, preset_.vision.out_hidden_size}, at::kFloat);
+        text_image = at::empty({m, preset_.vision.out_hidden_size},
+                               at::TensorOptions().dtype(at::kFloat).device(device_));
         DIST_RETURN_IF_ERROR(handoff_->Recv(text_image, src, /*tag=*/0));
       }
     }
@@ -189,7 +230,8 @@ absl::StatusOr<DistStepResult> DistTrainer::StepImpl(const std::vector<PackedBat
       } else if (me == src) {
         DIST_RETURN_IF_ERROR(handoff_->Send(image_grad, dst, /*tag=*/1));
       } else if (me == dst) {
-        vision_grad = at::empty({m, preset_.vision.out_hidden_size}, at::kFloat);
+        vision_grad = at::empty({m, preset_.vision.out_hidden_size},
+                                at::TensorOptions().dtype(at::kFloat).device(device_));
         DIST_RETURN_IF_ERROR(handoff_->Recv(vision_grad, src, /*tag=*/1));
       }
     }
@@ -296,6 +338,120 @@ absl::StatusOr<DistTrainer::NamedTensors> DistTrainer::FullParameters() {
     for (auto& nt : *t) out.push_back(std::move(nt));
   }
   return out;
+}
+
+DistTrainer::NamedTensors DistTrainer::VisionParams() const {
+  NamedTensors out;
+  if (!groups_.vision_coord().has_value()) return out;
+  VisionTransformer tower = vision_tp_ != nullptr ? vision_tp_->model() : model_->visual;
+  for (const auto& item : tower->named_parameters()) {
+    out.emplace_back("visual." + item.key(), item.value());
+  }
+  return out;
+}
+
+DistTrainer::NamedTensors DistTrainer::TextParams() const {
+  NamedTensors out;
+  if (!text_) return out;
+  for (const auto& item : text_->named_parameters()) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+absl::StatusOr<DistTrainer::NamedTensors> DistTrainer::State() {
+  NamedTensors out;
+  absl::Status s = CatchTorch("trainer state", [&] {
+    at::NoGradGuard no_grad;
+    out.emplace_back(kStepName, at::tensor({step_}, at::kLong));
+    for (const auto& [name, p] : VisionParams()) out.emplace_back(name, p.detach().clone());
+    if (zero1_ != nullptr) {
+      Zero1AdamW::PartitionState z = zero1_->State();
+      out.emplace_back(absl::StrCat(kZeroPrefix, "master"), z.master);
+      out.emplace_back(absl::StrCat(kZeroPrefix, "exp_avg"), z.exp_avg);
+      out.emplace_back(absl::StrCat(kZeroPrefix, "exp_avg_sq"), z.exp_avg_sq);
+      out.emplace_back(absl::StrCat(kZeroPrefix, "step"), at::tensor({z.step}, at::kLong));
+    }
+    const NamedTensors text = TextParams();
+    for (const auto& [name, p] : text) out.emplace_back(name, p.detach().clone());
+    if (text_opt_ != nullptr) {
+      for (auto& nt : AdamWStateTensors(*text_opt_, text, kTextOptPrefix)) {
+        out.push_back(std::move(nt));
+      }
+    }
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::Status DistTrainer::LoadState(const NamedTensors& state) {
+  absl::Status result;
+  absl::Status caught = CatchTorch("loading trainer state", [&] { result = LoadStateImpl(state); });
+  return caught.ok() ? result : caught;
+}
+
+absl::Status DistTrainer::LoadStateImpl(const NamedTensors& state) {
+  std::map<std::string, at::Tensor> rest;
+  std::vector<std::string> missing, unexpected, wrong;
+  for (const auto& [name, t] : state) {
+    if (!rest.emplace(name, t).second) unexpected.push_back(name + " (twice)");
+  }
+  // Takes a required tensor of the given shape out of `rest`; records what is wrong.
+  const auto take = [&](const std::string& name, at::IntArrayRef sizes) -> at::Tensor {
+    auto it = rest.find(name);
+    if (it == rest.end()) {
+      missing.push_back(name);
+      return at::Tensor();
+    }
+    at::Tensor t = it->second;
+    rest.erase(it);
+    if (t.sizes() != sizes) {
+      wrong.push_back(absl::StrCat(name, ": checkpoint ", ShapeText(t.sizes()), ", this rank ",
+                                   ShapeText(sizes)));
+      return at::Tensor();
+    }
+    return t;
+  };
+  // The partition sizes first: they differ whenever the layout does (and lead the message).
+  const at::Tensor step = take(kStepName, {1});
+  Zero1AdamW::PartitionState zero;
+  if (zero1_ != nullptr) {
+    const int64_t n = zero1_->partition_numel();
+    zero.master = take(absl::StrCat(kZeroPrefix, "master"), {n});
+    zero.exp_avg = take(absl::StrCat(kZeroPrefix, "exp_avg"), {n});
+    zero.exp_avg_sq = take(absl::StrCat(kZeroPrefix, "exp_avg_sq"), {n});
+    const at::Tensor z = take(absl::StrCat(kZeroPrefix, "step"), {1});
+    if (z.defined()) zero.step = z.to(at::kLong).item<int64_t>();
+  }
+  std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // (parameter, stored)
+  for (const auto& [name, p] : VisionParams()) copies.emplace_back(p, take(name, p.sizes()));
+  const NamedTensors text = TextParams();
+  for (const auto& [name, p] : text) copies.emplace_back(p, take(name, p.sizes()));
+  absl::StatusOr<std::vector<std::optional<AdamWParamTensors>>> adam =
+      std::vector<std::optional<AdamWParamTensors>>{};
+  if (text_opt_ != nullptr) adam = TakeAdamWState(text, kTextOptPrefix, &rest);
+  for (const auto& [name, t] : rest) unexpected.push_back(name);
+  if (!missing.empty() || !unexpected.empty() || !wrong.empty() || !adam.ok()) {
+    std::vector<std::string> parts;
+    if (!missing.empty()) parts.push_back(NameList(missing, "missing"));
+    if (!unexpected.empty()) parts.push_back(NameList(unexpected, "unexpected"));
+    if (!wrong.empty()) parts.push_back(NameList(wrong, "of another shape"));
+    if (!adam.ok()) parts.emplace_back(adam.status().message());
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the checkpoint state does not fit world rank ", groups_.world_rank(), " of layout ",
+        groups_.layout().DebugString(), ": ", absl::StrJoin(parts, "; "),
+        ". Was it written by another layout, rank or model?"));
+  }
+  if (step.scalar_type() != at::kLong || step.item<int64_t>() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kStepName, ": expected a non-negative int64 step count"));
+  }
+  if (zero1_ != nullptr) {
+    if (absl::Status s = zero1_->LoadState(zero); !s.ok()) return s;
+  }
+  at::NoGradGuard no_grad;
+  for (auto& [p, stored] : copies) p.detach().copy_(stored);
+  if (text_opt_ != nullptr) SetAdamWState(*text_opt_, text, *adam);
+  step_ = step.item<int64_t>();
+  return absl::OkStatus();
 }
 
 }  // namespace dhp

@@ -65,6 +65,7 @@ inline constexpr char kHandoffGroup[] = "handoff";
 struct DistTrainerOptions {
   OptimizerConfig optimizer;  // grad_clip_norm is the GLOBAL norm over both stages
   LrScheduleConfig schedule;
+  bool text_activation_checkpointing = false;  // recompute the TP decoder layers in backward
 };
 
 struct DistStepResult {
@@ -82,6 +83,9 @@ class DistTrainer {
 
   // `model`: this rank's full single-rank model (the same values on every rank: same seed or
   // checkpoint); the vision replica shares its tensors, the text shards are copied from it.
+  // A rank keeps only what its roles use: afterwards the model's text decoder (copied into
+  // shards) and, on ranks without a vision role or with vision TP, its vision tower are emptied
+  // (their tensors become 0-element): do not use `model` afterwards.
   // `handoff`: a communicator over every world rank in world-rank order (group name "handoff");
   // may be null when no hand-off needs the wire (Layout::HandOffInMemory()).
   static absl::StatusOr<std::unique_ptr<DistTrainer>> Create(const ModelPreset& preset,
@@ -97,6 +101,25 @@ class DistTrainer {
   // Full HF-shaped parameters of this rank's roles (collective within the text TP group).
   absl::StatusOr<NamedTensors> FullParameters();
 
+  // Everything this rank needs to continue bit-identically, for its checkpoint shard (copies,
+  // CPU or the model's device):
+  //   "trainer.step"                    [1] int64, steps done
+  //   "visual.*"                        vision parameters: the replica's full tensors (Ulysses)
+  //                                     or this rank's shards (vision TP); vision ranks
+  //   "optim.vision.{master,exp_avg,exp_avg_sq}"  ZeRO-1 partition [P] fp32; vision ranks
+  //   "optim.vision.step"               [1] int64
+  //   "model.*", "lm_head.*"            this rank's text TP shards; text ranks
+  //   "optim.text.<param>.{exp_avg,exp_avg_sq,step}"  AdamW state of each text shard that has
+  //                                     been updated (optimizer_state.h)
+  // Local: no communication.
+  absl::StatusOr<NamedTensors> State();
+
+  // Restores a State() of the same rank of the same layout. Every name must be known and every
+  // required one present with this rank's shape; otherwise InvalidArgument naming the tensors
+  // (up to 5 of each kind: missing, unexpected, wrong shape, e.g. a checkpoint of another
+  // layout or another rank) and nothing is changed. Local: no communication.
+  absl::Status LoadState(const NamedTensors& state);
+
   // ZeRO-1 optimizer of the vision stage (null on text-only ranks).
   const Zero1AdamW* vision_optimizer() const { return zero1_.get(); }
   int64_t steps_done() const { return step_; }
@@ -107,6 +130,10 @@ class DistTrainer {
 
   absl::StatusOr<DistStepResult> StepImpl(const std::vector<PackedBatch>& batches,
                                           bool gather_grads);
+  // This rank's trainable tensors by checkpoint name: vision (replica or shards), text shards.
+  NamedTensors VisionParams() const;
+  NamedTensors TextParams() const;
+  absl::Status LoadStateImpl(const NamedTensors& state);
 
   ModelPreset preset_;
   Qwen2_5_VL model_;
@@ -114,6 +141,7 @@ class DistTrainer {
   comm::Communicator* handoff_;
   DistTrainerOptions options_;
   int64_t step_ = 0;
+  at::Device device_ = at::kCPU;  // of the model's parameters (hand-off receive buffers)
   std::unique_ptr<UlyssesVisionTransformer> vision_;  // vision ranks, Ulysses SP
   std::unique_ptr<VisionTpTransformer> vision_tp_;    // vision ranks, vision TP
   std::unique_ptr<Zero1AdamW> zero1_;                 // vision ranks

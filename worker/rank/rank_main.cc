@@ -1,161 +1,102 @@
-// dhp-rank: one rank process of a distributed job. Joins the job's process groups through the
-// controller's rendezvous KV (GrpcKvClient, keys scoped by job and attempt), then runs N steps of
-// the distributed step (dist_step.h) on synthetic data (tiny preset by default, fp32 CPU) and
-// prints one line per step and the bytes moved per group at the end.
-//
-//   dhp-rank --controller 127.0.0.1:7070 --job J --attempt 1 --world-rank 0
-//            --layout 2,2,1 [--separate] [--vision-tp] --steps 5
-// Every rank of the layout (Layout::WorldSize()) must be started with the same flags but its own
-// --world-rank (tools/launch_ranks.sh does that). Exit code 0 on success, 1 on any error (the
-// message names the group and rank that failed).
-#include <ATen/ATen.h>
+// dhp-rank: one rank process of a controller job. The agent (dhp-worker) starts one per GPU or
+// CPU slot:
+//   dhp-rank --controller HOST:PORT --job J --attempt A --world-rank R --world-size W
+//            --device cpu|cuda:0 --data-root DIR [--token-file F] [--tokenizer F] [--timeout S]
+// It asks the controller for the job (GetJob: the spec, this attempt's run, the checkpoint to
+// resume from), joins the job's process groups through the controller's rendezvous KV, trains
+// (job_rank.h: real data, checkpoints, resume), reports progress (rank_reporter.h) and prints
+// one stdout line per step:
+//   step <n>/<total> loss <%.17g or -> lr <g> grad_norm <g> tokens_per_s <g> step_s <g>
+// Exit codes: 0 done (or stopped by the controller); 1 any error (stderr names the rank and, for
+// a collective, the group); 2 bad usage; 3 the checkpoint to resume from was missing or corrupt
+// (it was rejected with RejectCheckpoint).
 #include <ATen/Parallel.h>
 
+#include <chrono>
 #include <cstdio>
-#include <memory>
-#include <numeric>
+#include <cstdlib>
 #include <string>
-#include <vector>
 
 #include "CLI/CLI.hpp"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
+#include "api/auth.h"
 #include "api/client.h"
-#include "common/model_presets.h"
 #include "worker/comm/grpc_kv_client.h"
-#include "common/layout.h"
-#include "worker/comm/process_groups.h"
-#include "worker/model/layers.h"
-#include "worker/model/qwen2_5_vl.h"
-#include "worker/model/torch_status.h"
-#include "worker/model/vision_window.h"
-#include "worker/rank/dist_step.h"
-#include "worker/rank/synthetic_batch.h"
+#include "worker/rank/job_rank.h"
+#include "worker/rank/rank_control.h"
+#include "worker/rank/rank_reporter.h"
 
 namespace dhp {
 namespace {
 
 int Run(int argc, char** argv) {
-  std::string controller = "127.0.0.1:7070", token, job, layout_str = "1,1,1", preset_name = "tiny";
-  int attempt = 1, world_rank = 0, steps = 3, timeout_s = 120;
-  bool separate = false, vision_tp = false;
-  double lr = 1e-3;
-  CLI::App app{"dhp-rank: one rank of a distributed dhp job (synthetic data)"};
-  app.add_option("--controller", controller, "Controller gRPC address host:port");
-  app.add_option("--token", token, "Bearer token for the controller (if auth is on)");
-  app.add_option("--job", job, "Job id (rendezvous KV scope)")->required();
-  app.add_option("--attempt", attempt, "Run attempt of the job (KV scope)")
+  const char* env_server = std::getenv("DHP_SERVER");
+  const char* env_token = std::getenv("DHP_TOKEN");
+  std::string controller = env_server ? env_server : "127.0.0.1:7070";
+  std::string token = env_token ? env_token : "", token_file;
+  JobRankOptions o;
+  int timeout_s = 300;
+  CLI::App app{"dhp-rank: one rank of a dhp job, started by dhp-worker"};
+  app.add_option("--controller", controller, "Controller gRPC address host:port (env DHP_SERVER)")
+      ->capture_default_str();
+  app.add_option("--job", o.job_id, "Job id")->required();
+  app.add_option("--attempt", o.attempt, "Run attempt of the job")
+      ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--world-rank", world_rank, "This process's world rank")
+  app.add_option("--world-rank", o.world_rank, "This process's world rank")
+      ->required()
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--layout", layout_str, "vision degree,text degree,dp (e.g. 2,2,1)");
-  app.add_flag("--separate", separate, "Separate placement (default: collocated)");
-  app.add_flag("--vision-tp", vision_tp, "Vision tensor parallelism instead of Ulysses SP");
-  app.add_option("--preset", preset_name, "Model preset (common/model_presets.h)");
-  app.add_option("--steps", steps, "Training steps")->check(CLI::PositiveNumber);
-  app.add_option("--lr", lr, "Peak learning rate (cosine schedule over --steps)");
-  app.add_option("--timeout", timeout_s, "Rendezvous and collective timeout, seconds")
+  app.add_option("--world-size", o.world_size, "Ranks in the job (must match its layout)")
+      ->required()
       ->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
-
-  std::vector<std::string> parts = absl::StrSplit(layout_str, ',');
-  comm::Layout layout;
-  if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &layout.vision_degree) ||
-      !absl::SimpleAtoi(parts[1], &layout.text_degree) || !absl::SimpleAtoi(parts[2], &layout.dp)) {
-    std::fprintf(stderr, "--layout %s: expected three integers \"Sv,Tt,dp\", e.g. 2,2,1\n",
-                 layout_str.c_str());
-    return 1;
+  app.add_option("--device", o.device, "cpu or cuda:N")->capture_default_str();
+  app.add_option("--data-root", o.data_root,
+                 "Relative dataset paths and model.weights_path are taken relative to this")
+      ->capture_default_str();
+  app.add_option("--token-file", token_file,
+                 "File with the controller's API token (env DHP_TOKEN holds the token itself)");
+  app.add_option("--tokenizer", o.tokenizer_path,
+                 "tokenizer.json (default: <model.weights_path>/tokenizer.json, or "
+                 "configs/tiny-tokenizer.json for the tiny preset)");
+  app.add_option("--timeout", timeout_s,
+                 "Seconds for rendezvous, each collective, and retrying controller calls")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
   }
-  layout.placement = separate ? comm::Placement::kSeparate : comm::Placement::kCollocated;
-  if (vision_tp) layout.vision_parallelism = comm::VisionParallelism::kTensor;
-  if (absl::Status s = layout.Validate(); !s.ok()) {
-    std::fprintf(stderr, "--layout: %s\n", std::string(s.message()).c_str());
-    return 1;
-  }
-  if (world_rank >= layout.WorldSize()) {
-    std::fprintf(stderr, "--world-rank %d: layout %s has %d ranks (0..%d)\n", world_rank,
-                 layout.DebugString().c_str(), layout.WorldSize(), layout.WorldSize() - 1);
-    return 1;
-  }
-  const ModelPreset* preset = FindModelPreset(preset_name);
-  if (preset == nullptr) {
-    std::fprintf(stderr, "--preset %s: unknown preset\n", preset_name.c_str());
-    return 1;
-  }
-  at::set_num_threads(1);
-
-  api::DhpClient client(controller, 30000, token);
-  comm::GrpcKvClient kv(client, job, attempt);
-  comm::ProcessGroupsOptions po;
-  po.arrival_timeout = std::chrono::seconds(timeout_s);
-  po.store_timeout = std::chrono::seconds(timeout_s);
-  po.collective_timeout = std::chrono::seconds(timeout_s);
-  absl::StatusOr<std::unique_ptr<comm::ProcessGroups>> groups =
-      comm::ProcessGroups::Create(kv, layout, world_rank, po);
-  if (!groups.ok()) {
-    std::fprintf(stderr, "rank %d: process groups: %s\n", world_rank,
-                 groups.status().ToString().c_str());
-    return 1;
-  }
-  comm::GroupSpec all{kHandoffGroup, std::vector<int>(layout.WorldSize())};
-  std::iota(all.world_ranks.begin(), all.world_ranks.end(), 0);
-  absl::StatusOr<std::unique_ptr<comm::Communicator>> handoff =
-      comm::CreateCommunicator(kv, all, world_rank, po, &(*groups)->stats());
-  if (!handoff.ok()) {
-    std::fprintf(stderr, "rank %d: hand-off group: %s\n", world_rank,
-                 handoff.status().ToString().c_str());
-    return 1;
-  }
-
-  DistTrainerOptions options;
-  options.optimizer.weight_decay = 0.1;
-  options.schedule.kind = LrScheduleKind::kCosine;
-  options.schedule.peak = lr;
-  options.schedule.floor = lr / 10;
-  options.schedule.max_steps = steps;
-  Qwen2_5_VL model{nullptr};
-  absl::Status built = CatchTorch("model", [&] {
-    at::manual_seed(5);  // the same initial weights on every rank
-    model = Qwen2_5_VL(*preset);
-    InitQwenWeights(*model, 0.02);
-  });
-  if (!built.ok()) {
-    std::fprintf(stderr, "rank %d: %s\n", world_rank, built.ToString().c_str());
-    return 1;
-  }
-  absl::StatusOr<std::unique_ptr<DistTrainer>> trainer =
-      DistTrainer::Create(*preset, model, **groups, handoff->get(), options);
-  if (!trainer.ok()) {
-    std::fprintf(stderr, "rank %d: %s\n", world_rank, trainer.status().ToString().c_str());
-    return 1;
-  }
-  const int64_t merge = preset->vision.spatial_merge_size;
-  for (int s = 0; s < steps; ++s) {
-    std::vector<PackedBatch> batches;
-    for (int d = 0; d < layout.dp; ++d) {
-      const int64_t seed = 100 * s + d;
-      batches.push_back(MakeSyntheticBatch(
-          *preset, {{1, 2 * merge, 3 * merge}, {1, (2 + seed % 3) * merge, 2 * merge}}, seed));
+  const std::string me = "rank " + std::to_string(o.world_rank);
+  if (!token_file.empty()) {
+    absl::StatusOr<std::string> t = api::ReadTokenFile(token_file);
+    if (!t.ok()) {
+      std::fprintf(stderr, "%s: %s\n", me.c_str(), std::string(t.status().message()).c_str());
+      return 2;
     }
-    absl::StatusOr<DistStepResult> r = (*trainer)->Step(batches);
-    if (!r.ok()) {
-      std::fprintf(stderr, "rank %d step %d: %s\n", world_rank, s, r.status().ToString().c_str());
-      return 1;
-    }
-    // The loss is known on text ranks; vision-only ranks print "-".
-    const std::string loss = (*groups)->text_coord().has_value()
-                                 ? std::to_string(r->loss)
-                                 : std::string("-");
-    std::printf("rank %d step %d loss %s grad_norm %.6f lr %.3g\n", world_rank, s, loss.c_str(),
-                r->grad_norm, r->lr);
-    std::fflush(stdout);
+    token = *t;
   }
-  for (const auto& [key, c] : (*groups)->stats().Snapshot()) {
-    std::printf("rank %d comm %s %s calls %lld sent %lld received %lld\n", world_rank,
-                key.first.c_str(), key.second.c_str(), static_cast<long long>(c.calls),
-                static_cast<long long>(c.bytes_sent), static_cast<long long>(c.bytes_received));
+  o.timeout = std::chrono::seconds(timeout_s);
+  at::set_num_threads(1);  // one CPU slot per rank
+
+  api::DhpClient client(controller, 30000, token);  // GetJob and the rendezvous KV
+  // The reporter waits for an RPC in progress when it ends: a short deadline.
+  api::DhpClient report_client(controller, 5000, token);
+  absl::StatusOr<JobDescription> job =
+      FetchJobDescription(client, o.job_id, o.attempt, o.timeout);
+  if (!job.ok()) {
+    std::fprintf(stderr, "%s: GetJob %s: %s\n", me.c_str(), o.job_id.c_str(),
+                 job.status().ToString().c_str());
+    return 1;
   }
-  return 0;
+  comm::GrpcKvClient kv(client, o.job_id, o.attempt);
+  RankReporter reporter(report_client, o.job_id, o.attempt, o.world_rank, RankReporter::Options{});
+  ControllerRankControl control(report_client, reporter);
+  absl::StatusOr<JobRankResult> result = RunJobRank(*job, o, kv, control);
+  if (!result.ok()) {
+    std::fprintf(stderr, "%s\n", result.status().ToString().c_str());
+    return 1;
+  }
+  return ExitCodeOf(result->end);
 }
 
 }  // namespace

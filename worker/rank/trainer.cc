@@ -8,10 +8,11 @@
 #include "absl/strings/str_join.h"
 #include "worker/data/packing.h"
 #include "worker/model/layers.h"
-#include "worker/model/safetensors.h"
 #include "worker/model/torch_compat.h"
 #include "worker/model/torch_status.h"
 #include "worker/rank/batch.h"
+#include "worker/rank/model_init.h"
+#include "worker/rank/training_config.h"
 
 namespace dhp {
 namespace {
@@ -20,22 +21,6 @@ using Clock = std::chrono::steady_clock;
 
 double SecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-std::string Resolve(const std::string& root, const std::string& path) {
-  if (path.empty() || path[0] == '/' || root.empty() || root == ".") return path;
-  return root + "/" + path;
-}
-
-LrScheduleKind ScheduleKind(v1::LrSchedule s) {
-  switch (s) {
-    case v1::LR_SCHEDULE_CONSTANT:
-      return LrScheduleKind::kConstant;
-    case v1::LR_SCHEDULE_LINEAR:
-      return LrScheduleKind::kLinear;
-    default:
-      return LrScheduleKind::kCosine;
-  }
 }
 
 std::string Layout(const v1::JobSpec& s) {
@@ -66,20 +51,8 @@ absl::StatusOr<std::unique_ptr<SingleRankTrainer>> SingleRankTrainer::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "training.batch_size: ", spec.training().batch_size(), " (is the spec normalised?)"));
   }
-  absl::StatusOr<at::Device> device =
-      CatchTorch("device", [&] { return at::Device(options.device); });
-  if (!device.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "device \"", options.device, "\": ", device.status().message(), " (use cpu or cuda:N)"));
-  }
-  if (device->is_cuda() && !at::hasCUDA()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "device ", options.device, ": this LibTorch has no CUDA or no GPU is visible"));
-  }
-  if (!device->is_cpu() && !device->is_cuda()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("device ", options.device, ": only cpu and cuda are supported"));
-  }
+  absl::StatusOr<at::Device> device = ParseTrainingDevice(options.device);
+  if (!device.ok()) return device.status();
   std::unique_ptr<SingleRankTrainer> t(new SingleRankTrainer(spec, *preset, *device));
   absl::Status s = t->Init(options);
   if (!s.ok()) return s;
@@ -108,130 +81,32 @@ absl::Status SingleRankTrainer::Init(const TrainerOptions& options) {
   };
   absl::Status s = stage_precision("vision", spec_.vision().dtype(), &vision_bf16_);
   if (s.ok()) s = stage_precision("text", spec_.text().dtype(), &text_bf16_);
-  if (s.ok()) s = InitData(options);
-  if (s.ok()) s = InitModel(options);
   if (!s.ok()) return s;
-
-  const v1::TrainingSpec& tr = spec_.training();
-  max_steps_ = tr.max_steps();
-  if (max_steps_ <= 0) {  // epochs
-    const int64_t draws = int64_t{tr.epochs()} * mix_->epoch_size();
-    max_steps_ = (draws + tr.batch_size() - 1) / tr.batch_size();
-    notes_.push_back(absl::StrCat("training.epochs ", tr.epochs(), " of ", mix_->epoch_size(),
-                                  " samples at batch ", tr.batch_size(), ": ", max_steps_,
-                                  " steps"));
-  }
-  schedule_.kind = ScheduleKind(tr.schedule());
-  schedule_.peak = tr.learning_rate();
-  schedule_.floor = tr.min_learning_rate();
-  schedule_.warmup_steps = tr.warmup_steps();
-  schedule_.max_steps = std::max<int64_t>(max_steps_, 1);
-  return ValidateLrSchedule(schedule_);
+  DataPipelineOptions data_options;
+  data_options.data_root = options.data_root;
+  data_options.tokenizer_path = options.tokenizer_path;
+  data_options.skip_invalid_samples = options.skip_invalid_samples;
+  absl::StatusOr<std::unique_ptr<DataPipeline>> data =
+      DataPipeline::Create(spec_, preset_, data_options);
+  if (!data.ok()) return data.status();
+  data_ = std::move(*data);
+  for (const std::string& note : data_->notes()) notes_.push_back(note);
+  loader_ = data_->MakeLoader();
+  absl::StatusOr<TrainingConfig> config = TrainingConfigForSpec(spec_, data_->mix().epoch_size());
+  if (!config.ok()) return config.status();
+  for (const std::string& note : config->notes) notes_.push_back(note);
+  max_steps_ = config->max_steps;
+  schedule_ = config->schedule;
+  return InitModel(options, config->optimizer);
 }
 
-absl::Status SingleRankTrainer::InitData(const TrainerOptions& options) {
-  std::string tokenizer_path = options.tokenizer_path;
-  if (tokenizer_path.empty()) {
-    if (!spec_.model().weights_path().empty()) {
-      tokenizer_path = Resolve(options.data_root, spec_.model().weights_path()) + "/tokenizer.json";
-    } else if (preset_.name == "tiny") {
-      tokenizer_path = "configs/tiny-tokenizer.json";
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model.preset ", preset_.name, " has no built-in tokenizer: set model.weights_path to a "
-          "Hugging Face checkpoint directory (its tokenizer.json is used) or pass a tokenizer"));
-    }
-  }
-  absl::StatusOr<std::unique_ptr<data::BpeTokenizer>> tok =
-      data::BpeTokenizer::FromFile(tokenizer_path);
-  if (!tok.ok()) return tok.status();
-  tokenizer_ = std::move(*tok);
-  if (tokenizer_->vocab_size() > preset_.text.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        tokenizer_path, ": ", tokenizer_->vocab_size(), " token ids do not fit the ",
-        preset_.text.vocab_size, "-entry embedding of preset ", preset_.name));
-  }
-  absl::StatusOr<data::ChatTemplate> chat = data::ChatTemplate::Create(*tokenizer_);
-  if (!chat.ok()) return chat.status();
-  chat_template_ = std::make_unique<data::ChatTemplate>(std::move(*chat));
-  const data::ChatSpecialIds& ids = chat_template_->special_ids();
-  const SpecialTokens& want = preset_.tokens;
-  if (ids.image_pad != want.image_pad || ids.vision_start != want.vision_start ||
-      ids.vision_end != want.vision_end || ids.im_start != want.im_start ||
-      ids.im_end != want.im_end) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        tokenizer_path, ": special token ids (<|image_pad|> ", ids.image_pad, ", <|im_start|> ",
-        ids.im_start, ") differ from preset ", preset_.name, "'s (", want.image_pad, ", ",
-        want.im_start, "): the tokenizer does not belong to this model"));
-  }
-
-  const v1::DataSpec& d = spec_.data();
-  data::DatasetRegistry registry;
-  for (const auto& [name, src] : d.registry()) {
-    absl::Status s = registry.Register(
-        name, {Resolve(options.data_root, src.annotation_path()),
-               Resolve(options.data_root, src.image_root()), src.has_weight() ? src.weight() : 1.0});
-    if (!s.ok()) return s;
-  }
-  std::vector<std::string> names(d.datasets().begin(), d.datasets().end());
-  std::vector<absl::Status> bad_records;
-  absl::StatusOr<data::DatasetMix> mix = data::DatasetMix::Load(
-      registry, names, options.skip_invalid_samples ? &bad_records : nullptr);
-  if (!mix.ok()) return mix.status();
-  mix_ = std::make_unique<data::DatasetMix>(std::move(*mix));
-  std::string data_note = absl::StrCat("data: ", absl::StrJoin(names, ", "), ": ",
-                                       mix_->epoch_size(), " samples per epoch");
-  if (!bad_records.empty()) {
-    absl::StrAppend(&data_note, "; ", bad_records.size(), " invalid records skipped (first: ",
-                    bad_records[0].message(), ")");
-  }
-  notes_.push_back(std::move(data_note));
-
-  data::SampleBuilderOptions b;
-  b.preprocess.patch_size = preset_.vision.patch_size;
-  b.preprocess.merge_size = preset_.vision.spatial_merge_size;
-  b.preprocess.temporal_patch_size = preset_.vision.temporal_patch_size;
-  b.preprocess.min_pixels = d.min_pixels();
-  b.preprocess.max_pixels = d.max_pixels();
-  b.max_seq_len = d.max_seq_len();
-  builder_ = std::make_unique<data::SampleBuilder>(*chat_template_, b);
-  data::DataLoaderOptions lo;
-  lo.seed = spec_.training().seed();
-  lo.skip_invalid = options.skip_invalid_samples;
-  loader_ = std::make_unique<data::DataLoader>(*mix_, *builder_, lo);
-  return absl::OkStatus();
-}
-
-absl::Status SingleRankTrainer::InitModel(const TrainerOptions& options) {
-  absl::Status s = CatchTorch("model", [&] {
-    at::manual_seed(spec_.training().seed());
-    model_ = Qwen2_5_VL(preset_);
-    InitQwenWeights(*model_);
-  });
-  if (!s.ok()) return s;
-  if (!spec_.model().weights_path().empty()) {
-    const std::string dir = Resolve(options.data_root, spec_.model().weights_path());
-    absl::StatusOr<std::unique_ptr<CheckpointDir>> ckpt = CheckpointDir::Open(dir);
-    if (!ckpt.ok()) return ckpt.status();
-    absl::StatusOr<LoadReport> report = LoadWeights(**ckpt, NamedParameters(), /*strict=*/true);
-    if (!report.ok()) {
-      return absl::Status(report.status().code(),
-                          absl::StrCat("model.weights_path ", dir, ": ", report.status().message()));
-    }
-    notes_.push_back(absl::StrCat("weights: ", report->loaded, " tensors from ", dir));
-  }
-  s = CatchTorch("model", [&] {
-    model_->to(device_);
-    model_->visual->set_gradient_checkpointing(spec_.vision().activation_checkpointing());
-    model_->text->set_gradient_checkpointing(spec_.text().activation_checkpointing());
-    model_->train();
-  });
-  if (!s.ok()) return s;
-  OptimizerConfig oc;
-  oc.learning_rate = spec_.training().learning_rate();
-  oc.weight_decay = spec_.training().weight_decay();
-  oc.grad_clip_norm = spec_.training().grad_clip_norm();
-  optimizer_ = std::make_unique<TrainingOptimizer>(NamedParameters(), oc);
+absl::Status SingleRankTrainer::InitModel(const TrainerOptions& options,
+                                          const OptimizerConfig& optimizer) {
+  absl::StatusOr<Qwen2_5_VL> model =
+      CreateModelForSpec(spec_, preset_, options.data_root, device_, &notes_);
+  if (!model.ok()) return model.status();
+  model_ = *model;
+  optimizer_ = std::make_unique<TrainingOptimizer>(NamedParameters(), optimizer);
   return absl::OkStatus();
 }
 
@@ -287,12 +162,8 @@ absl::StatusOr<StepStats> SingleRankTrainer::Step() {
                      errs.empty() ? "" : absl::StrCat(" (last: ", errs.back(), ")")));
   }
   st.samples = static_cast<int64_t>(samples->size());
-  data::PackingOptions po;
-  po.max_tokens = spec_.data().max_seq_len();
-  po.image_pad_id = preset_.tokens.image_pad;
-  po.spatial_merge_size = preset_.vision.spatial_merge_size;
   absl::StatusOr<std::vector<data::PackedSequence>> packs =
-      data::PackSamples(std::move(*samples), po);
+      data::PackSamples(std::move(*samples), data_->packing());
   if (!packs.ok()) {
     return absl::Status(packs.status().code(),
                         absl::StrCat(where, ": packing: ", packs.status().message()));

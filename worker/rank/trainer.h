@@ -40,14 +40,11 @@
 #include "absl/status/statusor.h"
 #include "common/model_presets.h"
 #include "dhp/v1/job_spec.pb.h"
-#include "worker/data/bpe_tokenizer.h"
-#include "worker/data/chat_template.h"
 #include "worker/data/data_loader.h"
-#include "worker/data/dataset_mix.h"
-#include "worker/data/sample_builder.h"
 #include "worker/model/qwen2_5_vl.h"
 #include "worker/model/weights.h"
 #include "worker/rank/lr_schedule.h"
+#include "worker/rank/data_pipeline.h"
 #include "worker/rank/optimizer.h"
 
 namespace dhp {
@@ -110,8 +107,7 @@ class SingleRankTrainer {
  private:
   SingleRankTrainer(const v1::JobSpec& spec, const ModelPreset& preset, const at::Device& device);
   absl::Status Init(const TrainerOptions& options);
-  absl::Status InitData(const TrainerOptions& options);
-  absl::Status InitModel(const TrainerOptions& options);
+  absl::Status InitModel(const TrainerOptions& options, const OptimizerConfig& optimizer);
   // (sum of the per-token losses [] fp32, count [] int64) of one packed batch.
   std::pair<at::Tensor, at::Tensor> ForwardLossSum(const PackedBatch& batch);
 
@@ -121,10 +117,7 @@ class SingleRankTrainer {
   bool vision_bf16_ = false;  // autocast per stage (CUDA only)
   bool text_bf16_ = false;
 
-  std::unique_ptr<data::BpeTokenizer> tokenizer_;
-  std::unique_ptr<data::ChatTemplate> chat_template_;
-  std::unique_ptr<data::SampleBuilder> builder_;
-  std::unique_ptr<data::DatasetMix> mix_;
+  std::unique_ptr<DataPipeline> data_;
   std::unique_ptr<data::DataLoader> loader_;
 
   Qwen2_5_VL model_{nullptr};

@@ -1,0 +1,262 @@
+"""Jobs run end to end: a real dhp-controller, dhp-worker agents that launch real dhp-rank
+processes (LibTorch, Gloo on loopback), the tiny model on a generated shapes dataset.
+
+Usage: runs_test.py CONTROLLER WORKER DHPCTL CONFIGS_DIR RANK GEN_SHAPES [unittest args]."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+from dhp_cluster import Binaries, Cluster, wait_for
+
+BINS = None
+RANK = None
+GEN_SHAPES = None
+DATA_ROOT = None  # one generated dataset for every test
+
+STEP_LINE = re.compile(r"(?m)^(?:\[rank \d+\] )?step (\d+)/(\d+) loss (\S+)")
+
+
+def spec_text(cluster, name, steps=20, every=5, restarts=0, stall=600, keep=2):
+    with open(cluster.config("tiny-cpu.yaml")) as f:
+        text = f.read()
+    text = re.sub(r"(?m)^name: .*$", "name: " + name, text)
+    text = re.sub(r"(?m)^  directory: .*$", "  directory: " + name, text)
+    text = re.sub(r"(?m)^  max_steps: .*$", "  max_steps: %d" % steps, text)
+    text = re.sub(r"(?m)^  warmup_steps: .*$", "  warmup_steps: 2", text)
+    text = re.sub(r"(?m)^  every_steps: .*$", "  every_steps: %d" % every, text)
+    text = re.sub(r"(?m)^  keep_latest: .*$", "  keep_latest: %d" % keep, text)
+    text = re.sub(r"(?m)^  max_restarts: .*$",
+                  "  max_restarts: %d\n  stall_timeout_s: %d" % (restarts, stall), text)
+    path = os.path.join(cluster.tmp.name, name + ".yaml")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def rank_pids(job, attempt=None, rank=None):
+    """PIDs of live dhp-rank processes of a job (optionally one attempt / world rank)."""
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                argv = f.read().split(b"\0")
+            with open("/proc/%s/stat" % pid) as f:
+                if f.read().split(") ")[1].startswith("Z"):
+                    continue  # a zombie is gone already
+        except OSError:
+            continue
+        args = [a.decode(errors="replace") for a in argv]
+        if not args or not args[0].endswith("dhp-rank") or job not in args:
+            continue
+        if attempt is not None and args[args.index("--attempt") + 1] != str(attempt):
+            continue
+        if rank is not None and args[args.index("--world-rank") + 1] != str(rank):
+            continue
+        pids.append(int(pid))
+    return pids
+
+
+class RunsTest(unittest.TestCase):
+    def setUp(self):
+        self.cluster = Cluster(BINS, heartbeat_timeout_ms=3000, heartbeat_interval_ms=200)
+        self.cluster.start_controller()
+
+    def tearDown(self):
+        self.cluster.close()
+
+    def start_worker(self, node, slots=2):
+        self.cluster.start_worker(
+            node, cpu_slots=slots,
+            extra_args=["--rank-binary", RANK, "--data-root", DATA_ROOT, "--stop-grace-ms", "3000"])
+        wait_for(lambda: any(n["id"] == node and n.get("state") == "NODE_STATE_READY"
+                             for n in self.cluster.dhpctl_json("nodes").get("nodes", [])),
+                 timeout=20, what="node %s READY" % node)
+
+    def submit(self, path):
+        code, out, err = self.cluster.dhpctl("submit", "-f", path)
+        self.assertEqual(code, 0, err + out)
+        return re.search(r"job (j-[0-9a-f]{12}) submitted", out).group(1)
+
+    def job(self, job):
+        return self.cluster.dhpctl_json("get", job)
+
+    def state(self, job):
+        return self.job(job)["job"]["state"][len("JOB_STATE_"):]
+
+    def wait_state(self, job, states, timeout=240):
+        states = [states] if isinstance(states, str) else states
+        try:
+            return wait_for(lambda: self.state(job) in states and self.state(job),
+                            timeout=timeout, interval=0.3, what="job %s in %s" % (job, states))
+        except AssertionError:
+            print(self.cluster.dhpctl("get", job)[1], file=sys.stderr)
+            print(self.cluster.controller_log()[-4000:], file=sys.stderr)
+            raise
+
+    def wait_step(self, job, step, timeout=240):
+        wait_for(lambda: int(self.job(job)["job"].get("latest_step", 0)) >= step,
+                 timeout=timeout, interval=0.2, what="job %s at step %d" % (job, step))
+
+    def losses(self, job, attempt=None, rank=0):
+        """{step: loss text} from the rank's log, through dhpctl logs."""
+        args = ["logs", job, "--rank", str(rank)] + (["--attempt", str(attempt)] if attempt else [])
+        code, out, err = self.cluster.dhpctl(*args)
+        self.assertEqual(code, 0, err)
+        return {int(m.group(1)): m.group(3) for m in STEP_LINE.finditer(out)}
+
+    def events(self, job):
+        """The job's event history (dhpctl watch prints it and returns once the job is final)."""
+        return self.cluster.dhpctl("watch", job, timeout=60)[1]
+
+    # ---- the tests --------------------------------------------------------------------------
+
+    def test_a_job_trains_to_success_with_falling_loss_and_a_checkpoint(self):
+        self.start_worker("node-a")
+        job = self.submit(spec_text(self.cluster, "ok", steps=20, every=10))
+        self.wait_state(job, "SUCCEEDED")
+        got = self.job(job)
+        self.assertEqual(int(got["job"]["latest_step"]), 20)
+        run = got["runs"][0]
+        self.assertEqual([p["node_id"] for p in run["placement"]], ["node-a", "node-a"])
+        self.assertIn("queue_wait_seconds", run)
+        ckpts = got["checkpoints"]
+        self.assertEqual([int(c["step"]) for c in ckpts], [10, 20])
+        for c in ckpts:
+            self.assertEqual(c["state"], "CHECKPOINT_STATE_COMPLETE")
+            self.assertEqual(len(c["shards"]), 2)
+            for shard in c["shards"]:
+                path = os.path.join(c["path"], shard["file"])
+                self.assertEqual(os.path.getsize(path), int(shard["size_bytes"]))
+        wait_for(lambda: len(self.losses(job)) == 20, timeout=20, what="all 20 log lines")
+        losses = self.losses(job)
+        first = sum(float(losses[s]) for s in range(1, 6)) / 5
+        last = sum(float(losses[s]) for s in range(16, 21)) / 5
+        self.assertLess(last, first - 0.5, losses)
+        code, out, _ = self.cluster.dhpctl("checkpoints", job)
+        self.assertEqual(code, 0)
+        self.assertRegex(out, r"(?m)^\S+ +20 +COMPLETE")
+        self.assertEqual(rank_pids(job), [])
+
+    def test_cancel_mid_run_leaves_no_rank_process(self):
+        self.start_worker("node-a")
+        job = self.submit(spec_text(self.cluster, "cancel", steps=400, every=0))
+        self.wait_step(job, 3)
+        self.assertEqual(len(rank_pids(job)), 2)
+        code, _, err = self.cluster.dhpctl("cancel", job)
+        self.assertEqual(code, 0, err)
+        self.wait_state(job, "CANCELLED", timeout=30)
+        self.assertEqual(rank_pids(job), [])
+        self.assertIn("every rank has stopped", self.events(job))
+
+    def test_a_killed_rank_restarts_from_the_checkpoint_and_succeeds(self):
+        self.start_worker("node-a")
+        job = self.submit(spec_text(self.cluster, "restart", steps=24, every=4, restarts=2))
+        wait_for(lambda: any(c["state"] == "CHECKPOINT_STATE_COMPLETE"
+                             for c in self.job(job).get("checkpoints", [])),
+                 timeout=240, interval=0.2, what="a complete checkpoint")
+        os.kill(rank_pids(job, attempt=1, rank=1)[0], signal.SIGKILL)
+        self.wait_state(job, "SUCCEEDED")
+        got = self.job(job)
+        self.assertEqual(got["job"]["restart_count"], 1)
+        self.assertEqual(got["runs"][0]["state"], "RUN_STATE_FAILED")
+        self.assertIn("rank 1 on node node-a was killed by signal 9", got["runs"][0]["reason"])
+        self.assertGreater(int(got["runs"][1]["start_step"]), 0)
+        self.assertEqual(got["runs"][1]["state"], "RUN_STATE_SUCCEEDED")
+        self.assertIn("restart 1 of 2 from checkpoint", self.events(job))
+
+    def test_the_controller_killed_mid_run_comes_back_and_the_job_finishes(self):
+        self.start_worker("node-a")
+        job = self.submit(spec_text(self.cluster, "crash", steps=30, every=10))
+        self.wait_step(job, 3)
+        self.cluster.kill_controller(signal.SIGKILL)
+        time.sleep(1.0)
+        self.cluster.start_controller(grpc_port=self.cluster.grpc_port,
+                                      http_port=self.cluster.http_port)
+        self.wait_state(job, "SUCCEEDED")
+        got = self.job(job)
+        self.assertEqual(got["job"].get("restart_count", 0), 0)
+        self.assertEqual(len(got["runs"]), 1)
+        self.assertEqual(int(got["job"]["latest_step"]), 30)
+
+    def test_resume_of_a_cancelled_job_continues_with_identical_losses(self):
+        self.start_worker("node-a")
+        reference = self.submit(spec_text(self.cluster, "reference", steps=16, every=4))
+        self.wait_state(reference, "SUCCEEDED")
+        wait_for(lambda: len(self.losses(reference)) == 16, timeout=20, what="reference logs")
+        expected = self.losses(reference)
+
+        job = self.submit(spec_text(self.cluster, "resumed", steps=16, every=4))
+        wait_for(lambda: any(c["state"] == "CHECKPOINT_STATE_COMPLETE" and int(c["step"]) >= 8
+                             for c in self.job(job).get("checkpoints", [])),
+                 timeout=240, interval=0.1, what="checkpoint at step 8")
+        self.assertEqual(self.cluster.dhpctl("cancel", job)[0], 0)
+        self.wait_state(job, "CANCELLED", timeout=30)
+        code, out, err = self.cluster.dhpctl("resume", job)
+        self.assertEqual(code, 0, err)
+        self.wait_state(job, "SUCCEEDED")
+        start = int(self.job(job)["runs"][1]["start_step"])
+        self.assertGreaterEqual(start, 8)
+        wait_for(lambda: len(self.losses(job, attempt=2)) == 16 - start, timeout=20,
+                 what="attempt 2 logs")
+        resumed = self.losses(job, attempt=2)
+        self.assertEqual(sorted(resumed), list(range(start + 1, 17)))
+        for step, loss in resumed.items():
+            self.assertEqual(loss, expected[step], "step %d" % step)  # bit-identical text
+
+    def test_two_jobs_compete_and_the_second_waits_whole(self):
+        self.start_worker("node-a", slots=3)  # room for one 2-rank job only
+        first = self.submit(spec_text(self.cluster, "first", steps=12, every=0))
+        second = self.submit(spec_text(self.cluster, "second", steps=4, every=0))
+        self.wait_state(first, ["SCHEDULED", "STARTING", "RUNNING"])
+        self.assertEqual(self.state(second), "QUEUED")
+        self.assertIn("waiting", self.job(second)["job"]["message"])
+        self.assertEqual(rank_pids(second), [])
+        self.wait_state(second, "SUCCEEDED")
+        self.assertEqual(self.state(first), "SUCCEEDED")
+        self.assertGreater(float(self.job(second)["runs"][0]["queue_wait_seconds"]), 1.0)
+
+    def test_a_job_larger_than_the_cluster_is_refused_at_submit(self):
+        self.start_worker("node-a", slots=1)
+        code, out, err = self.cluster.dhpctl("submit", "-f", spec_text(self.cluster, "big"))
+        self.assertNotEqual(code, 0)
+        self.assertIn("the job can never fit this cluster", err)
+        self.assertEqual(self.cluster.dhpctl_json("list").get("jobs", []), [])
+
+    def test_a_stalled_rank_is_named_and_the_run_fails(self):
+        self.start_worker("node-a")
+        job = self.submit(spec_text(self.cluster, "stall", steps=400, every=0, stall=8))
+        self.wait_step(job, 2)
+        pid = rank_pids(job, rank=1)[0]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            self.wait_state(job, "FAILED", timeout=60)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        reason = self.job(job)["runs"][0]["reason"]
+        self.assertIn("no progress for", reason)
+        self.assertIn("rank 1 (node node-a) silent for", reason)
+        wait_for(lambda: rank_pids(job) == [], timeout=20, what="ranks gone")
+
+
+def generate_dataset(root):
+    out = os.path.join(root, "data", "shapes")
+    subprocess.run([GEN_SHAPES, "--out", out, "--count", "64", "--size", "112", "--seed", "7"],
+                   check=True, capture_output=True)
+
+
+if __name__ == "__main__":
+    BINS = Binaries(*sys.argv[1:5])
+    RANK = os.path.abspath(sys.argv[5])
+    GEN_SHAPES = os.path.abspath(sys.argv[6])
+    import tempfile
+    data_tmp = tempfile.TemporaryDirectory(prefix="dhp-runs-data-")
+    DATA_ROOT = data_tmp.name
+    generate_dataset(DATA_ROOT)
+    unittest.main(argv=[sys.argv[0]] + sys.argv[7:])

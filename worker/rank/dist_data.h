@@ -1,0 +1,73 @@
+// The global batch of every distributed training step, from a job's real data (the spec's
+// dataset mix, through DataPipeline): training.batch_size samples per step, split over the
+// data-parallel replicas as DataLoader shards them (replica d builds draws d, d + dp, ...), each
+// replica's share packed into ONE sequence of at most data.max_seq_len tokens (the
+// DistTrainer::Step input: one PackedBatch per replica).
+//
+// Every rank of a job builds the same batches for every replica (deterministic: same spec, same
+// seed, same data), because the hand-off needs every replica's image sizes; position() after a
+// step, stored in a checkpoint, given to Seek() reproduces the rest of the stream exactly.
+//
+// DistTrainer has no gradient accumulation: a replica whose share does not fit one packed
+// sequence is an error that says what to change. Samples that fail to build are skipped (as
+// in SingleRankTrainer); a replica left with none is an error.
+//
+// Thread-safety: not thread-safe (the rank's training thread).
+#ifndef DHP_WORKER_RANK_DIST_DATA_H_
+#define DHP_WORKER_RANK_DIST_DATA_H_
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/model_presets.h"
+#include "dhp/v1/job_spec.pb.h"
+#include "worker/data/data_loader.h"
+#include "worker/model/qwen2_5_vl.h"
+#include "worker/rank/data_pipeline.h"
+
+namespace dhp {
+
+struct DistBatch {
+  std::vector<PackedBatch> batches;  // one per data-parallel replica, on the device
+  // Over all replicas (the global batch):
+  int64_t samples = 0;
+  int64_t tokens = 0;        // image tokens included
+  int64_t image_tokens = 0;
+  int64_t loss_tokens = 0;   // positions whose next-token loss is taken
+  int64_t patches = 0;
+  double seconds = 0;        // loading, preprocessing, packing and the copy to the device
+};
+
+class DistData {
+ public:
+  // `spec` must be normalised; data_parallel_size gives the number of replicas.
+  static absl::StatusOr<std::unique_ptr<DistData>> Create(const v1::JobSpec& spec,
+                                                          const ModelPreset& preset,
+                                                          const DataPipelineOptions& options,
+                                                          const at::Device& device);
+
+  // The next global batch; `step` (1-based) only names the step in errors.
+  absl::StatusOr<DistBatch> Next(int64_t step);
+
+  data::DataPosition position() const;
+  void Seek(const data::DataPosition& position);
+
+  int replicas() const { return static_cast<int>(loaders_.size()); }
+  const DataPipeline& pipeline() const { return *pipeline_; }
+
+ private:
+  DistData() = default;
+
+  v1::JobSpec spec_;
+  at::Device device_ = at::kCPU;
+  std::unique_ptr<DataPipeline> pipeline_;
+  std::vector<std::unique_ptr<data::DataLoader>> loaders_;  // one per replica, in lockstep
+};
+
+}  // namespace dhp
+
+#endif  // DHP_WORKER_RANK_DIST_DATA_H_

@@ -1,0 +1,456 @@
+#include "worker/rank/job_rank.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/job_layout.h"
+#include "common/layout.h"
+#include "common/model_presets.h"
+#include "worker/ckpt/tensor_shard.h"
+#include "worker/comm/process_groups.h"
+#include "worker/model/torch_status.h"
+#include "worker/rank/dist_data.h"
+#include "worker/rank/dist_step.h"
+#include "worker/rank/model_init.h"
+#include "worker/rank/training_config.h"
+
+namespace dhp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr char kFormat[] = "dhp-rank-state/1";
+
+double SecondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// "rank 1: <context>: <message>", keeping the code.
+absl::Status Annotate(const absl::Status& s, const std::string& prefix) {
+  return absl::Status(s.code(), absl::StrCat(prefix, ": ", s.message()));
+}
+
+class JobRank {
+ public:
+  JobRank(const JobDescription& job, const JobRankOptions& options, comm::KvClient& kv,
+          RankControl& control)
+      : job_(job), options_(options), kv_(kv), control_(control),
+        me_(absl::StrCat("rank ", options.world_rank)) {
+    if (!options_.out) {
+      options_.out = [](const std::string& line) {
+        std::fputs((line + "\n").c_str(), stdout);
+        std::fflush(stdout);
+      };
+    }
+    if (!options_.log) {
+      options_.log = [](const std::string& line) {
+        std::fputs((line + "\n").c_str(), stderr);
+      };
+    }
+    if (!options_.sleep) {
+      options_.sleep = [](std::chrono::milliseconds d) { std::this_thread::sleep_for(d); };
+    }
+  }
+
+  absl::StatusOr<JobRankResult> Run() {
+    try {
+      return RunImpl();
+    } catch (const c10::Error& e) {  // the rank's boundary: LibTorch errors become Statuses
+      return TorchErrorToStatus(e, me_);
+    }
+  }
+
+ private:
+  absl::StatusOr<JobRankResult> RunImpl();
+  // Reads and checks this rank's shard of job_.resume; false when it was rejected.
+  bool ReadResumeShard();
+  // Tells the controller (best effort: the exit code tells the agent too); returns false.
+  bool Reject(const std::string& reason);
+  absl::Status Build();
+  absl::Status Restore();
+  absl::Status SaveCheckpoint(int64_t step);
+  absl::StatusOr<bool> AnyRankStops();
+  void Log(const std::string& line) { options_.log(absl::StrCat(me_, ": ", line)); }
+  // How long the last progress report may take to reach the controller before the rank ends.
+  std::chrono::milliseconds FlushTimeout() const {
+    return std::min<std::chrono::milliseconds>(options_.timeout, std::chrono::seconds(30));
+  }
+
+  const JobDescription& job_;
+  JobRankOptions options_;
+  comm::KvClient& kv_;
+  RankControl& control_;
+  const std::string me_;
+
+  comm::Layout layout_;
+  const ModelPreset* preset_ = nullptr;
+  at::Device device_ = at::kCPU;
+  TrainingConfig config_;
+  std::optional<ckpt::LoadedShard> resume_;
+  std::unique_ptr<DistData> data_;
+  std::unique_ptr<comm::ProcessGroups> groups_;
+  std::unique_ptr<comm::Communicator> handoff_;
+  std::unique_ptr<DistTrainer> trainer_;
+  bool warned_no_checkpoint_dir_ = false;
+};
+
+absl::StatusOr<JobRankResult> JobRank::RunImpl() {
+  const v1::JobSpec& spec = job_.spec;
+  layout_ = LayoutForSpec(spec);
+  if (absl::Status s = layout_.Validate(); !s.ok()) return Annotate(s, me_ + ": job layout");
+  if (options_.world_size != layout_.WorldSize()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        me_, ": --world-size ", options_.world_size, " does not match the job's layout (",
+        layout_.DebugString(), "), which has ", layout_.WorldSize(), " ranks"));
+  }
+  if (options_.world_rank < 0 || options_.world_rank >= layout_.WorldSize()) {
+    return absl::InvalidArgumentError(absl::StrCat(me_, ": world rank out of range 0..",
+                                                   layout_.WorldSize() - 1));
+  }
+  preset_ = FindModelPreset(spec.model().preset());
+  if (preset_ == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(me_, ": model.preset \"", spec.model().preset(), "\" is unknown"));
+  }
+  if (job_.resume.has_value()) {
+    if (!ReadResumeShard()) return JobRankResult{JobRankEnd::kCheckpointRejected, 0};
+  } else if (job_.run.start_step() != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        me_, ": run ", job_.run.attempt(), " starts at step ", job_.run.start_step(),
+        " but names no checkpoint to resume from (resume_checkpoint_id 0)"));
+  }
+  if (absl::Status s = Build(); !s.ok()) return s;
+  if (resume_.has_value()) {
+    if (absl::Status s = Restore(); !s.ok()) return s;
+  }
+
+  const int64_t total = config_.max_steps;
+  const int64_t every = job_.spec.checkpoint().every_steps();
+  const bool has_text = groups_->text_coord().has_value();
+  JobRankResult result;
+  result.last_step = trainer_->steps_done();
+  for (int64_t step = trainer_->steps_done() + 1; step <= total; ++step) {
+    const std::string where = absl::StrCat(me_, ": step ", step);
+    control_.StepStarted(step);
+    const Clock::time_point t0 = Clock::now();
+    absl::StatusOr<DistBatch> batch = data_->Next(step);
+    if (!batch.ok()) return Annotate(batch.status(), me_);
+    absl::StatusOr<DistStepResult> r = trainer_->Step(batch->batches);
+    if (!r.ok()) return Annotate(r.status(), where);
+    const double seconds = SecondsSince(t0);
+    // The global norm is the same on every rank, so every rank stops here together.
+    if (!std::isfinite(r->grad_norm)) {
+      return absl::InternalError(absl::StrCat(
+          where, ": loss ", has_text ? absl::StrCat(r->loss) : "-", ", gradient norm ",
+          r->grad_norm, " is not finite; lower training.learning_rate or check the data"));
+    }
+    RankStepProgress p;
+    p.step = step;
+    p.loss = has_text ? r->loss : std::numeric_limits<double>::quiet_NaN();
+    p.total_steps = total;
+    p.step_seconds = seconds;
+    p.tokens_per_second = seconds > 0 ? static_cast<double>(batch->tokens) / seconds : 0;
+    p.metrics = {{"grad_norm", r->grad_norm},
+                 {"learning_rate", r->lr},
+                 {"samples", static_cast<double>(batch->samples)},
+                 {"tokens", static_cast<double>(batch->tokens)},
+                 {"image_tokens", static_cast<double>(batch->image_tokens)},
+                 {"loss_tokens", static_cast<double>(batch->loss_tokens)},
+                 {"data_seconds", batch->seconds}};
+    options_.out(absl::StrFormat(
+        "step %d/%d loss %s lr %g grad_norm %g tokens_per_s %g step_s %g", step, total,
+        has_text ? absl::StrFormat("%.17g", r->loss) : std::string("-"), r->lr, r->grad_norm,
+        p.tokens_per_second, seconds));
+    control_.StepFinished(p);
+    result.last_step = step;
+    if (step == total || (every > 0 && step % every == 0)) {
+      if (absl::Status s = SaveCheckpoint(step); !s.ok()) return s;
+    }
+    if (step == total) break;
+    absl::StatusOr<bool> stop = AnyRankStops();
+    if (!stop.ok()) return Annotate(stop.status(), where);
+    if (*stop) {
+      Log(absl::StrCat("stopping after step ", step, " as the controller asked"));
+      control_.Flush(FlushTimeout());
+      result.end = JobRankEnd::kStopped;
+      return result;
+    }
+  }
+  control_.Flush(FlushTimeout());
+  result.end = JobRankEnd::kFinished;
+  return result;
+}
+
+bool JobRank::ReadResumeShard() {
+  const v1::Checkpoint& c = *job_.resume;
+  if (c.world_size() != 0 && c.world_size() != layout_.WorldSize()) {
+    return Reject(absl::StrCat("checkpoint ", c.id(), " has ", c.world_size(),
+                               " shards; this run has ", layout_.WorldSize(), " ranks"));
+  }
+  const v1::CheckpointShard* shard = nullptr;
+  for (const v1::CheckpointShard& s : c.shards()) {
+    if (s.rank() == options_.world_rank) shard = &s;
+  }
+  if (shard == nullptr) {
+    return Reject(absl::StrCat("checkpoint ", c.id(), " (", c.path(),
+                               ") lists no shard for rank ", options_.world_rank));
+  }
+  ckpt::ShardInfo expected{shard->file(), shard->size_bytes(), shard->crc32c()};
+  absl::StatusOr<ckpt::LoadedShard> loaded = ckpt::ReadTensorShard(c.path(), expected);
+  if (!loaded.ok()) return Reject(std::string(loaded.status().message()));
+  const auto& md = loaded->metadata;
+  const auto value = [&](const char* key) {
+    auto it = md.find(key);
+    return it == md.end() ? std::string() : it->second;
+  };
+  if (value("dhp.format") != kFormat ||
+      value("dhp.world_rank") != std::to_string(options_.world_rank)) {
+    return Reject(absl::StrCat(c.path(), "/", shard->file(), " is not rank ", options_.world_rank,
+                               "'s dhp rank state (format \"", value("dhp.format"),
+                               "\", world rank \"", value("dhp.world_rank"), "\")"));
+  }
+  resume_ = std::move(*loaded);
+  return true;
+}
+
+bool JobRank::Reject(const std::string& reason) {
+  const v1::Checkpoint& c = *job_.resume;
+  Log(absl::StrCat("rejecting checkpoint ", c.id(), " (step ", c.step(), "): ", reason));
+  v1::RejectCheckpointRequest req;
+  req.set_job_id(options_.job_id);
+  req.set_attempt(options_.attempt);
+  req.set_checkpoint_id(c.id());
+  req.set_rank(options_.world_rank);
+  req.set_reason(reason);
+  absl::Status s = RetryWhileUnavailable([&] { return control_.RejectCheckpoint(req); },
+                                         options_.timeout, options_.sleep);
+  // The exit code tells the agent as well; a controller that did not hear it is only logged.
+  if (!s.ok()) Log(absl::StrCat("RejectCheckpoint failed: ", s.ToString()));
+  return false;
+}
+
+absl::Status JobRank::Build() {
+  const v1::JobSpec& spec = job_.spec;
+  absl::StatusOr<at::Device> device = ParseTrainingDevice(options_.device);
+  if (!device.ok()) return Annotate(device.status(), me_);
+  device_ = *device;
+  DataPipelineOptions data_options;
+  data_options.data_root = options_.data_root;
+  data_options.tokenizer_path = options_.tokenizer_path;
+  absl::StatusOr<std::unique_ptr<DistData>> data =
+      DistData::Create(spec, *preset_, data_options, device_);
+  if (!data.ok()) return Annotate(data.status(), me_ + ": data");
+  data_ = std::move(*data);
+  absl::StatusOr<TrainingConfig> config =
+      TrainingConfigForSpec(spec, data_->pipeline().mix().epoch_size());
+  if (!config.ok()) return Annotate(config.status(), me_);
+  config_ = std::move(*config);
+  std::vector<std::string> notes = data_->pipeline().notes();
+  notes.insert(notes.end(), config_.notes.begin(), config_.notes.end());
+  absl::StatusOr<Qwen2_5_VL> model =
+      CreateModelForSpec(spec, *preset_, options_.data_root, device_, &notes);
+  if (!model.ok()) return Annotate(model.status(), me_);
+
+  comm::ProcessGroupsOptions po;
+  po.backend = device_.is_cuda() ? comm::CommBackend::kNccl : comm::CommBackend::kGloo;
+  po.ns = options_.kv_namespace;
+  po.arrival_timeout = options_.timeout;
+  po.store_timeout = options_.timeout;
+  po.collective_timeout = options_.timeout;
+  absl::StatusOr<std::unique_ptr<comm::ProcessGroups>> groups =
+      comm::ProcessGroups::Create(kv_, layout_, options_.world_rank, po);
+  if (!groups.ok()) return Annotate(groups.status(), me_ + ": process groups");
+  groups_ = std::move(*groups);
+  comm::GroupSpec all{kHandoffGroup, std::vector<int>(layout_.WorldSize())};
+  std::iota(all.world_ranks.begin(), all.world_ranks.end(), 0);
+  absl::StatusOr<std::unique_ptr<comm::Communicator>> handoff =
+      comm::CreateCommunicator(kv_, all, options_.world_rank, po, &groups_->stats());
+  if (!handoff.ok()) return Annotate(handoff.status(), me_ + ": hand-off group");
+  handoff_ = std::move(*handoff);
+
+  DistTrainerOptions to;
+  to.optimizer = config_.optimizer;
+  to.schedule = config_.schedule;
+  to.text_activation_checkpointing = spec.text().activation_checkpointing();
+  absl::StatusOr<std::unique_ptr<DistTrainer>> trainer =
+      DistTrainer::Create(*preset_, *model, *groups_, handoff_.get(), to);
+  if (!trainer.ok()) return Annotate(trainer.status(), me_);
+  trainer_ = std::move(*trainer);
+  std::string roles;
+  if (const auto& v = groups_->vision_coord()) {
+    absl::StrAppend(&roles, " vision (replica ", v->replica, ", rank ", v->inner_rank, ")");
+  }
+  if (const auto& t = groups_->text_coord()) {
+    absl::StrAppend(&roles, " text (replica ", t->replica, ", rank ", t->inner_rank, ")");
+  }
+  notes.push_back(absl::StrCat("layout ", layout_.DebugString(), "; this rank hosts", roles,
+                               "; ", config_.max_steps, " steps on ", device_.str()));
+  for (const std::string& n : notes) Log(n);
+  return absl::OkStatus();
+}
+
+absl::Status JobRank::Restore() {
+  const v1::Checkpoint& c = *job_.resume;
+  const auto& md = resume_->metadata;
+  const auto value = [&](const char* key) {
+    auto it = md.find(key);
+    return it == md.end() ? std::string() : it->second;
+  };
+  const std::string where = absl::StrCat(me_, ": resuming from checkpoint ", c.id(), " (", c.path(), ")");
+  if (value("dhp.layout") != layout_.DebugString()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, ": it was written by layout \"", value("dhp.layout"), "\"; this job runs \"",
+        layout_.DebugString(), "\" (a checkpoint resumes only into the layout that wrote it)"));
+  }
+  int64_t step = 0;
+  data::DataPosition position;
+  if (!absl::SimpleAtoi(value("dhp.step"), &step) ||
+      !absl::SimpleAtoi(value("dhp.data.epoch"), &position.epoch) ||
+      !absl::SimpleAtoi(value("dhp.data.offset"), &position.offset)) {
+    return absl::DataLossError(absl::StrCat(
+        where, ": metadata dhp.step / dhp.data.epoch / dhp.data.offset missing or not integers"));
+  }
+  if (absl::Status s = trainer_->LoadState(resume_->tensors); !s.ok()) return Annotate(s, where);
+  if (trainer_->steps_done() != step || (c.step() != 0 && c.step() != step) ||
+      (job_.run.start_step() != 0 && job_.run.start_step() != step)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, ": the shard holds step ", trainer_->steps_done(), " (metadata ", step,
+        "), the checkpoint record says ", c.step(), " and the run starts at ",
+        job_.run.start_step()));
+  }
+  data_->Seek(position);
+  resume_.reset();  // free the loaded copies
+  Log(absl::StrCat("resumed from checkpoint ", c.id(), " at step ", step));
+  return absl::OkStatus();
+}
+
+absl::Status JobRank::SaveCheckpoint(int64_t step) {
+  if (job_.run.checkpoint_dir().empty()) {
+    if (!warned_no_checkpoint_dir_) {
+      Log(absl::StrCat("run ", job_.run.attempt(),
+                       " has no checkpoint_dir (the controller assigns it): checkpoints are off"));
+      warned_no_checkpoint_dir_ = true;
+    }
+    return absl::OkStatus();
+  }
+  const std::string where = absl::StrCat(me_, ": checkpoint at step ", step);
+  const std::string dir =
+      absl::StrFormat("%s/step-%08d", job_.run.checkpoint_dir(), step);
+  const std::string file = absl::StrFormat("rank-%05d.safetensors", options_.world_rank);
+  absl::StatusOr<DistTrainer::NamedTensors> state = trainer_->State();
+  if (!state.ok()) return Annotate(state.status(), where);
+  const data::DataPosition position = data_->position();
+  const std::map<std::string, std::string> metadata = {
+      {"dhp.format", kFormat},
+      {"dhp.job_id", options_.job_id},
+      {"dhp.attempt", std::to_string(options_.attempt)},
+      {"dhp.step", std::to_string(step)},
+      {"dhp.world_size", std::to_string(layout_.WorldSize())},
+      {"dhp.world_rank", std::to_string(options_.world_rank)},
+      {"dhp.layout", layout_.DebugString()},
+      {"dhp.data.epoch", std::to_string(position.epoch)},
+      {"dhp.data.offset", std::to_string(position.offset)},
+  };
+  absl::StatusOr<ckpt::WrittenShard> written = ckpt::WriteTensorShard(dir, file, *state, metadata);
+  if (!written.ok()) return Annotate(written.status(), where);
+  v1::ReportCheckpointRequest req;
+  req.set_job_id(options_.job_id);
+  req.set_attempt(options_.attempt);
+  req.set_step(step);
+  req.set_world_size(layout_.WorldSize());
+  req.set_path(dir);
+  req.mutable_shard()->set_rank(options_.world_rank);
+  req.mutable_shard()->set_file(written->info.file);
+  req.mutable_shard()->set_size_bytes(written->info.size_bytes);
+  req.mutable_shard()->set_crc32c(written->info.crc32c);
+  req.set_write_seconds(written->write_seconds);
+  absl::Status s = RetryWhileUnavailable([&] { return control_.ReportCheckpoint(req); },
+                                         options_.timeout, options_.sleep);
+  if (!s.ok()) return Annotate(s, where + ": ReportCheckpoint");
+  Log(absl::StrFormat("checkpoint step %d: %s/%s, %d bytes, crc32c %s, %.3f s", step, dir, file,
+                      written->info.size_bytes, written->info.crc32c, written->write_seconds));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> JobRank::AnyRankStops() {
+  at::Tensor flag = at::full({1}, control_.stop_requested() ? 1.0f : 0.0f,
+                             at::TensorOptions().dtype(at::kFloat).device(device_));
+  if (absl::Status s = groups_->world().AllReduce(flag, comm::ReduceOp::kMax); !s.ok()) return s;
+  return flag.item<float>() > 0;
+}
+
+}  // namespace
+
+absl::StatusOr<JobDescription> DescribeJobAttempt(const v1::GetJobResponse& job, int attempt) {
+  JobDescription d;
+  d.spec = job.job().spec();
+  bool found = false;
+  for (const v1::Run& run : job.runs()) {
+    if (run.attempt() == attempt) {
+      d.run = run;
+      found = true;
+    }
+  }
+  if (!found) {
+    return absl::NotFoundError(absl::StrCat("job ", job.job().id(), " has no attempt ", attempt,
+                                            " (current: ", job.job().current_attempt(), ")"));
+  }
+  if (d.run.resume_checkpoint_id() != 0) {
+    for (const v1::Checkpoint& c : job.checkpoints()) {
+      if (c.id() == d.run.resume_checkpoint_id()) d.resume = c;
+    }
+    if (!d.resume.has_value()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", job.job().id(), " attempt ", attempt, " resumes from checkpoint ",
+          d.run.resume_checkpoint_id(), ", which the job does not list"));
+    }
+  }
+  return d;
+}
+
+int ExitCodeOf(JobRankEnd end) {
+  return end == JobRankEnd::kCheckpointRejected ? 3 : 0;
+}
+
+absl::StatusOr<JobRankResult> RunJobRank(const JobDescription& job, const JobRankOptions& options,
+                                         comm::KvClient& kv, RankControl& control) {
+  JobRank rank(job, options, kv, control);
+  return rank.Run();
+}
+
+absl::Status RetryWhileUnavailable(const std::function<absl::Status()>& call,
+                                   std::chrono::milliseconds budget,
+                                   const std::function<void(std::chrono::milliseconds)>& sleep) {
+  const Clock::time_point t0 = Clock::now();
+  std::chrono::milliseconds backoff(100), slept(0);
+  for (;;) {
+    absl::Status s = call();
+    if (!absl::IsUnavailable(s) && !absl::IsDeadlineExceeded(s)) return s;
+    const auto elapsed =
+        std::max(slept, std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0));
+    if (elapsed + backoff > budget) return s;
+    if (sleep) {
+      sleep(backoff);
+    } else {
+      std::this_thread::sleep_for(backoff);
+    }
+    slept += backoff;
+    backoff = std::min<std::chrono::milliseconds>(backoff * 2, std::chrono::seconds(2));
+  }
+}
+
+}  // namespace dhp

@@ -1,0 +1,136 @@
+// One rank of a controller job, start to end: what dhp-rank runs (rank_main.cc) once it has
+// asked the controller for the job (GetJob), and what tests drive in-process with an injected
+// job description, an in-memory KV and a fake controller.
+//
+// RunJobRank(description, options, kv, control):
+//   1. layout = LayoutForSpec(spec); options.world_size must equal layout.WorldSize().
+//   2. Resuming (description.resume set): reads this rank's shard of that checkpoint, verifying
+//      its size and CRC-32C first (worker/ckpt). Missing, corrupt or not this rank's shard:
+//      control.RejectCheckpoint{job, attempt, checkpoint id, rank, reason} and the result is
+//      kCheckpointRejected (dhp-rank exits 3), before joining any process group.
+//   3. Data (DistData: the spec's datasets under options.data_root), the model (CreateModelForSpec:
+//      seed, init or model.weights_path), process groups and the "handoff" communicator over
+//      `kv`, the DistTrainer with the spec's optimizer and schedule (TrainingConfigForSpec).
+//      Resuming: DistTrainer::LoadState and DistData::Seek from the shard.
+//   4. Steps start+1 .. total (training.max_steps, or from the epochs). Each: StepStarted, the
+//      distributed step, one line to options.out:
+//        step <n>/<total> loss <%.17g or -> lr <%g> grad_norm <%g> tokens_per_s <%g> step_s <%g>
+//      (the loss is known on ranks with a text role; others print "-" and report NaN), then
+//      StepFinished.
+//   5. Checkpoints every checkpoint.every_steps steps (0: none but the last) and after the last
+//      step, when the run has a checkpoint_dir: <checkpoint_dir>/step-<%08d step>/rank-<%05d rank>
+//      .safetensors holding DistTrainer::State() and metadata (below), then
+//      control.ReportCheckpoint{job, attempt, step, world size, dir, shard, write seconds},
+//      retried while UNAVAILABLE or DEADLINE_EXCEEDED for up to options.timeout (the controller
+//      may be restarting). Without a checkpoint_dir a note says checkpoints are off.
+//   6. Stop: after every step but the last, the ranks agree (one all-reduce over "world") on
+//      whether any rank's control.stop_requested(); if so every rank ends after that step,
+//      without a checkpoint of its own: kStopped (dhp-rank exits 0).
+//   Any other failure is a Status whose message starts with "rank <R>" and names the step and
+//   the group when a collective failed (dhp-rank prints it and exits 1).
+//
+// Shard metadata (strings): dhp.format "dhp-rank-state/1", dhp.job_id, dhp.attempt, dhp.step,
+// dhp.world_size, dhp.world_rank, dhp.layout (comm::Layout::DebugString()), dhp.data.epoch,
+// dhp.data.offset (the DataLoader position after the step).
+//
+// Thread-safety: RunJobRank may run on several threads at once (one per rank, each with its own
+// control); LibTorch's thread count is the caller's business.
+#ifndef DHP_WORKER_RANK_JOB_RANK_H_
+#define DHP_WORKER_RANK_JOB_RANK_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "dhp/v1/job.pb.h"
+#include "dhp/v1/service.pb.h"
+#include "worker/comm/kv_client.h"
+
+namespace dhp {
+
+// What the controller says about the job for this attempt.
+struct JobDescription {
+  v1::JobSpec spec;                      // normalised
+  v1::Run run;                           // the run of this attempt
+  std::optional<v1::Checkpoint> resume;  // run.resume_checkpoint_id's checkpoint, if any
+};
+
+// Picks the run of `attempt` and its resume checkpoint out of a GetJob response. NotFound when
+// the job has no such run; FailedPrecondition when the run resumes from a checkpoint the
+// response does not list.
+absl::StatusOr<JobDescription> DescribeJobAttempt(const v1::GetJobResponse& job, int attempt);
+
+// One step's progress, as the rank reports it (RankReporter's StepReport).
+struct RankStepProgress {
+  int64_t step = 0;
+  double loss = 0;  // NaN when this rank has no text role
+  int64_t total_steps = 0;
+  double tokens_per_second = 0;  // global batch tokens / step time
+  double step_seconds = 0;
+  std::map<std::string, double> metrics;  // grad_norm, learning_rate, samples, tokens, ...
+};
+
+// The controller as one rank sees it. Production: progress and stop through RankReporter,
+// checkpoints through DhpClient (rank_control.h); tests: a fake.
+class RankControl {
+ public:
+  virtual ~RankControl() = default;
+  virtual void StepStarted(int64_t step) = 0;
+  virtual void StepFinished(const RankStepProgress& progress) = 0;
+  // The controller asked the run to stop (cancel).
+  virtual bool stop_requested() const = 0;
+  // Waits up to `timeout` for queued reports to be delivered.
+  virtual void Flush(std::chrono::milliseconds timeout) = 0;
+  virtual absl::Status ReportCheckpoint(const v1::ReportCheckpointRequest& request) = 0;
+  virtual absl::Status RejectCheckpoint(const v1::RejectCheckpointRequest& request) = 0;
+};
+
+struct JobRankOptions {
+  std::string job_id;
+  int attempt = 1;
+  int world_rank = 0;
+  int world_size = 0;  // must equal the job layout's world size
+  std::string device = "cpu";
+  std::string data_root = ".";
+  std::string tokenizer_path;  // empty: DataPipeline's default
+  // Rendezvous, collectives, and how long checkpoint reports are retried.
+  std::chrono::milliseconds timeout = std::chrono::seconds(120);
+  std::string kv_namespace;  // prefix of the process groups' KV keys (tests)
+  // Where step lines and notes go; defaults: stdout (flushed per line) and stderr.
+  std::function<void(const std::string&)> out;
+  std::function<void(const std::string&)> log;
+  // Back-off between retries; default std::this_thread::sleep_for.
+  std::function<void(std::chrono::milliseconds)> sleep;
+};
+
+enum class JobRankEnd {
+  kFinished,            // every step done, the final checkpoint reported: exit 0
+  kStopped,             // the controller asked to stop: exit 0
+  kCheckpointRejected,  // the resume shard was missing or corrupt and was rejected: exit 3
+};
+
+struct JobRankResult {
+  JobRankEnd end = JobRankEnd::kFinished;
+  int64_t last_step = 0;  // steps done when the rank ended
+};
+
+// dhp-rank's exit code for a result (0, 0, 3); errors exit 1.
+int ExitCodeOf(JobRankEnd end);
+
+absl::StatusOr<JobRankResult> RunJobRank(const JobDescription& job, const JobRankOptions& options,
+                                         comm::KvClient& kv, RankControl& control);
+
+// Calls `call` until it returns neither UNAVAILABLE nor DEADLINE_EXCEEDED or `budget` is spent
+// (back-off 100 ms doubling to 2 s, through `sleep`); returns the last status.
+absl::Status RetryWhileUnavailable(const std::function<absl::Status()>& call,
+                                   std::chrono::milliseconds budget,
+                                   const std::function<void(std::chrono::milliseconds)>& sleep);
+
+}  // namespace dhp
+
+#endif  // DHP_WORKER_RANK_JOB_RANK_H_
