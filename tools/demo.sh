@@ -78,5 +78,5 @@ if [ "$code" != 0 ] || [ "$state" != "SUCCEEDED" ] || [ "$complete" -lt 1 ]; the
   exit 1
 fi
 printf '\ndemo OK: job %s SUCCEEDED with %s complete checkpoint(s).\n' "$job" "$complete"
-printf 'Next: dhpctl logs %s -f, dhpctl events %s, curl http://127.0.0.1:%s/v1/jobs/%s\n' \
-  "$job" "$job" "$http_port" "$job"
+printf 'Next: dhpctl logs %s -f, dhpctl watch %s, dhpctl top %s, curl http://127.0.0.1:%s/v1/jobs/%s\n' \
+  "$job" "$job" "$job" "$http_port" "$job"
