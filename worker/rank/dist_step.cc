@@ -6,6 +6,7 @@
 #include <torch/nn/module.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -152,6 +153,14 @@ absl::StatusOr<DistStepResult> DistTrainer::StepImpl(const std::vector<PackedBat
   }
   DistStepResult result;
   result.lr = LearningRateAt(options_.schedule, step_);
+  // Wall time per phase; collectives issued inside a forward or backward pass (Ulysses
+  // all-to-all, TP all-reduce) count to that pass, the hand-offs and reductions to comm.
+  std::chrono::steady_clock::time_point mark = std::chrono::steady_clock::now();
+  auto lap = [&mark](double* phase) {
+    const auto now = std::chrono::steady_clock::now();
+    *phase += std::chrono::duration<double>(now - mark).count();
+    mark = now;
+  };
   const std::optional<comm::StageCoord>& vc = groups_.vision_coord();
   const std::optional<comm::StageCoord>& tc = groups_.text_coord();
 
@@ -169,6 +178,8 @@ absl::StatusOr<DistStepResult> DistTrainer::StepImpl(const std::vector<PackedBat
       vision_out = vision_->Forward(b.pixel_values, *plan, *split).contiguous();
     }
   }
+
+  lap(&result.forward_s);
 
   // 2. Hand-off forward: text (d, j) <- vision (d, j mod Sv).
   at::Tensor text_image;  // [M_d, H] on text ranks
@@ -190,6 +201,8 @@ absl::StatusOr<DistStepResult> DistTrainer::StepImpl(const std::vector<PackedBat
     }
   }
 
+  lap(&result.comm_s);
+
   // 3. Text forward, loss, backward.
   at::Tensor image_grad;  // [M_d, H] on text ranks
   if (tc.has_value()) {
@@ -210,12 +223,15 @@ absl::StatusOr<DistStepResult> DistTrainer::StepImpl(const std::vector<PackedBat
     DIST_RETURN_IF_ERROR(groups_.text_dp()->AllReduce(stats, comm::ReduceOp::kSum));
     const double global_count = stats[1].item<double>();
     result.loss = stats[0].item<double>() / global_count;
+    lap(&result.forward_s);
     (sum / global_count).backward();
     if (text_image.defined()) {
       image_grad = text_image.grad().defined() ? text_image.grad() : at::zeros_like(text_image);
       image_grad = image_grad.contiguous();
     }
   }
+
+  lap(&result.backward_s);
 
   // 4. Gradient hand-off: vision (d, i) <- text (d, i mod Tt).
   at::Tensor vision_grad;
@@ -237,8 +253,11 @@ absl::StatusOr<DistStepResult> DistTrainer::StepImpl(const std::vector<PackedBat
     }
   }
 
+  lap(&result.comm_s);
+
   // 5. Vision backward.
   if (vision_out.defined()) vision_out.backward(vision_grad);
+  lap(&result.backward_s);
 
   // 6. Reductions.
   double local_sq = 0;
@@ -296,6 +315,8 @@ absl::StatusOr<DistStepResult> DistTrainer::StepImpl(const std::vector<PackedBat
     }
   }
 
+  lap(&result.comm_s);
+
   // 8. Optimizer steps.
   if (vc.has_value()) {
     DIST_RETURN_IF_ERROR(zero1_->Step(result.lr, coef));
@@ -312,6 +333,7 @@ absl::StatusOr<DistStepResult> DistTrainer::StepImpl(const std::vector<PackedBat
     text_opt_->Step();
     text_opt_->ZeroGrad();
   }
+  lap(&result.optimizer_s);
   ++step_;
   return result;
 }

@@ -72,6 +72,9 @@ struct DistStepResult {
   double loss = 0;       // global mean loss; valid on text ranks (0 on vision-only ranks)
   double grad_norm = 0;  // global L2 norm before clipping, on every rank
   double lr = 0;
+  // Wall time of the step's phases (see StepImpl): forward passes, backward passes, hand-offs
+  // and gradient reductions (comm), optimizer updates.
+  double forward_s = 0, backward_s = 0, comm_s = 0, optimizer_s = 0;
   // Filled when Step(..., gather_grads = true): full HF-shaped gradients before clipping,
   // vision ones on vision ranks ("visual.*"), text ones on text ranks ("model.*", "lm_head.*").
   std::vector<std::pair<std::string, at::Tensor>> grads;

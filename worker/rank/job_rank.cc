@@ -26,6 +26,7 @@
 #include "worker/rank/dist_data.h"
 #include "worker/rank/dist_step.h"
 #include "worker/rank/model_init.h"
+#include "worker/rank/rank_metrics.h"
 #include "worker/rank/training_config.h"
 
 namespace dhp {
@@ -164,13 +165,17 @@ absl::StatusOr<JobRankResult> JobRank::RunImpl() {
     p.total_steps = total;
     p.step_seconds = seconds;
     p.tokens_per_second = seconds > 0 ? static_cast<double>(batch->tokens) / seconds : 0;
-    p.metrics = {{"grad_norm", r->grad_norm},
-                 {"learning_rate", r->lr},
-                 {"samples", static_cast<double>(batch->samples)},
-                 {"tokens", static_cast<double>(batch->tokens)},
-                 {"image_tokens", static_cast<double>(batch->image_tokens)},
-                 {"loss_tokens", static_cast<double>(batch->loss_tokens)},
-                 {"data_seconds", batch->seconds}};
+    const RankStepTimes times{seconds, r->forward_s, r->backward_s, r->comm_s, r->optimizer_s};
+    const RankStepCounts counts{batch->tokens, batch->patches,
+                                groups_->vision_coord().has_value(), has_text};
+    p.metrics = RankStepMetrics(times, counts, groups_->stats());
+    p.metrics.insert({{"grad_norm", r->grad_norm},
+                      {"lr", r->lr},
+                      {"samples", static_cast<double>(batch->samples)},
+                      {"tokens", static_cast<double>(batch->tokens)},
+                      {"image_tokens", static_cast<double>(batch->image_tokens)},
+                      {"loss_tokens", static_cast<double>(batch->loss_tokens)},
+                      {"data_seconds", batch->seconds}});
     options_.out(absl::StrFormat(
         "step %d/%d loss %s lr %g grad_norm %g tokens_per_s %g step_s %g", step, total,
         has_text ? absl::StrFormat("%.17g", r->loss) : std::string("-"), r->lr, r->grad_norm,
