@@ -150,6 +150,10 @@ absl::Status Controller::SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJo
     absl::Status s = jobs_.SubmitValidated(*spec, req.dry_run(), resp, &events);
     if (s.ok() && !req.dry_run()) supervisor_.OnJobQueued(resp->job());
     Settle(events);
+    if (s.ok() && !req.dry_run()) {  // the job as the scheduling pass left it
+      absl::StatusOr<v1::Job> now = store_.GetJob(resp->job().id());
+      if (now.ok()) *resp->mutable_job() = *now;
+    }
     return s;
   });
 }

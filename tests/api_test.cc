@@ -32,9 +32,12 @@ using tests::HttpClient;
 using tests::HttpResponse;
 using tests::Lines;
 
+// Two ranks forming one tensor-parallel group: the 1-slot node some tests register cannot run
+// it, so jobs stay QUEUED (tests/runs_test.py covers jobs that run).
 std::string SpecYaml(const std::string& name) {
   return "name: " + name +
          "\nmodel: {preset: tiny}\ntraining: {max_steps: 10}\n"
+         "vision: {parallelism: sequence, degree: 2}\ntext: {parallelism: tensor, degree: 2}\n"
          "data: {datasets: [s], registry: {s: {annotation_path: a.jsonl}}}\n";
 }
 

@@ -454,7 +454,8 @@ class PrometheusTest(unittest.TestCase):
         job = re.search(r"job (j-[0-9a-f]{12}) submitted", out).group(1)
         J = 'job="%s"' % job
         try:
-            self.check_running_job(job, J)
+            self.check_job_series(job, J)
+            self.check_stage_series(job, J)
         except AssertionError:
             print(self.cluster.controller_log()[-3000:], file=sys.stderr)
             print(self.prometheus_log(), file=sys.stderr)
@@ -463,7 +464,8 @@ class PrometheusTest(unittest.TestCase):
             self.cluster.dhpctl("cancel", job)
             wait_for(lambda: runs_test.rank_pids(job) == [], timeout=60, what="ranks gone")
 
-    def check_running_job(self, job, J):
+    def check_job_series(self, job, J):
+        """Job, rank and cluster series, the rules, the dashboards' PromQL and dhpctl top."""
         # The job's series, stored by Prometheus and read back through its HTTP API.
         step = self.wait_series("dhp_job_step{%s} > 2" % J, "step > 2", timeout=240)
         self.assertEqual(len(step), 1, step)
@@ -519,10 +521,11 @@ class PrometheusTest(unittest.TestCase):
         snapshot = json.loads(self.cluster.dhpctl("-o", "json", "top", job, "--once")[1])
         self.assertEqual(len(snapshot["ranks"]), 2)
 
-        # Per stage and rank: these need the rank side to send the ReportProgress metric keys
-        # vision_tokens_per_s, text_tokens_per_s, forward_s, backward_s, comm_s, optimizer_s,
-        # memory_rss_bytes and comm_bytes:<group> (worker/rank). tiny-cpu is vision SP 2 x
-        # text TP 2 collocated: both ranks host both stages.
+    def check_stage_series(self, job, J):
+        """Per stage and rank. These need the rank side (worker/rank) to send the ReportProgress
+        metric keys vision_tokens_per_s, text_tokens_per_s, forward_s, backward_s, comm_s,
+        optimizer_s, memory_rss_bytes and comm_bytes:<group>. tiny-cpu is vision SP 2 x text
+        TP 2, collocated: both ranks host both stages."""
         tokens = self.wait_series("dhp_stage_tokens_per_second{%s}" % J, "stage tokens/s")
         self.assertEqual(sorted((m["stage"], m["rank"]) for m, _ in tokens),
                          [("text", "0"), ("text", "1"), ("vision", "0"), ("vision", "1")])

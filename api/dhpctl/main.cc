@@ -5,11 +5,14 @@
 //   dhpctl get JOB | cancel JOB [--reason R] | resume JOB | watch JOB | events | nodes
 //   dhpctl logs JOB [--rank N]... [--attempt A] [-f|--follow]
 //   dhpctl checkpoints JOB
+//   dhpctl top JOB [--interval 1s] [--once]
 //
 // --server / DHP_SERVER picks the controller (host:port of its gRPC API); -o table|json|yaml;
 // --token-file / DHP_TOKEN the API token when the controller requires one.
 // While following a RUNNING job (submit/resume --follow, watch) a progress line is shown
 // (api/dhpctl/progress.h) and a summary is printed to stderr when the job ends.
+// `top` redraws a live view of the job's ranks (api/dhpctl/top.h) until the job is final or
+// Ctrl-C (exit 0); --once prints one snapshot.
 // Exit codes: 0 success; 1 the controller refused or failed the request; 2 bad usage or an
 // unreadable file; 3 the controller is unreachable; with --follow, 4 when the job ends FAILED
 // and 5 when it ends CANCELLED; 130 interrupted (Ctrl-C) while following or in logs -f.
@@ -25,6 +28,7 @@
 #include <fstream>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -36,6 +40,7 @@
 #include "api/dhpctl/log_lines.h"
 #include "api/dhpctl/output.h"
 #include "api/dhpctl/progress.h"
+#include "api/dhpctl/top.h"
 #include "common/clock.h"
 #include "common/proto_enum.h"
 
@@ -237,6 +242,51 @@ int Logs(api::DhpClient& client, const std::string& job_id, const std::vector<in
   return 0;
 }
 
+bool Final(v1::JobState state) {
+  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_CANCELLED;
+}
+
+// `dhpctl top`: GetJob every `interval_ms` and show TopView, redrawn in place on a terminal
+// (clear screen + home), one snapshot after another into a pipe; -o json|yaml prints the
+// GetJobResponse instead (one JSON line per snapshot when repeating). Ends after one snapshot
+// with `once`, when the job is final, or on Ctrl-C (exit 0). Rides out a controller restart
+// (up to a minute) while repeating.
+int Top(api::DhpClient& client, const std::string& job_id, int interval_ms, bool once,
+        const Globals& g) {
+  const bool tty = isatty(STDOUT_FILENO) == 1;
+  v1::GetJobRequest req;
+  req.set_job_id(job_id);
+  if (!once) CatchInterrupts();
+  auto last_ok = std::chrono::steady_clock::now();
+  for (bool first = true;; first = false) {
+    absl::StatusOr<v1::GetJobResponse> resp = client.GetJob(req);
+    if (!resp.ok()) {
+      const absl::StatusCode code = resp.status().code();
+      const bool transient = code == absl::StatusCode::kUnavailable ||
+                             code == absl::StatusCode::kDeadlineExceeded;
+      if (once || first || !transient ||
+          std::chrono::steady_clock::now() - last_ok > std::chrono::minutes(1)) {
+        return Report(resp.status(), g.server);
+      }
+      if (!SleepUnlessInterrupted(interval_ms)) return 0;
+      continue;
+    }
+    last_ok = std::chrono::steady_clock::now();
+    if (g.format() != Format::kTable) {
+      std::cout << (once ? Structured(*resp, g.format()) : ProtoToJsonLine(*resp));
+      if (g.format() == Format::kJson || !once) std::cout << "\n";
+    } else if (tty && !once) {
+      std::cout << "\x1b[H\x1b[2J" << TopView(*resp, TerminalWidth());
+    } else {
+      std::cout << (first ? "" : "\n") << TopView(*resp);
+    }
+    std::cout.flush();
+    if (once || Final(resp->job().state())) return 0;
+    if (!SleepUnlessInterrupted(interval_ms)) return 0;
+  }
+}
+
 bool ReadFile(const std::string& path, std::string* out) {
   std::ifstream in(path == "-" ? "/dev/stdin" : path);
   if (!in) return false;
@@ -307,6 +357,15 @@ int main(int argc, char** argv) {
   CLI::App* checkpoints = app.add_subcommand(
       "checkpoints", "List a job's checkpoints with their state, shards and write time");
   checkpoints->add_option("job", job_id, "Job id")->required();
+  std::string top_interval = "1s";
+  bool top_once = false;
+  CLI::App* top = app.add_subcommand(
+      "top", "Live view of a job: step, loss, throughput, and per rank its step time split, "
+             "memory and what it waits on");
+  top->add_option("job", job_id, "Job id")->required();
+  top->add_option("--interval,-n", top_interval, "Refresh interval: 1s, 500ms, 2 (seconds)")
+      ->capture_default_str();
+  top->add_flag("--once", top_once, "Print one snapshot and exit");
 
   try {
     app.parse(argc, argv);
@@ -435,6 +494,15 @@ int main(int argc, char** argv) {
     v1::GetJobResponse only;
     *only.mutable_checkpoints() = resp->checkpoints();
     return Print(only, g, CheckpointsTable(*resp));
+  }
+  if (top->parsed()) {
+    std::optional<int> interval_ms = ParseInterval(top_interval);
+    if (!interval_ms || *interval_ms < 100) {
+      std::cerr << "dhpctl: --interval " << top_interval
+                << " is not a refresh interval of at least 100ms; use e.g. 1s, 500ms or 2\n";
+      return 2;
+    }
+    return Top(client, job_id, *interval_ms, top_once, g);
   }
   if (nodes->parsed()) {
     absl::StatusOr<v1::ListNodesResponse> resp = client.ListNodes(v1::ListNodesRequest());
