@@ -1,5 +1,10 @@
 #include "controller/controller.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <future>
 
@@ -13,6 +18,18 @@ namespace dhp::controller {
 namespace {
 
 constexpr int kWatchBatch = 1000;
+
+// <dir>/manifest.json, written atomically (temporary file, fsync, rename).
+void WriteManifest(const std::string& dir, const std::string& json) {
+  const std::string path = dir + "/manifest.json";
+  const std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  bool ok = f != nullptr && std::fwrite(json.data(), 1, json.size(), f) == json.size() &&
+            std::fflush(f) == 0 && fsync(fileno(f)) == 0;
+  if (f != nullptr) ok = std::fclose(f) == 0 && ok;
+  if (ok) ok = std::rename(tmp.c_str(), path.c_str()) == 0;
+  if (!ok) DHP_LOG(WARNING) << "writing " << path << ": " << std::strerror(errno);
+}
 constexpr int kWatchPollMs = 500;
 
 }  // namespace
@@ -109,9 +126,11 @@ void Controller::Settle(std::vector<v1::Event>& events) {
   absl::Status s = supervisor_.Schedule(&events);
   if (!s.ok()) DHP_LOG(ERROR) << "scheduling pass failed: " << s;
   std::vector<std::string> doomed = supervisor_.TakeDeletions();
-  if (!doomed.empty()) {
-    // Deleting checkpoint files can take long: never on the loop. Idempotent if cut short.
-    std::thread([doomed] {
+  std::vector<std::pair<std::string, std::string>> manifests = supervisor_.TakeManifests();
+  if (!doomed.empty() || !manifests.empty()) {
+    // File work can take long: never on the loop. Both are idempotent if cut short.
+    std::thread([doomed, manifests] {
+      for (const auto& [dir, json] : manifests) WriteManifest(dir, json);
       for (const std::string& path : doomed) {
         std::error_code ec;
         std::filesystem::remove_all(path, ec);

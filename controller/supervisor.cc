@@ -523,6 +523,12 @@ absl::Status Supervisor::FinishDrain(const ActiveRun& run, std::vector<v1::Event
   return Commit(write, events);
 }
 
+std::vector<std::pair<std::string, std::string>> Supervisor::TakeManifests() {
+  std::vector<std::pair<std::string, std::string>> out;
+  out.swap(manifests_);
+  return out;
+}
+
 std::vector<std::string> Supervisor::TakeDeletions() {
   std::vector<std::string> out;
   out.swap(deletions_);

@@ -114,6 +114,9 @@ class Supervisor {
   // Checkpoint directories garbage-collected since the last call, for the caller to delete off
   // the loop thread (every one is inside the checkpoint root).
   std::vector<std::string> TakeDeletions();
+  // (checkpoint directory, manifest JSON) of checkpoints completed since the last call: the
+  // caller writes each as <directory>/manifest.json off the loop thread.
+  std::vector<std::pair<std::string, std::string>> TakeManifests();
 
   // Whether the attempt still has (or may still get) rank processes: placed and not drained.
   bool HasProcesses(const std::string& job_id, int attempt) const;
@@ -159,6 +162,7 @@ class Supervisor {
   std::map<std::string, ActiveRun> runs_;      // by RunKey(job, attempt)
   std::map<std::string, std::string> waiting_;  // job id -> why it waits (last persisted)
   std::vector<std::string> deletions_;
+  std::vector<std::pair<std::string, std::string>> manifests_;
   std::set<std::string> lost_nodes_;
   bool dirty_ = true;  // the queue or the free slots changed since the last pass
 };

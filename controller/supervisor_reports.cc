@@ -8,6 +8,7 @@
 #include "common/job_layout.h"
 #include "common/logging.h"
 #include "common/proto_enum.h"
+#include "common/proto_yaml.h"
 #include "controller/job_events.h"
 #include "controller/supervisor.h"
 #include "controller/time_util.h"
@@ -243,6 +244,8 @@ absl::Status Supervisor::OnCheckpointShard(const v1::ReportCheckpointRequest& re
   events->insert(events->end(), added->begin(), added->end());
   *resp->mutable_checkpoint() = ckpt;
   if (ckpt.state() != v1::CHECKPOINT_STATE_COMPLETE) return absl::OkStatus();
+  // The manifest beside the shards: the same record, readable without the controller.
+  manifests_.emplace_back(ckpt.path(), ProtoToJson(ckpt, /*pretty=*/true));
   return CollectGarbage(loaded->job, events);
 }
 

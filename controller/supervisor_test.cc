@@ -198,9 +198,15 @@ TEST_F(SupervisorTest, AJobRunsToSuccessWithItsCheckpoint) {
   c = Shard(job, 1, 1, 10);  // a retried report changes nothing
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->shards_size(), 1);
+  EXPECT_TRUE(sup_->TakeManifests().empty());  // not complete yet
   c = Shard(job, 1, 0, 10);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->state(), v1::CHECKPOINT_STATE_COMPLETE);
+  const auto manifests = sup_->TakeManifests();
+  ASSERT_EQ(manifests.size(), 1u);
+  EXPECT_EQ(manifests[0].first, run.checkpoint_dir() + "/step-10");
+  EXPECT_THAT(manifests[0].second, HasSubstr("\"crc32c\": \"0badf00d\""));
+  EXPECT_THAT(manifests[0].second, HasSubstr("\"state\": \"CHECKPOINT_STATE_COMPLETE\""));
   EXPECT_EQ(c->size_bytes(), 2001);
   EXPECT_DOUBLE_EQ(c->write_seconds(), 1.25);
   ASSERT_TRUE(Progress(job, 1, 0, 10).ok());

@@ -3,6 +3,7 @@ processes (LibTorch, Gloo on loopback), the tiny model on a generated shapes dat
 
 Usage: runs_test.py CONTROLLER WORKER DHPCTL CONFIGS_DIR RANK GEN_SHAPES [unittest args]."""
 
+import json
 import os
 import re
 import signal
@@ -134,6 +135,10 @@ class RunsTest(unittest.TestCase):
             for shard in c["shards"]:
                 path = os.path.join(c["path"], shard["file"])
                 self.assertEqual(os.path.getsize(path), int(shard["size_bytes"]))
+            manifest = os.path.join(c["path"], "manifest.json")
+            wait_for(lambda: os.path.exists(manifest), what=manifest)
+            with open(manifest) as f:
+                self.assertEqual(json.load(f)["shards"], c["shards"])
         wait_for(lambda: len(self.losses(job)) == 20, timeout=20, what="all 20 log lines")
         losses = self.losses(job)
         first = sum(float(losses[s]) for s in range(1, 6)) / 5
