@@ -12,11 +12,6 @@
 namespace dhp::controller {
 namespace {
 
-bool Placed(v1::JobState s) {
-  return s == v1::JOB_STATE_SCHEDULED || s == v1::JOB_STATE_STARTING ||
-         s == v1::JOB_STATE_RUNNING;
-}
-
 // "node-a: cpu 0,1; node-b: gpu 0,1,2,3"
 std::string DescribePlacement(const std::vector<v1::RankPlacement>& placement) {
   std::map<std::string, std::string> by_node;
