@@ -148,7 +148,7 @@ class Scheduler {
   std::vector<SlotRef> AllocationOf(const std::string& job_id) const;
 
  private:
-  struct State;  // nodes, free-slot indexes, allocations (scheduler.cc)
+  struct State;  // nodes, free-slot indexes, allocations (scheduler_internal.h)
   std::unique_ptr<State> s_;
 };
 
