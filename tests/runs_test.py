@@ -236,7 +236,7 @@ class RunsTest(unittest.TestCase):
 
     def test_a_stalled_rank_is_named_and_the_run_fails(self):
         self.start_worker("node-a")
-        job = self.submit(spec_text(self.cluster, "stall", steps=400, every=0, stall=8))
+        job = self.submit(spec_text(self.cluster, "stall", steps=4000, every=0, stall=15))
         self.wait_step(job, 2)
         pid = rank_pids(job, rank=1)[0]
         os.kill(pid, signal.SIGSTOP)
