@@ -19,4 +19,16 @@ std::string NewId(const std::string& prefix) {
   return prefix + "-" + buf;
 }
 
+bool IsPathSafeId(const std::string& id) {
+  if (id.empty() || id.size() > 128 || id == "." || id.find("..") != std::string::npos) {
+    return false;
+  }
+  for (const char c : id) {
+    const bool allowed = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                         (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+    if (!allowed) return false;
+  }
+  return true;
+}
+
 }  // namespace dhp

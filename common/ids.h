@@ -10,6 +10,13 @@ namespace dhp {
 
 std::string NewId(const std::string& prefix);
 
+// True when `id` (a job id) is safe as one path component, as rank logs use it: 1-128
+// characters of A-Z a-z 0-9 _ . -, not "." and without "..".
+bool IsPathSafeId(const std::string& id);
+
+// How IsPathSafeId's rule reads in error messages.
+inline constexpr char kPathSafeIdRule[] = "1-128 characters of A-Z a-z 0-9 _ . -, no \"..\"";
+
 }  // namespace dhp
 
 #endif  // DHP_COMMON_IDS_H_

@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/ids.h"
 #include "absl/strings/strip.h"
 
 namespace dhp::controller {
@@ -71,17 +72,9 @@ std::string LogStore::TruncationMarker(int64_t max_bytes) {
 }
 
 absl::Status LogStore::ValidateJobId(const std::string& job_id) {
-  bool ok = !job_id.empty() && job_id.size() <= 128 && !absl::StrContains(job_id, "..");
-  for (const char c : job_id) {
-    const bool allowed = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                         (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
-    ok = ok && allowed;
-  }
-  if (job_id == ".") ok = false;
-  if (ok) return absl::OkStatus();
+  if (IsPathSafeId(job_id)) return absl::OkStatus();
   return absl::InvalidArgumentError(
-      absl::StrCat("log job_id: \"", job_id,
-                   "\" is not a valid job id (1-128 characters of A-Z a-z 0-9 _ . -, no \"..\")"));
+      absl::StrCat("log job_id: \"", job_id, "\" is not a valid job id (", kPathSafeIdRule, ")"));
 }
 
 std::string LogStore::JobDir(const std::string& job_id) const {

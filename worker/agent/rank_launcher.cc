@@ -1,34 +1,20 @@
 #include "worker/agent/rank_launcher.h"
 
-#include <cctype>
 #include <chrono>
 
 #include "absl/status/status.h"
+#include "common/ids.h"
 #include "common/logging.h"
 
 namespace dhp::worker {
 namespace {
 
-// The job id becomes a directory name: the controller's rule for job ids (1-128 characters of
-// A-Z a-z 0-9 _ . -, no "..") keeps it inside the log directory.
-bool ValidJobId(const std::string& job) {
-  if (job.empty() || job.size() > 128 || job == "." || job.find("..") != std::string::npos) {
-    return false;
-  }
-  for (char c : job) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '-') {
-      return false;
-    }
-  }
-  return true;
-}
-
+// The job id becomes a directory name: IsPathSafeId keeps it inside the log directory.
 absl::Status ValidateLaunch(const v1::RankLaunch& l) {
   const std::string& job = l.job_id();
-  if (!ValidJobId(job)) {
-    return absl::InvalidArgumentError("RankLaunch.job_id '" + job +
-                                      "' is not a job id (1-128 characters of A-Z a-z 0-9 _ . -, "
-                                      "no \"..\")");
+  if (!IsPathSafeId(job)) {
+    return absl::InvalidArgumentError("RankLaunch.job_id '" + job + "' is not a job id (" +
+                                      kPathSafeIdRule + ")");
   }
   if (l.attempt() < 1 || l.world_rank() < 0 || l.world_rank() >= l.world_size()) {
     return absl::InvalidArgumentError(
