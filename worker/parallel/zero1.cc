@@ -33,6 +33,9 @@ Zero1AdamW::Zero1AdamW(const NamedParams& params, const OptimizerConfig& config,
     masks.push_back(at::full({p.numel()}, UsesWeightDecay(name, p) ? 1.0 : 0.0,
                              at::TensorOptions().dtype(at::kFloat)));
   }
+  // Every buffer lives where the parameters do: on a GPU the partition update runs there and
+  // the collectives (NCCL) get device tensors.
+  if (!params_.empty()) device_ = params_.front().device();
   const int64_t n = group_.size();
   part_numel_ = (full_numel_ + n - 1) / n;
   if (part_numel_ == 0) part_numel_ = 1;
@@ -44,17 +47,17 @@ Zero1AdamW::Zero1AdamW(const NamedParams& params, const OptimizerConfig& config,
   exp_avg_sq_ = at::zeros_like(master_);
   at::Tensor mask = at::zeros({part_numel_ * n}, at::kFloat);
   if (!masks.empty()) mask.narrow(0, 0, full_numel_).copy_(at::cat(masks));
-  decay_mask_ = mask.narrow(0, begin, part_numel_).clone();
+  decay_mask_ = mask.narrow(0, begin, part_numel_).clone().to(device_);
   at::Tensor weight = at::zeros({part_numel_ * n}, at::kDouble);
   if (!weights.empty()) weight.narrow(0, 0, full_numel_).copy_(at::cat(weights));
-  norm_weight_ = weight.narrow(0, begin, part_numel_).clone();
+  norm_weight_ = weight.narrow(0, begin, part_numel_).clone().to(device_);
   grad_part_ = at::zeros_like(master_);
 }
 
 at::Tensor Zero1AdamW::Flatten(bool grads) const {
   at::NoGradGuard no_grad;
   const int64_t n = group_.size();
-  at::Tensor flat = at::zeros({part_numel_ * n}, at::kFloat);
+  at::Tensor flat = at::zeros({part_numel_ * n}, at::TensorOptions(at::kFloat).device(device_));
   int64_t offset = 0;
   for (const at::Tensor& p : params_) {
     const int64_t k = p.numel();

@@ -106,6 +106,7 @@ class Zero1AdamW {
   std::vector<at::Tensor> params_;
   int64_t full_numel_ = 0;
   int64_t part_numel_ = 0;
+  at::Device device_ = at::kCPU;  // the parameters' device: every buffer is there
   int64_t step_ = 0;
   at::Tensor master_;      // [P] fp32
   at::Tensor exp_avg_;     // [P] fp32
