@@ -1,5 +1,6 @@
 #include "controller/supervisor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -33,6 +34,12 @@ std::string LastLine(const std::string& text) {
   if (end == std::string::npos) return "";
   size_t begin = text.rfind('\n', end);
   return text.substr(begin == std::string::npos ? 0 : begin + 1, end - begin);
+}
+
+// An exited rank that a signal ended, not the agent stopping it.
+bool KilledFromOutside(const v1::RankStatus& st) {
+  return st.state() == v1::RANK_PROCESS_STATE_EXITED && st.signal() != 0 &&
+         !st.stopped_by_agent();
 }
 
 }  // namespace
@@ -321,7 +328,14 @@ absl::Status Supervisor::OnHeartbeat(const v1::HeartbeatRequest& req, v1::Heartb
   }
   for (const std::string& key : RunKeys()) {
     ActiveRun& run = runs_[key];
-    const std::vector<const v1::RankStatus*>& statuses = by_run[key];
+    std::vector<const v1::RankStatus*>& statuses = by_run[key];
+    // The first failure applied names the run's failure. When one report holds several, a rank
+    // killed by a signal (OOM killer, an operator) is the likely cause and its peers' errors
+    // ("connection reset" in a collective) the consequence: it goes first.
+    std::stable_sort(statuses.begin(), statuses.end(),
+                     [](const v1::RankStatus* a, const v1::RankStatus* b) {
+                       return KilledFromOutside(*a) && !KilledFromOutside(*b);
+                     });
     for (const v1::RankStatus* st : statuses) {
       if (run.draining) break;
       if (absl::Status s = ApplyRankStatus(run, *st, node, events); !s.ok()) return s;

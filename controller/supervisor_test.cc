@@ -280,6 +280,15 @@ TEST_F(SupervisorTest, WithoutRestartsAFailureFailsTheJob) {
   EXPECT_THAT(stored.message(), HasSubstr("automatic restarts are off (restart.max_restarts 0)"));
 }
 
+TEST_F(SupervisorTest, AKilledRankIsTheCauseWhenItsPeersFailInTheSameReport) {
+  AddNode("n1", 2);
+  const v1::Job job = Submit("killed", /*max_restarts=*/0);
+  StartRunning(job);
+  // Rank 1 was SIGKILLed; rank 0 then failed in a collective. Rank 0 comes first in the report.
+  Beat("n1", {Status(job, 1, 0, false, 1), Status(job, 1, 1, false, 0, 9)});
+  EXPECT_EQ(Run(job.id(), 1).reason(), "rank 1 on node n1 was killed by signal 9 (Killed)");
+}
+
 TEST_F(SupervisorTest, CancelCompletesWhenTheAgentReportsTheRanksGone) {
   AddNode("n1", 2);
   const v1::Job job = Submit("cancel");
