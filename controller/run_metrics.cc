@@ -46,7 +46,7 @@ const std::vector<FamilyDef>& Families() {
        "Memory of a rank hosting a stage: allocated, reserved, peak (CUDA caching allocator) "
        "or rss (resident set).",
        {"job", "stage", "rank", "kind"}},
-      {"dhp_stage_mfu", "Model FLOPs utilisation of a stage on a rank (0..1, GPU).",
+      {"dhp_stage_mfu", "Model FLOPs utilisation of a stage on a rank (0..1; ranks with a known device peak).",
        {"job", "stage", "rank"}},
       {"dhp_collective_bytes",
        "Bytes a rank sent and received on a process group since it started.",

@@ -38,7 +38,7 @@
 //                                                   allocator) | rss (resident set):
 //                                                   <stage>_memory_<kind>_bytes, else
 //                                                   memory_<kind>_bytes
-//   dhp_stage_mfu{job,stage,rank}                   mfu_<stage> (0..1), only when reported (GPU)
+//   dhp_stage_mfu{job,stage,rank}                   mfu_<stage> (0..1), when reported (a known peak)
 //   dhp_collective_bytes{job,rank,group}            comm_bytes:<group>: cumulative bytes sent and
 //                                                   received on that process group
 //   dhp_rank_step{job,rank}                         the rank's newest reported step

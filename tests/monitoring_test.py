@@ -444,7 +444,7 @@ class PrometheusTest(unittest.TestCase):
         self.cluster.start_worker(
             "node-a", cpu_slots=2,
             extra_args=["--rank-binary", RANK, "--data-root", DATA_ROOT, "--stop-grace-ms",
-                        "3000"])
+                        "3000", "--peak-tflops", "0.05"])
         wait_for(lambda: any(n["id"] == "node-a" and n.get("state") == "NODE_STATE_READY"
                              for n in self.cluster.dhpctl_json("nodes").get("nodes", [])),
                  timeout=20, what="node-a READY")
@@ -541,6 +541,11 @@ class PrometheusTest(unittest.TestCase):
         rss = self.wait_series('dhp_stage_memory_bytes{%s, kind="rss"}' % J, "rss per rank")
         self.assertEqual(len(rss), 4, rss)
         self.assertTrue(all(v > 0 for _, v in rss), rss)
+        # MFU: a CPU has no known peak, so the agent's --peak-tflops 0.05 gives one.
+        mfu = self.wait_series("dhp_stage_mfu{%s}" % J, "MFU per stage and rank")
+        self.assertEqual(sorted((m["stage"], m["rank"]) for m, _ in mfu),
+                         [("text", "0"), ("text", "1"), ("vision", "0"), ("vision", "1")])
+        self.assertTrue(all(math.isfinite(v) and v > 0 for _, v in mfu), mfu)
         coll = self.wait_series("dhp_collective_bytes{%s} > 0" % J, "collective bytes")
         self.assertTrue(any(m["group"].startswith("text.") for m, _ in coll), coll)
         got = self.query("max by (stage) (dhp_stage_tokens_per_second{%s})" % J)
@@ -548,7 +553,8 @@ class PrometheusTest(unittest.TestCase):
         code, out, err = self.cluster.dhpctl("top", job, "--once")
         self.assertEqual(code, 0, err)
         self.assertRegex(out, r"(?m)^0 +node-a +vision\+text +\d+ +[0-9.]+[kMG]?/[0-9.]+[kMG]? +"
-                              r"[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +\d+ rss ")
+                              r"[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +\d+ rss +"
+                              r"[0-9.]+%/[0-9.]+% ")
 
 
 if __name__ == "__main__":

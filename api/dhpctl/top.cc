@@ -65,6 +65,18 @@ std::string Memory(const Metrics& m) {
   return "-";
 }
 
+std::string Percent(std::optional<double> fraction) {
+  return fraction ? Printf("%.1f%%", *fraction * 100) : "-";
+}
+
+// "31.0%/42.5%": the rank's MFU of the vision / text stage; "-" when neither is reported.
+std::string Mfu(const Metrics& m) {
+  std::optional<double> vision = Get(m, "mfu_vision");
+  std::optional<double> text = Get(m, "mfu_text");
+  if (!vision && !text) return "-";
+  return Percent(vision) + "/" + Percent(text);
+}
+
 std::string Waiting(const v1::RankProgress& r) {
   if (!r.waiting_on().empty()) return r.waiting_on();
   if (r.step() < 0 && r.report_age_seconds() == 0) return "not reported yet";
@@ -146,10 +158,11 @@ std::string TopView(const v1::GetJobResponse& resp, int width) {
     rows.push_back({std::to_string(r.rank()), r.node_id().empty() ? "-" : r.node_id(), Stages(r),
                     r.step() < 0 ? "-" : std::to_string(r.step()), tokens,
                     Ms(Phase(m, "forward_s")), Ms(Phase(m, "backward_s")),
-                    Ms(Phase(m, "comm_s")), Ms(Phase(m, "optimizer_s")), Memory(m), Waiting(r)});
+                    Ms(Phase(m, "comm_s")), Ms(Phase(m, "optimizer_s")), Memory(m), Mfu(m),
+                    Waiting(r)});
   }
   out += RenderTable({"RANK", "NODE", "STAGES", "STEP", "TOK/S V/T", "FWD ms", "BWD ms",
-                      "COMM ms", "OPT ms", "MEM MiB", "WAITING"},
+                      "COMM ms", "OPT ms", "MEM MiB", "MFU V/T", "WAITING"},
                      rows);
   return Cut(out, width);
 }

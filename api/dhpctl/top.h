@@ -4,15 +4,17 @@
 //   job j-1a2b3c4d5e6f  tiny-cpu  RUNNING  attempt 1  restarts 0
 //   step 120/200 (60%)  loss 3.214  lr 0.001  grad norm 0.82  1.2k tok/s  0.52 s/step  ETA 0:42
 //
-//   RANK  NODE    STAGES       STEP  TOK/S V/T  FWD ms  BWD ms  COMM ms  OPT ms  MEM MiB   WAITING
-//   0     node-a  vision+text  120   400/1.2k   101     205     52       21      286 rss   -
-//   1     node-a  text         119   -/1.1k     300     -       -        -       1024/2048 -
+//   RANK NODE   STAGES      STEP TOK/S V/T FWD ms BWD ms COMM ms OPT ms MEM MiB   MFU V/T WAITING
+//   0    node-a vision+text 120  400/1.2k  101    205    52      21     286 rss   -       -
+//   1    node-b text        119  -/1.1k    300    -      -       -      1024/2048 -/41.5% -
 //
 // TOK/S V/T: the rank's vision / text tokens per second (rank metrics vision_tokens_per_s,
 // text_tokens_per_s). FWD BWD COMM OPT: the step time split (forward_s, backward_s, comm_s,
 // optimizer_s; or the sum of the per-stage keys) in milliseconds. MEM: allocated/peak MiB from
-// the CUDA caching allocator on GPU ranks, else the resident set ("rss"). WAITING: what the
-// rank's watchdog says it waits on, or how long the rank has been silent. "-": not reported.
+// the CUDA caching allocator on GPU ranks, else the resident set ("rss"). MFU V/T: the rank's
+// model FLOPs utilisation of each stage it hosts (mfu_vision, mfu_text; GPU ranks, or CPU ranks
+// given a peak by the agent's --peak-tflops). WAITING: what the rank's watchdog says it waits
+// on, or how long the rank has been silent. "-": not reported.
 // Pure functions; thread-safe.
 #ifndef DHP_API_DHPCTL_TOP_H_
 #define DHP_API_DHPCTL_TOP_H_

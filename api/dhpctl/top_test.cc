@@ -52,6 +52,7 @@ v1::GetJobResponse Running() {
   m1["memory_allocated_bytes"] = 1024 * 1048576.0;
   m1["memory_peak_bytes"] = 2048 * 1048576.0;
   m1["backward_s"] = NAN;
+  m1["mfu_text"] = 0.415;
 
   v1::RankProgress* r2 = resp.add_ranks();
   r2->set_rank(2);
@@ -77,20 +78,20 @@ TEST(TopTest, ARowPerRank) {
             "  ETA 0:40\n"
             "\n"
             "RANK  NODE    STAGES       STEP  TOK/S V/T  FWD ms  BWD ms  COMM ms  OPT ms  "
-            "MEM MiB    WAITING\n"
+            "MEM MiB    MFU V/T  WAITING\n"
             "0     node-a  vision+text  120   400/1.2k   101     205     5.2      21      "
-            "300 rss    -\n"
+            "300 rss    -        -\n"
             "1     node-b  text         119   -/1.1k     300     -       -        -       "
-            "1024/2048  silent for 12 s\n"
+            "1024/2048  -/41.5%  silent for 12 s\n"
             "2     node-b  vision       -     -          -       -       -        -       "
-            "-          not reported yet\n");
+            "-          -        not reported yet\n");
 }
 
 TEST(TopTest, TheWatchdogsWordsWinAndLinesAreCut) {
   v1::GetJobResponse resp = Running();
   resp.mutable_ranks(1)->set_waiting_on("all_reduce on group text.tp0 (call 57) for 31 s");
   const std::string view = TopView(resp);
-  EXPECT_NE(view.find("1024/2048  all_reduce on group text.tp0 (call 57) for 31 s\n"),
+  EXPECT_NE(view.find("1024/2048  -/41.5%  all_reduce on group text.tp0 (call 57) for 31 s\n"),
             std::string::npos)
       << view;
   const std::string cut = TopView(resp, 20);

@@ -67,6 +67,11 @@ int main(int argc, char** argv) {
                  "How long a stopped rank gets between SIGTERM and SIGKILL")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  double peak_tflops = 0;
+  app.add_option("--peak-tflops", peak_tflops,
+                 "Dense peak TFLOP/s of one device, given to every rank for MFU (default: the "
+                 "BF16 peak of known GPU models; none on CPU)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   const char* env_token = std::getenv("DHP_TOKEN");
   std::string token = env_token ? env_token : "";
@@ -103,6 +108,7 @@ int main(int argc, char** argv) {
   options.ranks.log_dir =
       Absolute(log_dir.empty() ? "/tmp/dhp-worker-" + options.node.id() + "/logs" : log_dir);
   options.ranks.stop_grace_ms = stop_grace_ms;
+  options.ranks.peak_tflops = peak_tflops;
   DHP_LOG(INFO) << "ranks run " << options.ranks.rank_binary << ", logs under "
                 << options.ranks.log_dir;
 

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "common/ids.h"
 #include "common/logging.h"
 
@@ -53,6 +54,10 @@ std::vector<std::string> RankLauncher::Argv(const v1::RankLaunch& l) const {
   if (!options_.token_file.empty()) {
     argv.push_back("--token-file");
     argv.push_back(options_.token_file);
+  }
+  if (options_.peak_tflops > 0) {
+    argv.push_back("--peak-tflops");
+    argv.push_back(absl::StrCat(options_.peak_tflops));
   }
   return argv;
 }

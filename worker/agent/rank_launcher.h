@@ -8,6 +8,7 @@
 // their exit. Every rank runs
 //   <rank_binary> --controller <addr> --job <id> --attempt <a> --world-rank <r>
 //       --world-size <w> --device <cpu|cuda:0> --data-root <dir> [--token-file <f>]
+//       [--peak-tflops <t>]
 // with OMP_NUM_THREADS=1, OMP_WAIT_POLICY=PASSIVE, OPENBLAS_NUM_THREADS=1, DHP_NODE_ID and, on a
 // GPU, CUDA_VISIBLE_DEVICES=<slot>; its output goes to <log_dir>/<job>/attempt-<a>/rank-<r>.log.
 //
@@ -37,6 +38,7 @@ struct RankLauncherOptions {
   std::string data_root = ".";
   std::string log_dir = "logs";
   int stop_grace_ms = 10000;          // SIGTERM → SIGKILL
+  double peak_tflops = 0;             // passed as --peak-tflops when > 0 (MFU's denominator)
 };
 
 // One rank process of one attempt of a job.

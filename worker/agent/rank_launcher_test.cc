@@ -88,13 +88,15 @@ class RankLauncherTest : public ::testing::Test {
 
 TEST_F(RankLauncherTest, GpuRankGetsItsCommandLineEnvironmentAndLog) {
   options_.token_file = "/etc/dhp/token";
+  options_.peak_tflops = 989.5;
   RankLauncher launcher(options_);
   launcher.Reconcile({Launch("j1", 2, 0, 2, /*slot=*/3, /*gpu=*/true)});
   const std::string log = options_.log_dir + "/j1/attempt-2/rank-0.log";
   ASSERT_TRUE(PollUntil(launcher, [&] { return LogSays(log, "ready"); }));
   EXPECT_EQ(ReadFile(log),
             "argv: --controller 127.0.0.1:7070 --job j1 --attempt 2 --world-rank 0 "
-            "--world-size 2 --device cuda:0 --data-root /data --token-file /etc/dhp/token\n"
+            "--world-size 2 --device cuda:0 --data-root /data --token-file /etc/dhp/token "
+            "--peak-tflops 989.5\n"
             "env: 1 PASSIVE 1 node-a 3\nready\n");
   std::vector<v1::RankStatus> statuses = launcher.Statuses();
   ASSERT_EQ(statuses.size(), 1u);

@@ -24,9 +24,11 @@
 #include "worker/comm/process_groups.h"
 #include "worker/model/torch_status.h"
 #include "worker/rank/dist_data.h"
+#include "worker/rank/device_stats.h"
 #include "worker/rank/dist_step.h"
 #include "worker/rank/model_init.h"
 #include "worker/rank/rank_metrics.h"
+#include "worker/rank/step_flops.h"
 #include "worker/rank/training_config.h"
 
 namespace dhp {
@@ -38,6 +40,24 @@ constexpr char kFormat[] = "dhp-rank-state/1";
 
 double SecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Model FLOPs of a global batch (every replica's packed sequence).
+absl::StatusOr<StepFlops> CountBatchFlops(const ModelPreset& preset,
+                                          const std::vector<PackedBatch>& batches) {
+  std::vector<GridThw> images;
+  std::vector<int64_t> lengths;
+  for (const PackedBatch& b : batches) {
+    images.insert(images.end(), b.image_grids.begin(), b.image_grids.end());
+    if (b.cu_seqlens.size() < 2) {
+      lengths.push_back(b.input_ids.numel());
+    } else {
+      for (size_t i = 1; i < b.cu_seqlens.size(); ++i) {
+        lengths.push_back(b.cu_seqlens[i] - b.cu_seqlens[i - 1]);
+      }
+    }
+  }
+  return CountStepFlops(preset, images, lengths);
 }
 
 // "rank 1: <context>: <message>", keeping the code.
@@ -85,6 +105,12 @@ class JobRank {
   absl::Status Restore();
   absl::Status SaveCheckpoint(int64_t step);
   absl::StatusOr<bool> AnyRankStops();
+  int CudaIndex() const { return device_.has_index() ? device_.index() : 0; }
+  // Sets peak_flops_ (MFU's denominator) and returns the note that says where it came from.
+  std::string ChoosePeakFlops();
+  // The step's metrics (RankStepMetrics) with MFU and, on a GPU, the allocator's counters.
+  std::map<std::string, double> StepMetrics(const DistBatch& batch, const DistStepResult& r,
+                                            double seconds);
   void Log(const std::string& line) { options_.log(absl::StrCat(me_, ": ", line)); }
   // How long the last progress report may take to reach the controller before the rank ends.
   std::chrono::milliseconds FlushTimeout() const {
@@ -100,6 +126,8 @@ class JobRank {
   comm::Layout layout_;
   const ModelPreset* preset_ = nullptr;
   at::Device device_ = at::kCPU;
+  double peak_flops_ = 0;  // per second, per device; 0: no MFU
+  bool warned_flops_ = false;
   TrainingConfig config_;
   std::optional<ckpt::LoadedShard> resume_;
   std::unique_ptr<DistData> data_;
@@ -165,17 +193,7 @@ absl::StatusOr<JobRankResult> JobRank::RunImpl() {
     p.total_steps = total;
     p.step_seconds = seconds;
     p.tokens_per_second = seconds > 0 ? static_cast<double>(batch->tokens) / seconds : 0;
-    const RankStepTimes times{seconds, r->forward_s, r->backward_s, r->comm_s, r->optimizer_s};
-    const RankStepCounts counts{batch->tokens, batch->patches,
-                                groups_->vision_coord().has_value(), has_text};
-    p.metrics = RankStepMetrics(times, counts, groups_->stats());
-    p.metrics.insert({{"grad_norm", r->grad_norm},
-                      {"lr", r->lr},
-                      {"samples", static_cast<double>(batch->samples)},
-                      {"tokens", static_cast<double>(batch->tokens)},
-                      {"image_tokens", static_cast<double>(batch->image_tokens)},
-                      {"loss_tokens", static_cast<double>(batch->loss_tokens)},
-                      {"data_seconds", batch->seconds}});
+    p.metrics = StepMetrics(*batch, *r, seconds);
     options_.out(absl::StrFormat(
         "step %d/%d loss %s lr %g grad_norm %g tokens_per_s %g step_s %g", step, total,
         has_text ? absl::StrFormat("%.17g", r->loss) : std::string("-"), r->lr, r->grad_norm,
@@ -304,8 +322,58 @@ absl::Status JobRank::Build() {
   }
   notes.push_back(absl::StrCat("layout ", layout_.DebugString(), "; this rank hosts", roles,
                                "; ", config_.max_steps, " steps on ", device_.str()));
+  notes.push_back(ChoosePeakFlops());
   for (const std::string& n : notes) Log(n);
   return absl::OkStatus();
+}
+
+std::string JobRank::ChoosePeakFlops() {
+  if (options_.peak_tflops > 0) {
+    peak_flops_ = options_.peak_tflops * 1e12;
+    return absl::StrCat("MFU against a peak of ", options_.peak_tflops,
+                        " TFLOP/s per device (--peak-tflops)");
+  }
+  if (!device_.is_cuda()) {
+    return "no MFU: the peak of a CPU is not known (the agent's --peak-tflops sets one)";
+  }
+  const std::string name = CudaDeviceName(CudaIndex());
+  peak_flops_ = KnownGpuPeakFlops(name);
+  if (peak_flops_ == 0) {
+    return absl::StrCat("no MFU: the dense BF16 peak of GPU \"", name,
+                        "\" is not known (the agent's --peak-tflops sets one)");
+  }
+  return absl::StrCat("MFU against a dense BF16 peak of ", peak_flops_ / 1e12,
+                      " TFLOP/s per device (", name, ")");
+}
+
+std::map<std::string, double> JobRank::StepMetrics(const DistBatch& batch,
+                                                   const DistStepResult& r, double seconds) {
+  const RankStepTimes times{seconds, r.forward_s, r.backward_s, r.comm_s, r.optimizer_s};
+  RankStepCounts counts{batch.tokens, batch.patches, groups_->vision_coord().has_value(),
+                        groups_->text_coord().has_value()};
+  counts.vision_ranks = layout_.VisionSize();
+  counts.text_ranks = layout_.TextSize();
+  if (peak_flops_ > 0) {
+    absl::StatusOr<StepFlops> flops = CountBatchFlops(*preset_, batch.batches);
+    if (flops.ok()) {
+      counts.flops = *flops;
+    } else if (!warned_flops_) {
+      warned_flops_ = true;
+      Log(absl::StrCat("no MFU: counting the step's FLOPs failed: ", flops.status().message()));
+    }
+  }
+  RankDevice device;
+  device.peak_flops = peak_flops_;
+  if (device_.is_cuda()) device.memory = CudaAllocatorMemory(CudaIndex());
+  std::map<std::string, double> m = RankStepMetrics(times, counts, groups_->stats(), device);
+  m.insert({{"grad_norm", r.grad_norm},
+            {"lr", r.lr},
+            {"samples", static_cast<double>(batch.samples)},
+            {"tokens", static_cast<double>(batch.tokens)},
+            {"image_tokens", static_cast<double>(batch.image_tokens)},
+            {"loss_tokens", static_cast<double>(batch.loss_tokens)},
+            {"data_seconds", batch.seconds}});
+  return m;
 }
 
 absl::Status JobRank::Restore() {

@@ -98,6 +98,9 @@ struct JobRankOptions {
   std::string device = "cpu";
   std::string data_root = ".";
   std::string tokenizer_path;  // empty: DataPipeline's default
+  // Dense peak TFLOP/s of the rank's device, MFU's denominator. 0: on a GPU the dense BF16
+  // peak of its model when known (KnownGpuPeakFlops), on CPU none (no MFU reported).
+  double peak_tflops = 0;
   // Rendezvous, collectives, and how long checkpoint reports are retried.
   std::chrono::milliseconds timeout = std::chrono::seconds(120);
   std::string kv_namespace;  // prefix of the process groups' KV keys (tests)

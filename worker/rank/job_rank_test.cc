@@ -32,6 +32,7 @@
 namespace dhp {
 namespace {
 
+using ::testing::Contains;
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
 
@@ -152,6 +153,7 @@ class JobRankTest : public ::testing::Test {
       o.world_rank = rank;
       o.world_size = world_size;
       o.data_root = Root();
+      o.peak_tflops = 0.01 * (rank + 1);  // different per rank: MFU scales with 1 / peak
       o.timeout = std::chrono::seconds(60);
       o.out = [&rr](const std::string& line) { rr.out.push_back(line); };
       o.log = [&rr](const std::string& line) { rr.log.push_back(line); };
@@ -222,7 +224,23 @@ TEST_F(JobRankTest, TrainsEveryStepPrintsOneLineEachAndReportsCheckpoints) {
       EXPECT_EQ(p.metrics.at("samples"), 4);
       // Every rank computes the same global loss.
       EXPECT_EQ(p.loss, a.Loss(0, p.step));
+      // MFU of both stages (both ranks host both). Each rank does the same share of the same
+      // step's FLOPs, so MFU x step time x peak agrees across ranks whatever their peaks.
+      const double mfu_v = p.metrics.at("mfu_vision"), mfu_t = p.metrics.at("mfu_text");
+      EXPECT_GT(mfu_v, 0);
+      EXPECT_GT(mfu_t, 0);
+      const RankStepProgress& q = a.ranks[1 - r].control.progress.at(p.step - 1);
+      const double peak = 0.01e12 * (r + 1), other_peak = 0.01e12 * (2 - r);
+      const double text_flops = mfu_t * p.step_seconds * peak;
+      const double vision_flops = mfu_v * p.step_seconds * peak;
+      EXPECT_NEAR(text_flops, q.metrics.at("mfu_text") * q.step_seconds * other_peak,
+                  1e-9 * text_flops);
+      EXPECT_NEAR(vision_flops, q.metrics.at("mfu_vision") * q.step_seconds * other_peak,
+                  1e-9 * vision_flops);
+      EXPECT_EQ(p.metrics.count("memory_allocated_bytes"), 0u);  // CPU: the resident set only
+      EXPECT_GT(p.metrics.at("memory_rss_bytes"), 0);
     }
+    EXPECT_THAT(rr.log, Contains(HasSubstr("MFU against a peak of")));
     // Checkpoints at 2 and 4, retried through the unavailable controller on rank 0.
     ASSERT_EQ(rr.control.checkpoints.size(), 2u);
     EXPECT_EQ(rr.control.report_calls, r == 0 ? 4 : 2);

@@ -2,6 +2,7 @@
 // CPU slot:
 //   dhp-rank --controller HOST:PORT --job J --attempt A --world-rank R --world-size W
 //            --device cpu|cuda:0 --data-root DIR [--token-file F] [--tokenizer F] [--timeout S]
+//            [--peak-tflops T]
 // It asks the controller for the job (GetJob: the spec, this attempt's run, the checkpoint to
 // resume from), joins the job's process groups through the controller's rendezvous KV, trains
 // (job_rank.h: real data, checkpoints, resume), reports progress (rank_reporter.h) and prints
@@ -57,6 +58,10 @@ int Run(int argc, char** argv) {
   app.add_option("--tokenizer", o.tokenizer_path,
                  "tokenizer.json (default: <model.weights_path>/tokenizer.json, or "
                  "configs/tiny-tokenizer.json for the tiny preset)");
+  app.add_option("--peak-tflops", o.peak_tflops,
+                 "Dense peak TFLOP/s of the device, for MFU (default: known GPUs' BF16 peak; "
+                 "none on CPU)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--timeout", timeout_s,
                  "Seconds for rendezvous, each collective, and retrying controller calls")
       ->capture_default_str()

@@ -6,9 +6,11 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "worker/comm/comm_stats.h"
+#include "worker/rank/step_flops.h"
 
 namespace dhp {
 
@@ -22,14 +24,44 @@ struct RankStepCounts {
   int64_t patches = 0;     // vision patches of the global batch (the vision stage's work)
   bool has_vision = false;
   bool has_text = false;
+  // Model FLOPs of the global batch (every replica), and how many ranks share each stage's
+  // work: the vision stage's over Sv x dp ranks (Ulysses splits every block's sequence
+  // evenly), the text stage's over Tt x dp (Megatron TP splits every matmul evenly).
+  std::optional<StepFlops> flops;
+  int vision_ranks = 1;
+  int text_ranks = 1;
+};
+
+// The CUDA caching allocator's counters for the rank's GPU, in bytes: allocated and reserved
+// now, and the peak allocated since the rank started.
+struct DeviceMemory {
+  int64_t allocated = 0;
+  int64_t reserved = 0;
+  int64_t peak = 0;
+};
+
+// What the rank knows of its device.
+struct RankDevice {
+  double peak_flops = 0;               // dense peak FLOP/s per device; 0: unknown, no MFU
+  std::optional<DeviceMemory> memory;  // GPU ranks; nullopt on CPU
 };
 
 // vision_tokens_per_s / text_tokens_per_s (for the stages the rank hosts), forward_s,
-// backward_s, comm_s, optimizer_s, memory_rss_bytes and comm_bytes:<group> (bytes sent plus
-// received on each group since the rank started, from `stats`).
+// backward_s, comm_s, optimizer_s, memory_rss_bytes, comm_bytes:<group> (bytes sent plus
+// received on each group since the rank started, from `stats`); with device.memory,
+// memory_allocated_bytes, memory_reserved_bytes and memory_peak_bytes; with counts.flops and
+// device.peak_flops, mfu_vision / mfu_text (see StageMfu).
 std::map<std::string, double> RankStepMetrics(const RankStepTimes& times,
                                               const RankStepCounts& counts,
-                                              const comm::CommStats& stats);
+                                              const comm::CommStats& stats,
+                                              const RankDevice& device = {});
+
+// Model FLOPs utilisation of one stage on one rank over one step: the stage's training FLOPs
+// (3 x forward, StepFlops' conventions) divided by the ranks sharing them, over step_s x
+// peak_flops. step_s is the whole step (data, both stages, communication, optimizer), so on a
+// collocated rank mfu_vision + mfu_text is the rank's MFU. 0 when step_s or peak_flops is not
+// positive.
+double StageMfu(int64_t stage_forward_flops, int stage_ranks, double step_s, double peak_flops);
 
 // This process's resident set size in bytes (/proc/self/statm); 0 if unreadable.
 int64_t ResidentSetBytes();
