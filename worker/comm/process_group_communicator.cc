@@ -99,6 +99,10 @@ absl::Status ProcessGroupCommunicator::AllReduce(at::Tensor& tensor, ReduceOp op
   at::Tensor work = tensor;
   if (gloo_ && tensor.scalar_type() == at::kBFloat16) {
     work = tensor.to(at::kFloat).contiguous();
+  } else if (!gloo_ && tensor.is_cpu()) {
+    // NCCL reduces device memory only: host scalars (a norm, a stop flag) go through the
+    // current GPU and back.
+    work = tensor.to(at::Device(at::kCUDA)).contiguous();
   } else if (!tensor.is_contiguous()) {
     work = tensor.contiguous();
   }

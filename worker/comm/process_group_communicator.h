@@ -3,7 +3,8 @@
 //
 // How each operation maps onto c10d (see communicator.h for the semantics, comm_stats.h for the
 // byte counts):
-//   all_reduce      allreduce (Gloo: bf16 is reduced in fp32, so N counts fp32 bytes)
+//   all_reduce      allreduce (Gloo: bf16 is reduced in fp32, so N counts fp32 bytes; NCCL: a
+//                   CPU tensor is reduced through a copy on the current GPU)
 //   all_gather      allgather into views of one output buffer; uneven inputs padded to the max
 //   reduce_scatter  NCCL with even chunks: reduce_scatter. Gloo (1.13 has none) and uneven
 //                   chunks: alltoall_base, then a local sum in rank order (fp32 accumulation for
