@@ -277,16 +277,17 @@ std::string InWorkspace(const std::string& path) {
 }
 
 // The controller built with this benchmark (Bazel: a data dependency, so in its runfiles;
-// CMake: its path compiled in), else the workspace's bazel-bin.
+// both builds: ../controller/dhp-controller beside this binary's folder), else the workspace's
+// bazel-bin.
 std::string DefaultControllerBin(const char* argv0) {
   std::vector<std::string> candidates;
-#ifdef DHP_CONTROLLER_BIN
-  candidates.push_back(DHP_CONTROLLER_BIN);
-#endif
   if (const char* rf = std::getenv("RUNFILES_DIR")) {
     candidates.push_back(std::string(rf) + "/dhp/controller/dhp-controller");
   }
   candidates.push_back(std::string(argv0) + ".runfiles/dhp/controller/dhp-controller");
+  candidates.push_back(
+      (std::filesystem::path(argv0).parent_path().parent_path() / "controller/dhp-controller")
+          .string());
   candidates.push_back(InWorkspace("bazel-bin/controller/dhp-controller"));
   for (const std::string& c : candidates) {
     if (::access(c.c_str(), X_OK) == 0) return std::filesystem::absolute(c).string();
@@ -304,10 +305,6 @@ std::string DataFile(const std::string& path, const char* argv0) {
   const std::string runfiles = rf != nullptr ? std::string(rf) : std::string(argv0) + ".runfiles";
   const std::string in_runfiles = runfiles + "/dhp/" + path;
   if (::access(in_runfiles.c_str(), R_OK) == 0) return in_runfiles;
-#ifdef DHP_SOURCE_DIR
-  const std::string in_source = std::string(DHP_SOURCE_DIR) + "/" + path;  // CMake builds
-  if (::access(in_source.c_str(), R_OK) == 0) return in_source;
-#endif
   return in_ws;
 }
 

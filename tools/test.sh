@@ -1,23 +1,50 @@
 #!/usr/bin/env bash
-# Builds everything and runs every test: Bazel (primary: unit tests, the in-process API tests
-# and the multi-process end-to-end tests), then the CMake build of the same targets with CTest.
-#   tools/test.sh            both builds
-#   tools/test.sh --bazel    Bazel only (faster while iterating)
+# Builds everything and runs every test, against both LibTorch builds dhp supports:
+#   1. the CMake files are checked against BUILD.bazel (tools/bazel_to_cmake.py --check);
+#   2. the test environment .venv is installed (tools/setup_venv.sh: pinned PyTorch 2.x with
+#      CUDA, Hugging Face transformers, tokenizers, safetensors, Pillow, NumPy);
+#   3. Bazel against Debian's LibTorch 1.13 (CPU): unit tests, in-process API tests and the
+#      multi-process end-to-end tests;
+#   4. CMake against .venv's LibTorch 2.x: every target with the CUDA and NCCL code compiled and
+#      linked (a configure error otherwise), checked in the binaries by
+#      tools/check_cmake_build.sh, then every C++ test under CTest on the CPU.
+#   tools/test.sh            all of it
+#   tools/test.sh --bazel    1-3 (faster while iterating)
+#   tools/test.sh --cmake    1, 2 and 4
 set -euo pipefail
 cd "$(dirname "$0")/.."
-
+only=${1:-}
 jobs=$(nproc)
-echo "== bazel test //... =="
-bazel test --jobs="$jobs" //...
 
-if [ "${1:-}" = "--bazel" ]; then
+echo "== CMake files generated from BUILD.bazel =="
+python3 tools/bazel_to_cmake.py --check
+
+echo "== Python test environment (.venv) =="
+tools/setup_venv.sh
+
+if [ "$only" != "--cmake" ]; then
+  echo "== bazel test //... (LibTorch 1.13, Debian) =="
+  bazel test --jobs="$jobs" //...
+fi
+if [ "$only" = "--bazel" ]; then
   exit 0
 fi
 
-echo "== cmake + ctest =="
+echo "== cmake + ctest (LibTorch 2.x with CUDA, from .venv) =="
+# The CUDA toolkit (nvcc, headers) that TorchConfig.cmake asks for: /usr/local/cuda here.
+[ -d /usr/local/cuda/bin ] && export PATH=/usr/local/cuda/bin:$PATH
+if ! command -v nvcc >/dev/null; then
+  echo "test.sh: nvcc not found; the CMake build needs the CUDA toolkit (/usr/local/cuda)" >&2
+  exit 1
+fi
 build=${DHP_CMAKE_BUILD_DIR:-build/cmake}
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+mkdir -p "$build"
+prefix=$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)')
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
+  -DDHP_REQUIRE_GPU_BUILD=ON >"$build/configure.log" 2>&1 ||
+  { cat "$build/configure.log"; exit 1; }
+grep -- "-- dhp build:" "$build/configure.log"
 cmake --build "$build" -j "$jobs"
-# The Python end-to-end tests already ran under Bazel; CTest runs the C++ unit tests.
-ctest --test-dir "$build" --output-on-failure -j "$jobs"
+tools/check_cmake_build.sh "$build"
+ctest --test-dir "$build" --output-on-failure --no-tests=error -j "$jobs"
 echo "== all tests passed =="

@@ -72,6 +72,14 @@ absl::StatusOr<Backend> MakeBackend(KvClient& kv, const GroupSpec& group,
 
 }  // namespace
 
+bool BuiltWithNccl() {
+#ifdef USE_C10D_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
 absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(
     KvClient& kv, const GroupSpec& group, int world_rank, const ProcessGroupsOptions& options,
     CommStats* stats) {

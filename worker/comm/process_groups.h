@@ -54,6 +54,9 @@ struct ProcessGroupsOptions {
   bool share_identical_groups = true;
 };
 
+// True when this build can create ProcessGroupNCCL (USE_C10D_NCCL: CMake with a CUDA LibTorch).
+bool BuiltWithNccl();
+
 // One communicator for an arbitrary group (barrier + store + backend as above), e.g. a
 // hand-off pair. `world_rank` must be a member. Errors name the group.
 absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(

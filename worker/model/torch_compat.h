@@ -34,6 +34,7 @@ inline at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tenso
 // deprecated the old ones. Like Python's torch.autocast, leaving the outermost guard clears the
 // cache of casted weights. Has no effect on CPU tensors.
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+inline constexpr const char* kCudaAutocastApi = "per-device (2.4+)";
 inline bool IsCudaAutocastEnabled() { return at::autocast::is_autocast_enabled(at::kCUDA); }
 inline at::ScalarType CudaAutocastDtype() { return at::autocast::get_autocast_dtype(at::kCUDA); }
 inline void SetCudaAutocast(bool enabled, at::ScalarType dtype) {
@@ -41,6 +42,7 @@ inline void SetCudaAutocast(bool enabled, at::ScalarType dtype) {
   at::autocast::set_autocast_dtype(at::kCUDA, dtype);
 }
 #else
+inline constexpr const char* kCudaAutocastApi = "cuda-only (before 2.4)";
 inline bool IsCudaAutocastEnabled() { return at::autocast::is_enabled(); }
 inline at::ScalarType CudaAutocastDtype() { return at::autocast::get_autocast_gpu_dtype(); }
 inline void SetCudaAutocast(bool enabled, at::ScalarType dtype) {

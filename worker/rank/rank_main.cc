@@ -11,17 +11,24 @@
 // Exit codes: 0 done (or stopped by the controller); 1 any error (stderr names the rank and, for
 // a collective, the group); 2 bad usage; 3 the checkpoint to resume from was missing or corrupt
 // (it was rejected with RejectCheckpoint).
+//   dhp-rank --build-info   prints what this binary was compiled with (LibTorch version, CUDA,
+//                           NCCL, the CUDA autocast API) as key=value lines, and exits 0.
 #include <ATen/Parallel.h>
+#include <torch/version.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "CLI/CLI.hpp"
 #include "api/auth.h"
 #include "api/client.h"
 #include "worker/comm/grpc_kv_client.h"
+#include "worker/comm/process_groups.h"
+#include "worker/model/torch_compat.h"
+#include "worker/rank/device_stats.h"
 #include "worker/rank/job_rank.h"
 #include "worker/rank/rank_control.h"
 #include "worker/rank/rank_reporter.h"
@@ -29,7 +36,19 @@
 namespace dhp {
 namespace {
 
+void PrintBuildInfo() {
+  std::printf("torch_version=%s\ncuda=%s\nnccl=%s\ngloo=on\ncuda_autocast_api=%s\n",
+              TORCH_VERSION, BuiltWithCuda() ? "on" : "off",
+              comm::BuiltWithNccl() ? "on" : "off", compat::kCudaAutocastApi);
+}
+
 int Run(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--build-info") {
+      PrintBuildInfo();
+      return 0;
+    }
+  }
   const char* env_server = std::getenv("DHP_SERVER");
   const char* env_token = std::getenv("DHP_TOKEN");
   std::string controller = env_server ? env_server : "127.0.0.1:7070";
@@ -62,6 +81,7 @@ int Run(int argc, char** argv) {
                  "Dense peak TFLOP/s of the device, for MFU (default: known GPUs' BF16 peak; "
                  "none on CPU)")
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--build-info", "Print what this binary was compiled with, and exit");
   app.add_option("--timeout", timeout_s,
                  "Seconds for rendezvous, each collective, and retrying controller calls")
       ->capture_default_str()

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdlib>
+
 namespace dhp {
 
 PackedBatch MakeSyntheticBatch(const ModelPreset& preset, const std::vector<GridThw>& grids,
@@ -34,6 +36,21 @@ PackedBatch MakeSyntheticBatch(const ModelPreset& preset, const std::vector<Grid
   at::manual_seed(1000 + seed);
   b.pixel_values = at::randn({patches, 1176});
   return b;
+}
+
+PackedBatch BatchOnDevice(const PackedBatch& batch, const at::Device& device,
+                          at::ScalarType pixel_dtype) {
+  PackedBatch out = batch;
+  out.input_ids = batch.input_ids.to(device);
+  out.labels = batch.labels.to(device);
+  if (batch.position_ids.defined()) out.position_ids = batch.position_ids.to(device);
+  if (batch.pixel_values.defined()) out.pixel_values = batch.pixel_values.to(device, pixel_dtype);
+  return out;
+}
+
+at::Device TestDeviceFromEnv() {
+  const char* d = std::getenv("DHP_TEST_DEVICE");
+  return at::Device(d != nullptr && *d ? d : "cpu");
 }
 
 }  // namespace dhp

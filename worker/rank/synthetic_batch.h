@@ -19,6 +19,15 @@ namespace dhp {
 PackedBatch MakeSyntheticBatch(const ModelPreset& preset, const std::vector<GridThw>& grids,
                                int64_t seed);
 
+// A copy of `batch` whose tensors are on `device`, pixels in `pixel_dtype` (tests that run the
+// model on a GPU or in bf16).
+PackedBatch BatchOnDevice(const PackedBatch& batch, const at::Device& device,
+                          at::ScalarType pixel_dtype = at::kFloat);
+
+// The device tests run on: $DHP_TEST_DEVICE ("cuda", "cuda:1", ...; tools/gpu-check.sh sets it),
+// else the CPU.
+at::Device TestDeviceFromEnv();
+
 }  // namespace dhp
 
 #endif  // DHP_WORKER_RANK_SYNTHETIC_BATCH_H_

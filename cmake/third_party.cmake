@@ -1,0 +1,42 @@
+# The system libraries of third_party/BUILD.bazel as CMake targets third_party_<name>
+# (Debian 12 packages, installed by tools/setup.sh). LibTorch and Gloo are in torch.cmake.
+find_package(Threads REQUIRED)
+find_package(Protobuf REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(GRPCPP REQUIRED IMPORTED_TARGET grpc++)
+find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
+find_package(SQLite3 REQUIRED)
+find_package(yaml-cpp REQUIRED)
+if(DHP_REQUIRE_GPU_BUILD)
+  find_package(GTest REQUIRED)
+else()
+  find_package(GTest)
+endif()
+if(NOT GTest_FOUND)
+  message(STATUS "GoogleTest not found: tests are not built")
+  set(DHP_BUILD_TESTS OFF)
+endif()
+
+function(dhp_third_party name)
+  add_library(third_party_${name} INTERFACE)
+  target_link_libraries(third_party_${name} INTERFACE ${ARGN})
+endfunction()
+
+dhp_third_party(protobuf protobuf::libprotobuf Threads::Threads)
+dhp_third_party(absl absl_status absl_statusor absl_strings absl_str_format_internal absl_cord
+                absl_synchronization absl_time absl_int128 absl_throw_delegate
+                absl_raw_logging_internal absl_base)
+dhp_third_party(grpc grpc++_reflection PkgConfig::GRPCPP protobuf::libprotobuf
+                absl_synchronization third_party_absl Threads::Threads)
+dhp_third_party(sqlite3 SQLite::SQLite3)
+dhp_third_party(yaml_cpp yaml-cpp)
+dhp_third_party(boost_beast Threads::Threads)
+dhp_third_party(cli11)
+dhp_third_party(nlohmann_json)
+dhp_third_party(benchmark benchmark Threads::Threads)
+dhp_third_party(png png16)
+dhp_third_party(turbojpeg turbojpeg)
+dhp_third_party(pcre2 pcre2-8)
+if(GTest_FOUND)
+  dhp_third_party(gtest_main GTest::gmock GTest::gtest_main Threads::Threads)
+endif()
