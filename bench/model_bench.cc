@@ -138,18 +138,30 @@ struct Case {
   StepFlops flops;
 };
 
+// Reading one element back to the host waits for the device's queued work (CUDA); on the CPU
+// the work is already done.
+void Sync(const at::Tensor& t) { (void)t.reshape(-1)[0].item<float>(); }
+
 double TimeStep(Case& c) {
   for (auto& p : c.model->parameters()) p.mutable_grad() = at::Tensor();
   const Clock::time_point t0 = Clock::now();
   c.model->Loss(c.data.batch).backward();
+  Sync(c.model->parameters()[0].grad());
   return Since(t0);
 }
 
 double TimeMatmul(const at::Tensor& a, const at::Tensor& b) {
   const Clock::time_point t0 = Clock::now();
-  at::Tensor c = at::mm(a, b);
-  (void)c.data_ptr<float>();
+  Sync(at::mm(a, b));
   return Since(t0);
+}
+
+// The batch's tensors on `device`.
+void MoveBatch(PackedBatch& b, const at::Device& device) {
+  b.input_ids = b.input_ids.to(device);
+  b.labels = b.labels.to(device);
+  b.pixel_values = b.pixel_values.to(device);
+  b.position_ids = b.position_ids.to(device);
 }
 
 struct Row {
@@ -178,6 +190,7 @@ int main(int argc, char** argv) {
   using namespace dhp::bench;
   int rounds = 7, warmup = 2, matmul_n = 1024, samples = 8;
   std::string out_dir = "bench/results";
+  std::string device_name = "cpu";
   CLI::App app{"model_bench: Qwen2.5-VL fwd+bwd step time and FLOP/s vs a large matmul, CPU"};
   app.add_option("--rounds", rounds, "Timed rounds per thread count")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "Untimed steps per model before the rounds")
@@ -186,9 +199,22 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--samples", samples, "Samples (images) in the packed batch")
       ->check(CLI::PositiveNumber);
+  app.add_option("--device", device_name,
+                 "cpu, or cuda (tools/gpu-check.sh): results go to model_<device>.md then")
+      ->capture_default_str();
   app.add_option("--out-dir", out_dir, "Where model.md and model.json go (relative: workspace)");
   CLI11_PARSE(app, argc, argv);
 
+  at::Device device = at::kCPU;
+  try {
+    device = at::Device(device_name);
+  } catch (const c10::Error& e) {
+    std::cerr << "model_bench: --device " << device_name << ": " << e.what_without_backtrace()
+              << "\n";
+    return 2;
+  }
+  const std::string suffix =
+      device.is_cpu() ? "" : "_" + device_name.substr(0, device_name.find(':'));
   Json machine = MachineInfo();
   const int all_threads = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
 
@@ -202,6 +228,8 @@ int main(int argc, char** argv) {
     InitQwenWeights(*c.model);
     c.model->train();
     c.data = MakeBatch(preset, samples);
+    c.model->to(device);
+    MoveBatch(c.data.batch, device);
     c.params = CountParams(preset.vision, preset.text).total;
     absl::StatusOr<StepFlops> f = CountStepFlops(preset, c.data.batch.image_grids,
                                                  c.data.sample_lengths);
@@ -216,10 +244,11 @@ int main(int argc, char** argv) {
   const int64_t patches = cases[0].data.batch.pixel_values.size(0);
   const double matmul_flops = 2.0 * matmul_n * matmul_n * matmul_n;
   at::manual_seed(2);
-  const at::Tensor ma = at::randn({matmul_n, matmul_n}), mb = at::randn({matmul_n, matmul_n});
+  const at::Tensor ma = at::randn({matmul_n, matmul_n}).to(device);
+  const at::Tensor mb = at::randn({matmul_n, matmul_n}).to(device);
 
   std::vector<std::pair<int, int>> configs = {{1, 1}};  // (intra-op, BLAS) threads
-  if (all_threads > 1) {
+  if (all_threads > 1 && device.is_cpu()) {
     configs.push_back({all_threads, all_threads});
     configs.push_back({all_threads, 1});
   }
@@ -261,7 +290,8 @@ int main(int argc, char** argv) {
   const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
   const std::string omp_wait = wait_policy != nullptr ? wait_policy : "unset";
   std::ostringstream md;
-  md << "## model_bench: Qwen2.5-VL forward+backward on the CPU vs a " << matmul_n << "^3 fp32 "
+  md << "## model_bench: Qwen2.5-VL forward+backward on "
+     << (device.is_cpu() ? "the CPU" : device.str()) << " vs a " << matmul_n << "^3 fp32 "
      << "matmul\n\n"
      << machine["date_utc"].get<std::string>() << ", " << all_threads << " CPUs ("
      << machine["cpu_model"].get<std::string>() << "), shared: load average "
@@ -303,6 +333,7 @@ int main(int argc, char** argv) {
   j["machine"]["loadavg_at_end"] = load_end;
   j["omp_wait_policy"] = omp_wait;
   j["torch_version"] = TORCH_VERSION;
+  j["device"] = device.str();
   j["openblas_threads_set"] = openblas;
   j["options"] = {{"rounds", rounds}, {"warmup", warmup}, {"matmul_n", matmul_n},
                   {"samples", samples}};
@@ -331,8 +362,8 @@ int main(int argc, char** argv) {
   }
   const std::string dir = InWorkspace(out_dir);
   std::filesystem::create_directories(dir);
-  std::ofstream(dir + "/model.md") << md.str();
-  std::ofstream(dir + "/model.json") << j.dump(2) << "\n";
+  std::ofstream(dir + "/model" + suffix + ".md") << md.str();
+  std::ofstream(dir + "/model" + suffix + ".json") << j.dump(2) << "\n";
   std::cout << md.str();
   return 0;
 }

@@ -5,6 +5,10 @@
 // + TrainingOptimizer (same clipping rule, same schedule) to about 1e-5 relative; ZeRO-1 holds
 // 1/N of the vision optimizer state per rank; the collocated equal-degree hand-off moves zero
 // bytes, every other one is counted under "handoff".
+//
+// DHP_TEST_DEVICE=cuda (tools/gpu-check.sh) runs the layouts that fit the visible GPUs over
+// NCCL instead, rank r on cuda:r, against the same CPU reference; the bound is then 1e-4, since
+// cuBLAS and NCCL sum in other orders than the CPU's kernels (never run yet: no GPU so far).
 #include "worker/rank/dist_step.h"
 
 #include <ATen/ATen.h>
@@ -38,6 +42,7 @@ namespace {
 
 constexpr int kSteps = 3;
 constexpr double kTol = 1e-5;
+constexpr double kGpuTol = 1e-4;
 
 const ModelPreset& Tiny() { return *FindModelPreset("tiny"); }
 
@@ -131,7 +136,7 @@ RunResult Reference(const std::vector<PackedBatch>& batches) {
 // text_tp_model_test.
 double RelErr(const at::Tensor& a, const at::Tensor& ref) {
   const double scale = ref.to(at::kDouble).norm().item<double>();
-  const double err = (a.to(at::kDouble) - ref.to(at::kDouble)).norm().item<double>();
+  const double err = (a.to(at::kCPU, at::kDouble) - ref.to(at::kDouble)).norm().item<double>();
   return scale > 0 ? err / scale : err;
 }
 
@@ -140,7 +145,8 @@ double RelErr(const at::Tensor& a, const at::Tensor& ref) {
 // 1e-7-level summation-order differences into visible parameter differences.
 double MaxAbsRelErr(const at::Tensor& a, const at::Tensor& ref) {
   const double scale = ref.abs().max().item<double>();
-  const double err = (a.to(at::kDouble) - ref.to(at::kDouble)).abs().max().item<double>();
+  const double err =
+      (a.to(at::kCPU, at::kDouble) - ref.to(at::kDouble)).abs().max().item<double>();
   return scale > 0 ? err / scale : err;
 }
 
@@ -169,6 +175,12 @@ TEST_P(DistParityTest, MatchesSingleRank) {
   layout.placement = c.placement;
   if (c.vision_tp) layout.vision_parallelism = comm::VisionParallelism::kTensor;
   const int world = layout.WorldSize();
+  const bool gpu = TestDeviceFromEnv().is_cuda();
+  if (gpu && static_cast<int>(at::getNumGPUs()) < world) {
+    GTEST_SKIP() << layout.DebugString() << " needs " << world << " GPUs; "
+                 << at::getNumGPUs() << " visible";
+  }
+  const double tol = gpu ? kGpuTol : kTol;
 
   const std::vector<PackedBatch> batches = GlobalBatch(c.dp);
   const RunResult ref = Reference(batches);
@@ -185,6 +197,13 @@ TEST_P(DistParityTest, MatchesSingleRank) {
     po.arrival_timeout = std::chrono::seconds(60);
     po.store_timeout = std::chrono::seconds(60);
     po.collective_timeout = std::chrono::seconds(120);
+    std::vector<PackedBatch> my_batches = batches;
+    if (gpu) {  // rank r on cuda:r, over NCCL
+      const at::Device device(at::kCUDA, static_cast<c10::DeviceIndex>(rank));
+      po.backend = comm::CommBackend::kNccl;
+      models[rank]->to(device);
+      for (PackedBatch& b : my_batches) b = BatchOnDevice(b, device);
+    }
     absl::StatusOr<std::unique_ptr<comm::ProcessGroups>> groups =
         comm::ProcessGroups::Create(kv, layout, rank, po);
     ASSERT_TRUE(groups.ok()) << groups.status();
@@ -201,11 +220,12 @@ TEST_P(DistParityTest, MatchesSingleRank) {
     double loss_err = 0, grad_err = 0, param_err = 0, elem_param_err = 0;
     std::string wg, wp;
     for (int s = 0; s < kSteps; ++s) {
-      absl::StatusOr<DistStepResult> step = (*trainer)->Step(batches, /*gather_grads=*/s == 0);
+      absl::StatusOr<DistStepResult> step =
+          (*trainer)->Step(my_batches, /*gather_grads=*/s == 0);
       ASSERT_TRUE(step.ok()) << step.status();
       // The global norm over both stages (one world all-reduce) is the single-rank one, and it
       // is above the clipping threshold, so clipping is exercised.
-      EXPECT_NEAR(step->grad_norm, ref.grad_norms[s], 1e-5 * ref.grad_norms[s]) << "step " << s;
+      EXPECT_NEAR(step->grad_norm, ref.grad_norms[s], tol * ref.grad_norms[s]) << "step " << s;
       EXPECT_GT(ref.grad_norms[s], Options().optimizer.grad_clip_norm);
       if (has_text) {
         loss_err = std::max(loss_err, std::abs(step->loss - ref.losses[s]) / ref.losses[s]);
@@ -268,9 +288,9 @@ TEST_P(DistParityTest, MatchesSingleRank) {
   }
   std::printf("layout %s: hand-off bytes (all ranks, sent + received) %lld\n",
               layout.DebugString().c_str(), static_cast<long long>(handoff_bytes));
-  EXPECT_LE(max_loss_err, kTol);
-  EXPECT_LE(max_grad_err, kTol) << worst_grad;
-  EXPECT_LE(max_param_err, kTol) << worst_param;
+  EXPECT_LE(max_loss_err, tol);
+  EXPECT_LE(max_grad_err, tol) << worst_grad;
+  EXPECT_LE(max_param_err, tol) << worst_param;
 }
 
 INSTANTIATE_TEST_SUITE_P(
