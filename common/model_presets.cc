@@ -3,10 +3,13 @@
 namespace dhp {
 namespace {
 
+// `vision_mlp` is the vision tower's MLP width: 3420 in the 3B and 7B config.json, 3456 in the
+// 32B and 72B ones (the rest of the vision tower is the same in all four).
 ModelPreset Official(const std::string& name, int hidden, int layers, int heads, int kv_heads,
-                     int mlp, int64_t vocab, bool tied, double billions) {
+                     int mlp, int64_t vocab, bool tied, int vision_mlp, double billions) {
   ModelPreset p;
   p.name = name;
+  p.vision.intermediate_size = vision_mlp;
   p.vision.out_hidden_size = hidden;
   p.text.hidden_size = hidden;
   p.text.num_layers = layers;
@@ -49,10 +52,10 @@ ModelPreset Tiny() {
 const std::vector<ModelPreset>& Presets() {
   static const std::vector<ModelPreset>* presets = new std::vector<ModelPreset>{
       Tiny(),
-      Official("qwen2_5_vl_3b", 2048, 36, 16, 2, 11008, 151936, true, 3.75),
-      Official("qwen2_5_vl_7b", 3584, 28, 28, 4, 18944, 152064, false, 8.29),
-      Official("qwen2_5_vl_32b", 5120, 64, 40, 8, 27648, 152064, false, 33.5),
-      Official("qwen2_5_vl_72b", 8192, 80, 64, 8, 29568, 152064, false, 73.4),
+      Official("qwen2_5_vl_3b", 2048, 36, 16, 2, 11008, 151936, true, 3420, 3.75),
+      Official("qwen2_5_vl_7b", 3584, 28, 28, 4, 18944, 152064, false, 3420, 8.29),
+      Official("qwen2_5_vl_32b", 5120, 64, 40, 8, 27648, 152064, false, 3456, 33.5),
+      Official("qwen2_5_vl_72b", 8192, 80, 64, 8, 29568, 152064, false, 3456, 73.4),
   };
   return *presets;
 }
