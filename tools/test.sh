@@ -7,7 +7,8 @@
 #      multi-process end-to-end tests;
 #   4. CMake against .venv's LibTorch 2.x: every target with the CUDA and NCCL code compiled and
 #      linked (a configure error otherwise), checked in the binaries by
-#      tools/check_cmake_build.sh, then every C++ test under CTest on the CPU.
+#      tools/check_cmake_build.sh, then every C++ test under CTest on the CPU, then the steps of
+#      tools/gpu-check.sh with --device cpu (so that the GPU check script itself stays working).
 #   tools/test.sh            all of it
 #   tools/test.sh --bazel    1-3 (faster while iterating)
 #   tools/test.sh --cmake    1, 2 and 4
@@ -47,4 +48,7 @@ grep -- "-- dhp build:" "$build/configure.log"
 cmake --build "$build" -j "$jobs"
 tools/check_cmake_build.sh "$build"
 ctest --test-dir "$build" --output-on-failure --no-tests=error -j "$jobs"
+
+echo "== tools/gpu-check.sh --device cpu (the GPU check's steps, run on the CPU) =="
+tools/gpu-check.sh --python .venv/bin/python --build-dir "$build" --device cpu
 echo "== all tests passed =="
