@@ -47,7 +47,9 @@ endif()
 # folder made of links to everything but google/.
 set(DHP_TORCH_INCLUDE_DIRS ${TORCH_INCLUDE_DIRS})
 set(torch_include ${TORCH_INSTALL_PREFIX}/include)
-if(IS_DIRECTORY ${torch_include}/google)
+# (Not for a LibTorch in /usr: mirroring the system include folder would break libstdc++.)
+if(IS_DIRECTORY ${torch_include}/google AND
+   NOT torch_include IN_LIST CMAKE_CXX_IMPLICIT_INCLUDE_DIRECTORIES)
   set(filtered ${PROJECT_BINARY_DIR}/torch_include)
   file(REMOVE_RECURSE ${filtered})
   file(MAKE_DIRECTORY ${filtered})
