@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 
 #include "common/model_presets.h"
 #include "worker/model/model_config.h"
@@ -24,6 +25,30 @@ TEST_P(OfficialPresetTest, MatchesPublishedSize) {
   // (+30M at 72B).
   EXPECT_GT(c.vision_total / 1e6, 660) << GetParam();
   EXPECT_LT(c.vision_total / 1e6, 705) << GetParam();
+}
+
+// What Hugging Face transformers counts for the same configs on the meta device
+// (tools/hf_param_counts.py; transformers 5.23.0, torch 2.11.0): total, vision, text.
+struct TransformersCount {
+  const char* preset;
+  int64_t total, vision, text;
+};
+const TransformersCount kTransformersCounts[] = {
+    {"qwen2_5_vl_3b", 3754622976, 668684288, 3085938688},
+    {"qwen2_5_vl_7b", 8292166656, 676550144, 7615616512},
+    {"qwen2_5_vl_32b", 33452718336, 688841984, 32763876352},
+    {"qwen2_5_vl_72b", 73410777344, 704573696, 72706203648},
+};
+
+TEST(ParamCountTest, EqualsTransformersCountsExactly) {
+  for (const TransformersCount& want : kTransformersCounts) {
+    const ModelPreset* p = FindModelPreset(want.preset);
+    ASSERT_NE(p, nullptr) << want.preset;
+    const ParamCount c = CountParams(p->vision, p->text);
+    EXPECT_EQ(c.total, want.total) << want.preset;
+    EXPECT_EQ(c.vision_total, want.vision) << want.preset;
+    EXPECT_EQ(c.text_total, want.text) << want.preset;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, OfficialPresetTest,
