@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <vector>
+
 #include "common/model_presets.h"
 
 namespace dhp {
@@ -36,6 +39,58 @@ TEST(RopeIndexTest, MixedImageTextHandComputed) {
   want.insert(want.end(), h.begin(), h.end());
   want.insert(want.end(), w.begin(), w.end());
   EXPECT_EQ(*pos, want);
+}
+
+// Hugging Face transformers' get_rope_index on the official special tokens, as printed by
+// tools/hf_rope_index.py (transformers 5.23.0): each sequence is <|im_start|> 9 10, then per
+// image <|vision_start|>, t*h*w/4 <|image_pad|>, <|vision_end|> 11 12, then 13 <|im_end|> 14.
+struct HfCase {
+  const char* name;
+  std::vector<GridThw> grids;
+  std::vector<int64_t> positions;  // axis-major: t..., h..., w...
+};
+
+std::vector<int64_t> HfSequence(const std::vector<GridThw>& grids, const SpecialTokens& tk) {
+  std::vector<int64_t> ids = {tk.im_start, 9, 10};
+  for (const GridThw& g : grids) {
+    ids.push_back(tk.vision_start);
+    ids.insert(ids.end(), g.t * g.h * g.w / 4, tk.image_pad);
+    ids.insert(ids.end(), {tk.vision_end, 11, 12});
+  }
+  ids.insert(ids.end(), {13, tk.im_end, 14});
+  return ids;
+}
+
+TEST(RopeIndexTest, EqualsTransformersGetRopeIndex) {
+  const ModelPreset& p = *FindModelPreset("qwen2_5_vl_7b");
+  const HfCase cases[] = {
+    {"text_only",
+     {},
+     {
+         0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5}},
+    {"one_image",
+     {{1, 6, 10}},
+     {
+         0, 1, 2, 3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 9, 10, 11, 12, 13, 14,
+         0, 1, 2, 3, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 6, 6, 6, 6, 6, 9, 10, 11, 12, 13, 14,
+         0, 1, 2, 3, 4, 5, 6, 7, 8, 4, 5, 6, 7, 8, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}},
+    {"three_images",
+     {{1, 4, 6},
+     {
+         1, 10, 4}, {1, 2, 2}}, {0, 1, 2, 3, 4, 4, 4, 4, 4, 4, 7, 8, 9, 10, 11, 11, 11,
+         11, 11, 11, 11, 11, 11, 11, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 0, 1, 2,
+         3, 4, 4, 4, 5, 5, 5, 7, 8, 9, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15, 16, 17,
+         18, 19, 20, 21, 22, 23, 24, 25, 26, 0, 1, 2, 3, 4, 5, 6, 4, 5, 6, 7, 8, 9, 10,
+         11, 12, 11, 12, 11, 12, 11, 12, 11, 12, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25,
+         26}},
+  };
+  for (const HfCase& c : cases) {
+    const std::vector<int64_t> ids = HfSequence(c.grids, p.tokens);
+    ASSERT_EQ(3 * ids.size(), c.positions.size()) << c.name;
+    auto pos = ComputeMropePositions(ids, {}, c.grids, p.vision, p.tokens);
+    ASSERT_TRUE(pos.ok()) << c.name << ": " << pos.status();
+    EXPECT_EQ(*pos, c.positions) << c.name;
+  }
 }
 
 TEST(RopeIndexTest, ErrorsOnMismatchedRunsAndGrids) {
