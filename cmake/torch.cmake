@@ -6,6 +6,7 @@
 # the nvidia-nccl wheel). Neither ships Gloo's headers with the library, so both compile
 # against Debian's libgloo-dev; ProcessGroupGloo.hpp of 2.x checks for the newer Gloo store API
 # (GLOO_STORE_HAS_STORE_V2) and compiles without it.
+
 # TorchConfig.cmake looks for libc10.so and libtorch.so with find_library, which searches the
 # system folders before TORCH_INSTALL_PREFIX/lib: with Debian's libtorch-dev installed beside a
 # PyTorch wheel it would mix the two. Point those lookups at the wheel's own files first.
