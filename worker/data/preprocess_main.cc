@@ -7,6 +7,7 @@
 // For each IMAGE it writes OUT_DIR/<file name>.f32 (the patches, [num_patches, 1176] float32,
 // little-endian, row-major) and prints one line: "<file name> <t> <h> <w>" (the grid). Exit
 // status 1 if any image fails (its error is printed to stderr), 2 on bad usage.
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -27,8 +28,9 @@ int Usage(const std::string& error) {
 
 bool ParsePixels(const char* text, int64_t* out) {
   char* end = nullptr;
+  errno = 0;
   const long long v = std::strtoll(text, &end, 10);
-  if (end == text || *end != '\0' || v <= 0) return false;
+  if (end == text || *end != '\0' || errno == ERANGE || v <= 0) return false;
   *out = v;
   return true;
 }
