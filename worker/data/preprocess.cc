@@ -148,15 +148,19 @@ absl::StatusOr<ResizedSize> SmartResize(int height, int width, int factor, int64
 }
 
 RgbImage ResizeBicubic(const RgbImage& image, int out_width, int out_height) {
-  // Pillow resamples horizontally first, skipping a pass whose size does not change.
-  RgbImage tmp;
-  const RgbImage* cur = &image;
-  if (out_width != image.width) {
-    tmp = ResizeHorizontal(image, out_width);
-    cur = &tmp;
+  // Pillow skips a pass whose size does not change. Since Pillow 13 it runs the vertical pass
+  // first when the height loses more than twice as many pixels as the width does (so that the
+  // horizontal pass has fewer rows), else the horizontal one first. The order changes the
+  // result by up to a few levels, since each pass rounds to 8 bits.
+  const int dh = image.height - out_height, dw = image.width - out_width;
+  const bool vertical_first = dh > 0 && dh > 2 * dw;
+  RgbImage out = image;
+  for (int pass = 0; pass < 2; ++pass) {
+    const bool vertical = (pass == 0) == vertical_first;
+    if (vertical && out.height != out_height) out = ResizeVertical(out, out_height);
+    if (!vertical && out.width != out_width) out = ResizeHorizontal(out, out_width);
   }
-  if (out_height != cur->height) return ResizeVertical(*cur, out_height);
-  return cur == &image ? image : tmp;
+  return out;
 }
 
 int64_t NumImageTokens(const std::array<int64_t, 3>& grid_thw, int merge_size) {
