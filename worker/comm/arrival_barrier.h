@@ -34,6 +34,19 @@ absl::Status ArrivalBarrier(KvClient& kv, const std::string& ns, const GroupSpec
                             int world_rank, std::chrono::milliseconds timeout,
                             const std::string& display_name = "");
 
+// Key of a member's report that its backend finished connecting.
+std::string ConnectedKey(const std::string& ns, const std::string& group, int group_rank);
+
+// The same barrier after the backend of `group` was constructed on this rank. Gloo's TCP
+// handshake is asymmetric: the connecting side of a pair is done once it has written, while the
+// listening side still reads. A rank that returned at once and then destroyed its group (or
+// exited) closed sockets its peers were still reading ("Connection closed by peer"). After this
+// barrier every member has finished connecting. Keys "<ns><group>/connected/<group rank>"; a
+// member that never reports is named as "did not finish connecting within N ms".
+absl::Status ConnectedBarrier(KvClient& kv, const std::string& ns, const GroupSpec& group,
+                              int world_rank, std::chrono::milliseconds timeout,
+                              const std::string& display_name = "");
+
 }  // namespace dhp::comm
 
 #endif  // DHP_WORKER_COMM_ARRIVAL_BARRIER_H_

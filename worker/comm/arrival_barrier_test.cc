@@ -51,6 +51,20 @@ TEST(ArrivalBarrierTest, TimeoutListsEveryMissingRankWithTheDisplayName) {
             "not arrive within 50 ms");
 }
 
+TEST(ArrivalBarrierTest, ConnectedBarrierNamesTheMemberThatDidNotFinishConnecting) {
+  InMemoryKvClient kv;
+  GroupSpec g{"vision.sp0", {4, 5, 6}};
+  ASSERT_TRUE(kv.Set(ConnectedKey("ns/", "vision.sp0", 1), "5").ok());
+  absl::Status s = ConnectedBarrier(kv, "ns/", g, 4, 50ms);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+  EXPECT_EQ(s.message(),
+            "group vision.sp0 (size 3): rank 2 (world rank 6) did not finish connecting within "
+            "50 ms");
+  // Its own report is under connected/, not arrived/: the two barriers never satisfy each other.
+  EXPECT_TRUE(*kv.Check({"ns/vision.sp0/connected/0"}));
+  EXPECT_FALSE(*kv.Check({"ns/vision.sp0/arrived/0"}));
+}
+
 TEST(ArrivalBarrierTest, NonMemberIsRejected) {
   InMemoryKvClient kv;
   absl::Status s = ArrivalBarrier(kv, "", GroupSpec{"text.tp1", {2, 3}}, 0, 50ms);

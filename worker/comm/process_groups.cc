@@ -31,15 +31,11 @@ absl::StatusOr<GlooDevice> MakeGlooDevice(const ProcessGroupsOptions& options) {
   });
 }
 
-// Arrival barrier, then the backend of `group` (size > 1) under the display name `display`.
-absl::StatusOr<Backend> MakeBackend(KvClient& kv, const GroupSpec& group,
-                                    const std::string& display, int world_rank,
-                                    const ProcessGroupsOptions& options, const GlooDevice& device) {
-  if (absl::Status s =
-          ArrivalBarrier(kv, options.ns, group, world_rank, options.arrival_timeout, display);
-      !s.ok()) {
-    return s;
-  }
+// The backend of `group` (size > 1) under the display name `display`, without the barriers.
+absl::StatusOr<Backend> ConstructBackend(KvClient& kv, const GroupSpec& group,
+                                         const std::string& display, int world_rank,
+                                         const ProcessGroupsOptions& options,
+                                         const GlooDevice& device) {
   const int rank = group.GroupRank(world_rank);
   const int size = static_cast<int>(group.world_ranks.size());
   auto store = c10::make_intrusive<ControllerStore>(
@@ -68,6 +64,26 @@ absl::StatusOr<Backend> MakeBackend(KvClient& kv, const GroupSpec& group,
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat(context, ": ", e.what()));
   }
+}
+
+// Arrival barrier, the backend, then the connected barrier (arrival_barrier.h says why).
+absl::StatusOr<Backend> MakeBackend(KvClient& kv, const GroupSpec& group,
+                                    const std::string& display, int world_rank,
+                                    const ProcessGroupsOptions& options, const GlooDevice& device) {
+  if (absl::Status s =
+          ArrivalBarrier(kv, options.ns, group, world_rank, options.arrival_timeout, display);
+      !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<Backend> backend =
+      ConstructBackend(kv, group, display, world_rank, options, device);
+  if (!backend.ok()) return backend;
+  if (absl::Status s =
+          ConnectedBarrier(kv, options.ns, group, world_rank, options.arrival_timeout, display);
+      !s.ok()) {
+    return s;
+  }
+  return backend;
 }
 
 }  // namespace
