@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "worker/model/model_config.h"
 
 namespace dhp {
@@ -31,12 +32,6 @@ absl::Status Read(const json& obj, const std::string& where, const char* key, bo
   }
   return absl::OkStatus();
 }
-
-#define DHP_RETURN_IF_ERROR(expr) \
-  do {                            \
-    absl::Status _st = (expr);    \
-    if (!_st.ok()) return _st;    \
-  } while (0)
 
 absl::Status CheckActivation(const json& obj, const std::string& where) {
   std::string act = "silu";
@@ -81,14 +76,20 @@ absl::Status ParseText(const json& tj, const std::string& w, TextConfig* t) {
   DHP_RETURN_IF_ERROR(Read(tj, w, "rms_norm_eps", false, &t->rms_norm_eps));
   DHP_RETURN_IF_ERROR(Read(tj, w, "rope_theta", false, &t->rope_theta));
   DHP_RETURN_IF_ERROR(Read(tj, w, "max_position_embeddings", false, &t->max_position_embeddings));
-  auto rs = tj.find("rope_scaling");
-  if (rs != tj.end() && rs->is_object()) {
+  // transformers 4.x writes "rope_scaling" (mrope_section) beside "rope_theta"; transformers 5
+  // writes "rope_parameters" holding both.
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    auto rs = tj.find(key);
+    if (rs == tj.end() || !rs->is_object()) continue;
+    const std::string where = absl::StrCat(w, key, ".");
+    DHP_RETURN_IF_ERROR(Read(*rs, where, "rope_theta", false, &t->rope_theta));
+    if (!rs->contains("mrope_section")) continue;
     std::vector<int> section;
-    DHP_RETURN_IF_ERROR(Read(*rs, w + "rope_scaling.", "mrope_section", true, &section));
+    DHP_RETURN_IF_ERROR(Read(*rs, where, "mrope_section", true, &section));
     if (section.size() != 3) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config.json: ", w, "rope_scaling.mrope_section has ", section.size(),
-                       " entries: expected 3 (t, h, w)"));
+      return absl::InvalidArgumentError(absl::StrCat("config.json: ", where, "mrope_section has ",
+                                                     section.size(),
+                                                     " entries: expected 3 (t, h, w)"));
     }
     t->mrope_section = {section[0], section[1], section[2]};
   }

@@ -91,6 +91,36 @@ TEST(HfConfigTest, NestedTextConfigLayout) {
   EXPECT_EQ(p->tokens.image_pad, 1005);
 }
 
+// What transformers 5.23's save_pretrained writes: rope_theta and mrope_section inside
+// text_config.rope_parameters, and a vision rope_parameters without mrope_section.
+TEST(HfConfigTest, Transformers5RopeParameters) {
+  constexpr char kV5[] = R"({
+    "tie_word_embeddings": false, "image_token_id": 1005, "vision_start_token_id": 1003,
+    "text_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                    "num_key_value_heads": 2, "intermediate_size": 48, "vocab_size": 1024,
+                    "rms_norm_eps": 1e-06, "bos_token_id": 1000, "eos_token_id": 1002,
+                    "rope_parameters": {"mrope_section": [1, 1, 2], "rope_theta": 10000.0,
+                                        "rope_type": "default"}},
+    "vision_config": {"depth": 2, "hidden_size": 16, "num_heads": 2, "intermediate_size": 24,
+                      "out_hidden_size": 32, "fullatt_block_indexes": [1], "window_size": 56,
+                      "rope_parameters": {"rope_theta": 10000.0, "rope_type": "axial"}}
+  })";
+  absl::StatusOr<ModelPreset> p = ParseHfConfig(kV5, "v5");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->text.mrope_section, (std::array<int, 3>{1, 1, 2}));
+  EXPECT_DOUBLE_EQ(p->text.rope_theta, 1e4);
+  EXPECT_EQ(p->vision.window_size, 56);
+  EXPECT_EQ(p->tokens.vision_start, 1003);
+
+  std::string bad = kV5;
+  bad.replace(bad.find("[1, 1, 2]"), 9, "[1, 1]");
+  p = ParseHfConfig(bad, "x");
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("text_config.rope_parameters.mrope_section has 2 entries"),
+            std::string::npos)
+      << p.status();
+}
+
 TEST(HfConfigTest, ErrorsNameTheField) {
   std::string missing = kSevenB;
   missing.replace(missing.find("\"num_hidden_layers\""), 19, "\"num_hidden_layerz\"");
