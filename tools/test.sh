@@ -5,10 +5,12 @@
 #      CUDA, Hugging Face transformers, tokenizers, safetensors, Pillow, NumPy);
 #   3. Bazel against Debian's LibTorch 1.13 (CPU): unit tests, in-process API tests and the
 #      multi-process end-to-end tests; then dhp's image preprocessing against transformers'
-#      (tests/hf_preprocess_parity.py);
+#      (tests/hf_preprocess_parity.py) and the model against transformers' Qwen2.5-VL
+#      (tests/hf_model_parity.py: logits, loss, gradients, an AdamW step);
 #   4. CMake against .venv's LibTorch 2.x: every target with the CUDA and NCCL code compiled and
 #      linked (a configure error otherwise), checked in the binaries by
-#      tools/check_cmake_build.sh, then every C++ test under CTest on the CPU, then the steps of
+#      tools/check_cmake_build.sh, then every C++ test under CTest on the CPU, the model against
+#      transformers again (LibTorch 2.x), then the steps of
 #      tools/gpu-check.sh with --device cpu (so that the GPU check script itself stays working).
 #   tools/test.sh            all of it
 #   tools/test.sh --bazel    1-3 (faster while iterating)
@@ -29,6 +31,8 @@ if [ "$only" != "--cmake" ]; then
   bazel test --jobs="$jobs" //...
   echo "== image preprocessing vs Hugging Face's processor (.venv) =="
   .venv/bin/python tests/hf_preprocess_parity.py bazel-bin/worker/data/dhp-preprocess
+  echo "== the model vs Hugging Face transformers, fp32 (LibTorch 1.13) =="
+  .venv/bin/python tests/hf_model_parity.py --parity bazel-bin/worker/rank/dhp-hf-parity
 fi
 if [ "$only" = "--bazel" ]; then
   exit 0
@@ -54,6 +58,8 @@ tools/check_cmake_build.sh "$build"
 # log. worker/comm:communicator_test's stalled-peer case segfaulted once in five runs under
 # LibTorch 2.11 (not yet understood; see the session notes); every other failure is real.
 ctest --test-dir "$build" --output-on-failure --no-tests=error -j "$jobs" --repeat until-pass:2
+echo "== the model vs Hugging Face transformers, fp32 (LibTorch 2.x) =="
+.venv/bin/python tests/hf_model_parity.py --parity "$build/worker/rank/dhp-hf-parity"
 
 echo "== tools/gpu-check.sh --device cpu (the GPU check's steps, run on the CPU) =="
 tools/gpu-check.sh --python .venv/bin/python --build-dir "$build" --device cpu
