@@ -13,9 +13,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-#define DHP_RETURN_IF_ERROR(expr)             \
-  do {                                        \
-    ::absl::Status dhp_status_ = (expr);      \
+#define DHP_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ::absl::Status dhp_status_ = (expr);       \
     if (!dhp_status_.ok()) return dhp_status_; \
   } while (0)
 

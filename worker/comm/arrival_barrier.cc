@@ -38,8 +38,8 @@ absl::Status MemberBarrier(const Stage& stage, KvClient& kv, const std::string& 
   }
   if (absl::Status s = kv.Set(stage.key(ns, group.name, my_rank), std::to_string(world_rank));
       !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat(what, ": ", stage.announce, " rank ", my_rank,
-                                               ": ", s.message()));
+    return absl::Status(
+        s.code(), absl::StrCat(what, ": ", stage.announce, " rank ", my_rank, ": ", s.message()));
   }
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back(stage.key(ns, group.name, r));
@@ -57,8 +57,8 @@ absl::Status MemberBarrier(const Stage& stage, KvClient& kv, const std::string& 
   }
   if (missing.empty()) return absl::OkStatus();  // the last one arrived just now
   return absl::DeadlineExceededError(absl::StrCat(
-      what, ": ", missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "),
-      " ", stage.missing, " within ", timeout.count(), " ms"));
+      what, ": ", missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "), " ",
+      stage.missing, " within ", timeout.count(), " ms"));
 }
 
 }  // namespace

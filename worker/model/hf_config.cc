@@ -46,11 +46,11 @@ absl::Status CheckActivation(const json& obj, const std::string& where) {
 absl::Status ParseVision(const json& vj, VisionConfig* v) {
   const std::string w = "vision_config.";
   DHP_RETURN_IF_ERROR(CheckActivation(vj, w));
-  DHP_RETURN_IF_ERROR(Read(vj, w, "depth", true, &v->depth));
-  DHP_RETURN_IF_ERROR(Read(vj, w, "hidden_size", true, &v->hidden_size));
-  DHP_RETURN_IF_ERROR(Read(vj, w, "num_heads", true, &v->num_heads));
-  DHP_RETURN_IF_ERROR(Read(vj, w, "intermediate_size", true, &v->intermediate_size));
-  DHP_RETURN_IF_ERROR(Read(vj, w, "out_hidden_size", true, &v->out_hidden_size));
+  DHP_RETURN_IF_ERROR(Read(vj, w, "depth", false, &v->depth));
+  DHP_RETURN_IF_ERROR(Read(vj, w, "hidden_size", false, &v->hidden_size));
+  DHP_RETURN_IF_ERROR(Read(vj, w, "num_heads", false, &v->num_heads));
+  DHP_RETURN_IF_ERROR(Read(vj, w, "intermediate_size", false, &v->intermediate_size));
+  DHP_RETURN_IF_ERROR(Read(vj, w, "out_hidden_size", false, &v->out_hidden_size));
   // Published configs write "in_chans" (and sometimes also "in_channels").
   DHP_RETURN_IF_ERROR(Read(vj, w, "in_chans", false, &v->in_channels));
   DHP_RETURN_IF_ERROR(Read(vj, w, "in_channels", false, &v->in_channels));
@@ -65,12 +65,14 @@ absl::Status ParseVision(const json& vj, VisionConfig* v) {
 
 absl::Status ParseText(const json& tj, const std::string& w, TextConfig* t) {
   DHP_RETURN_IF_ERROR(CheckActivation(tj, w));
-  DHP_RETURN_IF_ERROR(Read(tj, w, "hidden_size", true, &t->hidden_size));
-  DHP_RETURN_IF_ERROR(Read(tj, w, "num_hidden_layers", true, &t->num_layers));
-  DHP_RETURN_IF_ERROR(Read(tj, w, "num_attention_heads", true, &t->num_heads));
-  DHP_RETURN_IF_ERROR(Read(tj, w, "intermediate_size", true, &t->intermediate_size));
-  DHP_RETURN_IF_ERROR(Read(tj, w, "vocab_size", true, &t->vocab_size));
-  t->num_kv_heads = t->num_heads;  // transformers' default when the key is absent
+  DHP_RETURN_IF_ERROR(Read(tj, w, "hidden_size", false, &t->hidden_size));
+  DHP_RETURN_IF_ERROR(Read(tj, w, "num_hidden_layers", false, &t->num_layers));
+  DHP_RETURN_IF_ERROR(Read(tj, w, "num_attention_heads", false, &t->num_heads));
+  DHP_RETURN_IF_ERROR(Read(tj, w, "intermediate_size", false, &t->intermediate_size));
+  DHP_RETURN_IF_ERROR(Read(tj, w, "vocab_size", false, &t->vocab_size));
+  // transformers: 8 when the key is absent, the query head count when it is null.
+  auto kv = tj.find("num_key_value_heads");
+  if (kv != tj.end() && kv->is_null()) t->num_kv_heads = t->num_heads;
   DHP_RETURN_IF_ERROR(Read(tj, w, "num_key_value_heads", false, &t->num_kv_heads));
   DHP_RETURN_IF_ERROR(Read(tj, w, "tie_word_embeddings", false, &t->tie_word_embeddings));
   DHP_RETURN_IF_ERROR(Read(tj, w, "rms_norm_eps", false, &t->rms_norm_eps));
@@ -96,6 +98,40 @@ absl::Status ParseText(const json& tj, const std::string& w, TextConfig* t) {
   return absl::OkStatus();
 }
 
+// transformers' defaults (Qwen2_5_VLVisionConfig, Qwen2_5_VLTextConfig and Qwen2_5_VLConfig in
+// transformers 5.23) for every key a config.json may leave out. They are not the 7B values that
+// dhp's config structs default to: a bare text config is the 72B one, with rms_norm_eps 1e-5.
+ModelPreset TransformersDefaults() {
+  ModelPreset p;
+  VisionConfig& v = p.vision;
+  v.depth = 32;
+  v.hidden_size = 3584;
+  v.num_heads = 16;
+  v.intermediate_size = 3420;
+  v.in_channels = 3;
+  v.patch_size = 14;
+  v.temporal_patch_size = 2;
+  v.spatial_merge_size = 2;
+  v.window_size = 112;
+  v.fullatt_block_indexes = {7, 15, 23, 31};
+  v.out_hidden_size = 3584;
+  v.rms_norm_eps = 1e-6;  // fixed in the vision tower's code, not a config key
+  TextConfig& t = p.text;
+  t.vocab_size = 152064;
+  t.hidden_size = 8192;
+  t.intermediate_size = 29568;
+  t.num_layers = 80;
+  t.num_heads = 64;
+  t.num_kv_heads = 8;
+  t.rms_norm_eps = 1e-5;
+  t.rope_theta = 1000000.0;
+  t.mrope_section = {16, 24, 24};
+  t.max_position_embeddings = 32768;
+  t.tie_word_embeddings = false;
+  p.tokens = SpecialTokens{};  // 151643 .. 151656, the official ids
+  return p;
+}
+
 }  // namespace
 
 absl::StatusOr<ModelPreset> ParseHfConfig(const std::string& json_text, const std::string& name) {
@@ -103,24 +139,38 @@ absl::StatusOr<ModelPreset> ParseHfConfig(const std::string& json_text, const st
   if (root.is_discarded() || !root.is_object()) {
     return absl::InvalidArgumentError("config.json: not a JSON object");
   }
-  ModelPreset p;
+  ModelPreset p = TransformersDefaults();
   p.name = name;
   auto vj = root.find("vision_config");
-  if (vj == root.end() || !vj->is_object()) {
-    return absl::InvalidArgumentError("config.json: vision_config is missing");
+  if (vj != root.end() && !vj->is_null()) {
+    if (!vj->is_object()) {
+      return absl::InvalidArgumentError("config.json: vision_config is not an object");
+    }
+    DHP_RETURN_IF_ERROR(ParseVision(*vj, &p.vision));
   }
-  DHP_RETURN_IF_ERROR(ParseVision(*vj, &p.vision));
 
+  // The text fields are under text_config (transformers 5), or at the top level (the published
+  // checkpoints), where a text_config may also appear without the sizes.
   auto tj = root.find("text_config");
-  const bool nested = tj != root.end() && tj->is_object() && tj->contains("hidden_size");
-  DHP_RETURN_IF_ERROR(nested ? ParseText(*tj, "text_config.", &p.text)
-                             : ParseText(root, "", &p.text));
-  // tie_word_embeddings is a top-level field in either layout.
-  DHP_RETURN_IF_ERROR(Read(root, "", "tie_word_embeddings", false, &p.text.tie_word_embeddings));
+  const bool nested = tj != root.end() && tj->is_object() &&
+                      (tj->contains("hidden_size") || !root.contains("hidden_size"));
+  const json& text = nested ? *tj : root;
+  const std::string where = nested ? "text_config." : "";
+  DHP_RETURN_IF_ERROR(ParseText(text, where, &p.text));
+  // The top-level value counts; a true one inside text_config (transformers 4 saves) ties too.
+  bool tied = false;
+  DHP_RETURN_IF_ERROR(Read(root, "", "tie_word_embeddings", false, &tied));
+  p.text.tie_word_embeddings = tied || p.text.tie_word_embeddings;
 
   SpecialTokens& s = p.tokens;
-  DHP_RETURN_IF_ERROR(Read(root, "", "bos_token_id", false, &s.endoftext));
-  DHP_RETURN_IF_ERROR(Read(root, "", "eos_token_id", false, &s.im_end));
+  for (const auto& [obj, w] : {std::pair<const json*, std::string>{&text, where}, {&root, ""}}) {
+    DHP_RETURN_IF_ERROR(Read(*obj, w, "bos_token_id", false, &s.endoftext));
+    // eos_token_id may be a list (transformers allows int | list): the first is <|im_end|>.
+    auto eos = obj->find("eos_token_id");
+    const bool list = eos != obj->end() && eos->is_array() && !eos->empty();
+    const json first = list ? json{{"eos_token_id", (*eos)[0]}} : json::object();
+    DHP_RETURN_IF_ERROR(Read(list ? first : *obj, w, "eos_token_id", false, &s.im_end));
+  }
   DHP_RETURN_IF_ERROR(Read(root, "", "vision_start_token_id", false, &s.vision_start));
   DHP_RETURN_IF_ERROR(Read(root, "", "vision_end_token_id", false, &s.vision_end));
   DHP_RETURN_IF_ERROR(Read(root, "", "image_token_id", false, &s.image_pad));

@@ -1,10 +1,12 @@
 // Reads a Hugging Face Qwen2.5-VL `config.json` into dhp's config structs.
 //
 // Accepts both layouts transformers has written: text fields at the top level (the published
-// checkpoints, transformers 4.4x) and text fields under "text_config" (newer transformers).
-// The vision fields are under "vision_config" in both. Fields that are absent keep the
-// defaults of the config structs (the 7B values); the size-defining fields are required. The
-// result is validated with ValidateModelConfig. No LibTorch. Stateless and thread-safe.
+// checkpoints, transformers 4.4x) and text fields under "text_config" (transformers 5, which
+// also moves rope_theta and mrope_section into "rope_parameters"). The vision fields are under
+// "vision_config" in both. A key that is absent takes transformers' default (Qwen2_5_VLConfig
+// and its two sub-configs), as transformers itself would load the file; a key of the wrong type
+// is refused, naming it. The result is validated with ValidateModelConfig. No LibTorch.
+// Stateless and thread-safe.
 #ifndef DHP_WORKER_MODEL_HF_CONFIG_H_
 #define DHP_WORKER_MODEL_HF_CONFIG_H_
 

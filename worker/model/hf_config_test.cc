@@ -121,17 +121,58 @@ TEST(HfConfigTest, Transformers5RopeParameters) {
       << p.status();
 }
 
-TEST(HfConfigTest, ErrorsNameTheField) {
-  std::string missing = kSevenB;
-  missing.replace(missing.find("\"num_hidden_layers\""), 19, "\"num_hidden_layerz\"");
-  absl::StatusOr<ModelPreset> p = ParseHfConfig(missing, "x");
-  ASSERT_FALSE(p.ok());
-  EXPECT_NE(p.status().message().find("num_hidden_layers is missing"), std::string::npos)
-      << p.status();
+// Absent keys take transformers 5.23's defaults (configuration_qwen2_5_vl.py), not dhp's 7B
+// struct defaults: a bare text config is the 72B one with rms_norm_eps 1e-5 and 32768 positions.
+TEST(HfConfigTest, AbsentKeysTakeTransformersDefaults) {
+  absl::StatusOr<ModelPreset> p =
+      ParseHfConfig(R"({"vision_config": {"out_hidden_size": 8192}})", "d");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->text.hidden_size, 8192);
+  EXPECT_EQ(p->text.num_layers, 80);
+  EXPECT_EQ(p->text.num_heads, 64);
+  EXPECT_EQ(p->text.num_kv_heads, 8);
+  EXPECT_EQ(p->text.intermediate_size, 29568);
+  EXPECT_EQ(p->text.vocab_size, 152064);
+  EXPECT_DOUBLE_EQ(p->text.rms_norm_eps, 1e-5);
+  EXPECT_DOUBLE_EQ(p->text.rope_theta, 1e6);
+  EXPECT_EQ(p->text.max_position_embeddings, 32768);
+  EXPECT_EQ(p->text.mrope_section, (std::array<int, 3>{16, 24, 24}));
+  EXPECT_FALSE(p->text.tie_word_embeddings);
+  EXPECT_EQ(p->vision.depth, 32);
+  EXPECT_EQ(p->vision.hidden_size, 3584);
+  EXPECT_EQ(p->vision.num_heads, 16);
+  EXPECT_EQ(p->vision.intermediate_size, 3420);
+  EXPECT_EQ(p->vision.window_size, 112);
+  EXPECT_EQ(p->vision.fullatt_block_indexes, (std::vector<int>{7, 15, 23, 31}));
+  EXPECT_EQ(p->tokens.image_pad, 151655);
+  EXPECT_EQ(p->tokens.im_end, 151645);
 
+  // Everything absent: the vision tower's 3584 outputs do not fit the 8192-wide text model,
+  // which transformers would only find when running; dhp refuses it at once.
+  p = ParseHfConfig("{}", "d");
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("out_hidden_size"), std::string::npos) << p.status();
+}
+
+TEST(HfConfigTest, NullKvHeadsEosListAndTieInsideTextConfig) {
+  absl::StatusOr<ModelPreset> p = ParseHfConfig(R"({
+    "vision_config": {"out_hidden_size": 64, "hidden_size": 32, "num_heads": 2},
+    "text_config": {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": null,
+                    "tie_word_embeddings": true, "eos_token_id": [7, 8], "bos_token_id": 5,
+                    "rope_parameters": {"mrope_section": [2, 3, 3]}},
+    "tie_word_embeddings": false})",
+                                                "n");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->text.num_kv_heads, 4);        // null: one KV head per query head
+  EXPECT_TRUE(p->text.tie_word_embeddings);  // transformers 5 honours a true left inside
+  EXPECT_EQ(p->tokens.im_end, 7);
+  EXPECT_EQ(p->tokens.endoftext, 5);
+}
+
+TEST(HfConfigTest, ErrorsNameTheField) {
   std::string bad_type = kSevenB;
   bad_type.replace(bad_type.find("\"depth\": 32"), 11, "\"depth\": \"x\"");
-  p = ParseHfConfig(bad_type, "x");
+  absl::StatusOr<ModelPreset> p = ParseHfConfig(bad_type, "x");
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("vision_config.depth"), std::string::npos) << p.status();
 

@@ -9,8 +9,8 @@
 #include <memory>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "dhp/v1/job_spec.pb.h"
@@ -92,8 +92,8 @@ absl::StatusOr<PackedBatch> ReadBatch(const Reference& ref) {
   for (int64_t i = 0; i < cu.numel(); ++i) b.cu_seqlens.push_back(cu[i].item<int64_t>());
   DHP_ASSIGN_OR_RETURN(at::Tensor grids, ref.Get("image_grid_thw"));
   for (int64_t i = 0; i < grids.size(0); ++i) {
-    b.image_grids.push_back({grids[i][0].item<int64_t>(), grids[i][1].item<int64_t>(),
-                             grids[i][2].item<int64_t>()});
+    b.image_grids.push_back(
+        {grids[i][0].item<int64_t>(), grids[i][1].item<int64_t>(), grids[i][2].item<int64_t>()});
   }
   if (!b.image_grids.empty()) {
     DHP_ASSIGN_OR_RETURN(b.pixel_values, ref.Get("pixel_values"));
@@ -166,8 +166,7 @@ absl::Status CompareTraining(const Reference& ref, const TrainingOptimizer::Name
   ParityRow total{"clip norm (hf grads)"};
   total.bound = bounds.grad_norm;
   DHP_ASSIGN_OR_RETURN(at::Tensor want_total, ref.Get("grad_total_norm"));
-  Accumulate("grad_total_norm", at::tensor({opt.ClipGradNorm()}, at::kDouble), want_total,
-             &total);
+  Accumulate("grad_total_norm", at::tensor({opt.ClipGradNorm()}, at::kDouble), want_total, &total);
   report->rows.push_back(total);
   opt.Step();
   ParityRow step{absl::StrCat("AdamW on hf grads (", params.size(), ")")};
@@ -188,11 +187,10 @@ bool ParityReport::ok() const {
 }
 
 std::string ParityReport::Table() const {
-  std::string out = absl::StrFormat("%s: loss dhp %.9f, transformers %.9f\n", case_dir, loss_dhp,
-                                    loss_hf);
-  absl::StrAppendFormat(&out, "  %-26s %9s %10s %10s %9s  %-16s %-6s %s\n", "quantity",
-                        "elements", "max |hf|", "max |diff|", "worst/bnd", "bound atol, rtol",
-                        "", "worst at");
+  std::string out =
+      absl::StrFormat("%s: loss dhp %.9f, transformers %.9f\n", case_dir, loss_dhp, loss_hf);
+  absl::StrAppendFormat(&out, "  %-26s %9s %10s %10s %9s  %-16s %-6s %s\n", "quantity", "elements",
+                        "max |hf|", "max |diff|", "worst/bnd", "bound atol, rtol", "", "worst at");
   for (const ParityRow& r : rows) {
     absl::StrAppendFormat(&out, "  %-26s %9d %10.3e %10.3e %9.3f  %-16s %-6s %s\n", r.what,
                           r.elements, r.max_abs_ref, r.max_abs_diff, r.worst,
@@ -202,8 +200,7 @@ std::string ParityReport::Table() const {
   return out;
 }
 
-absl::StatusOr<ParityReport> RunHfParity(const std::string& case_dir,
-                                         const ParityBounds& bounds) {
+absl::StatusOr<ParityReport> RunHfParity(const std::string& case_dir, const ParityBounds& bounds) {
   DHP_ASSIGN_OR_RETURN(Reference ref, Reference::Open(case_dir));
   DHP_ASSIGN_OR_RETURN(PackedBatch batch, ReadBatch(ref));
   DHP_ASSIGN_OR_RETURN(Qwen2_5_VL model, LoadModel(case_dir));
@@ -221,8 +218,8 @@ absl::StatusOr<ParityReport> RunHfParity(const std::string& case_dir,
   DHP_ASSIGN_OR_RETURN(at::Tensor want_logits, ref.Get("logits"));
   DHP_ASSIGN_OR_RETURN(at::Tensor want_loss, ref.Get("loss"));
   if (!logits.sizes().equals(want_logits.sizes())) {
-    return absl::InvalidArgumentError(absl::StrCat("logits: dhp ", logits.sizes().size(),
-                                                   "-D, reference shape differs"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("logits: dhp ", logits.sizes().size(), "-D, reference shape differs"));
   }
   report.loss_dhp = loss.item<double>();
   report.loss_hf = want_loss.item<double>();

@@ -40,7 +40,7 @@ struct ParityBounds {
 
 // One compared quantity: a tensor, or a group of tensors reported as one row.
 struct ParityRow {
-  std::string what;        // "logits", "loss", "grad (81 tensors)", ...
+  std::string what;  // "logits", "loss", "grad (81 tensors)", ...
   int64_t elements = 0;
   double max_abs_diff = 0;  // max |dhp - hf|
   double max_abs_ref = 0;   // max |hf|: the scale the bound is applied at
