@@ -1,5 +1,7 @@
 #include "common/model_presets.h"
 
+#include <sstream>
+
 namespace dhp {
 namespace {
 
@@ -61,6 +63,73 @@ const std::vector<ModelPreset>& Presets() {
 }
 
 }  // namespace
+
+namespace {
+
+std::string Str(const std::vector<int>& v) {
+  std::ostringstream o;
+  o << "[";
+  for (size_t i = 0; i < v.size(); ++i) o << (i ? ", " : "") << v[i];
+  return o.str() + "]";
+}
+std::string Str(const std::array<int, 3>& v) { return Str(std::vector<int>(v.begin(), v.end())); }
+template <typename T>
+std::string Str(const T& v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
+
+struct Differ {
+  std::vector<std::string> out;
+  template <typename T>
+  void operator()(const char* field, const T& a, const T& b) {
+    if (!(a == b)) out.push_back(std::string(field) + ": " + Str(a) + " vs " + Str(b));
+  }
+  void Token(const char* field, int64_t a, int64_t b) {
+    if (a >= 0 && b >= 0) (*this)(field, a, b);
+  }
+};
+
+}  // namespace
+
+std::vector<std::string> DiffModelPresets(const ModelPreset& a, const ModelPreset& b) {
+  Differ d;
+  const VisionConfig &va = a.vision, &vb = b.vision;
+  d("vision.depth", va.depth, vb.depth);
+  d("vision.hidden_size", va.hidden_size, vb.hidden_size);
+  d("vision.num_heads", va.num_heads, vb.num_heads);
+  d("vision.intermediate_size", va.intermediate_size, vb.intermediate_size);
+  d("vision.in_channels", va.in_channels, vb.in_channels);
+  d("vision.patch_size", va.patch_size, vb.patch_size);
+  d("vision.temporal_patch_size", va.temporal_patch_size, vb.temporal_patch_size);
+  d("vision.spatial_merge_size", va.spatial_merge_size, vb.spatial_merge_size);
+  d("vision.window_size", va.window_size, vb.window_size);
+  d("vision.fullatt_block_indexes", va.fullatt_block_indexes, vb.fullatt_block_indexes);
+  d("vision.out_hidden_size", va.out_hidden_size, vb.out_hidden_size);
+  d("vision.rms_norm_eps", va.rms_norm_eps, vb.rms_norm_eps);
+  const TextConfig &ta = a.text, &tb = b.text;
+  d("text.hidden_size", ta.hidden_size, tb.hidden_size);
+  d("text.num_layers", ta.num_layers, tb.num_layers);
+  d("text.num_heads", ta.num_heads, tb.num_heads);
+  d("text.num_kv_heads", ta.num_kv_heads, tb.num_kv_heads);
+  d("text.intermediate_size", ta.intermediate_size, tb.intermediate_size);
+  d("text.vocab_size", ta.vocab_size, tb.vocab_size);
+  d("text.tie_word_embeddings", ta.tie_word_embeddings, tb.tie_word_embeddings);
+  d("text.rms_norm_eps", ta.rms_norm_eps, tb.rms_norm_eps);
+  d("text.rope_theta", ta.rope_theta, tb.rope_theta);
+  d("text.mrope_section", ta.mrope_section, tb.mrope_section);
+  d("text.max_position_embeddings", ta.max_position_embeddings, tb.max_position_embeddings);
+  const SpecialTokens &ka = a.tokens, &kb = b.tokens;
+  d.Token("tokens.endoftext", ka.endoftext, kb.endoftext);
+  d.Token("tokens.im_start", ka.im_start, kb.im_start);
+  d.Token("tokens.im_end", ka.im_end, kb.im_end);
+  d.Token("tokens.vision_start", ka.vision_start, kb.vision_start);
+  d.Token("tokens.vision_end", ka.vision_end, kb.vision_end);
+  d.Token("tokens.image_pad", ka.image_pad, kb.image_pad);
+  d.Token("tokens.video_pad", ka.video_pad, kb.video_pad);
+  return d.out;
+}
 
 const ModelPreset* FindModelPreset(const std::string& name) {
   for (const ModelPreset& p : Presets()) {

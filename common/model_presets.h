@@ -66,6 +66,12 @@ const ModelPreset* FindModelPreset(const std::string& name);
 // All preset names, in a stable order (for error messages and `dhpctl`).
 std::vector<std::string> ModelPresetNames();
 
+// The architecture fields (vision, text, special tokens) in which `a` and `b` differ, as
+// "text.num_layers: 28 vs 2", in declaration order; empty when they describe the same model.
+// Names and published sizes are not compared; a negative special token id in either (unknown,
+// e.g. <|im_start|>, which config.json does not carry) matches any.
+std::vector<std::string> DiffModelPresets(const ModelPreset& a, const ModelPreset& b);
+
 }  // namespace dhp
 
 #endif  // DHP_COMMON_MODEL_PRESETS_H_

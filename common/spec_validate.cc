@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -315,6 +316,39 @@ void NormalizeCheckpoint(v1::CheckpointSpec& ckpt, const std::string& job_name,
 
 }  // namespace
 
+absl::StatusOr<ModelPreset> ResolveSpecModel(const v1::JobSpec& spec, const SpecOptions& options) {
+  const std::string& name = spec.model().preset();
+  const std::string& dir = spec.model().weights_path();
+  const ModelPreset* named = name.empty() ? nullptr : FindModelPreset(name);
+  if (!name.empty() && named == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.preset: unknown preset ", Quote(name),
+                     "; known presets: ", absl::StrJoin(ModelPresetNames(), ", ")));
+  }
+  if (dir.empty()) return *named;
+  if (!options.read_model_config) {
+    if (named != nullptr) return *named;
+    return absl::FailedPreconditionError(
+        absl::StrCat("model.weights_path: ", Quote(dir),
+                     " names the model, and this process cannot read model directories"));
+  }
+  absl::StatusOr<ModelPreset> config = options.read_model_config(dir);
+  if (!config.ok()) {
+    if (named != nullptr && absl::IsNotFound(config.status())) return *named;
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.weights_path: ", Quote(dir), ": ", config.status().message()));
+  }
+  if (named == nullptr) return config;
+  std::vector<std::string> diff = DiffModelPresets(*named, *config);
+  if (diff.empty()) {
+    config->name = named->name;
+    return config;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "model.preset: ", named->name, " disagrees with model.weights_path ", Quote(dir),
+      "'s config.json: ", absl::StrJoin(diff, ", "), " (preset vs config.json)"));
+}
+
 absl::Status NormalizeAndValidateSpec(v1::JobSpec* spec, const SpecOptions& options) {
   Errors errors;
   const bool name_ok = CheckName(spec->name(), errors);
@@ -322,17 +356,22 @@ absl::Status NormalizeAndValidateSpec(v1::JobSpec* spec, const SpecOptions& opti
     if (key.empty()) errors.Add("labels", "label keys must not be empty");
   }
 
-  const ModelPreset* preset = nullptr;
-  const std::string known = absl::StrJoin(ModelPresetNames(), ", ");
-  if (spec->model().preset().empty()) {
-    errors.Add("model.preset", absl::StrCat("is required; known presets: ", known));
-  } else {
-    preset = FindModelPreset(spec->model().preset());
-    if (preset == nullptr) {
-      errors.Add("model.preset", absl::StrCat("unknown preset ", Quote(spec->model().preset()),
-                                              "; known presets: ", known));
-    }
+  // The architecture, when this process can know it (a model directory alone, read nowhere,
+  // leaves it unknown: the stage checks then run on the ranks).
+  std::optional<ModelPreset> model;
+  if (spec->model().preset().empty() && spec->model().weights_path().empty()) {
+    errors.Add("model.preset",
+               absl::StrCat("is required unless model.weights_path names a Hugging Face model "
+                            "directory; known presets: ",
+                            absl::StrJoin(ModelPresetNames(), ", ")));
+  } else if (absl::StatusOr<ModelPreset> m = ResolveSpecModel(*spec, options); m.ok()) {
+    model = std::move(*m);
+  } else if (!absl::IsFailedPrecondition(m.status())) {
+    const std::string msg(m.status().message());
+    const size_t colon = msg.find(": ");
+    errors.Add(msg.substr(0, colon), msg.substr(colon + 2));
   }
+  const ModelPreset* preset = model.has_value() ? &*model : nullptr;
   NormalizeVision(*spec->mutable_vision(), preset, errors);
   NormalizeText(*spec->mutable_text(), preset, errors);
 

@@ -91,8 +91,9 @@ const BadSpec kBadSpecs[] = {
      "text.degree: 8 does not divide the 28 attention heads of qwen2_5_vl_7b"},
     {"unknown_preset", {{"model", "model: {preset: qwen2_5_vl_8b}"}},
      std::string("model.preset: unknown preset \"qwen2_5_vl_8b\"; known presets: ") + kPresets},
-    {"missing_preset", {{"model", "model: {weights_path: /w}"}},
-     std::string("model.preset: is required; known presets: ") + kPresets},
+    {"missing_preset", {{"model", "model: {}"}},
+     std::string("model.preset: is required unless model.weights_path names a Hugging Face "
+                 "model directory; known presets: ") + kPresets},
     {"typo_vision_degre", {{"vision", "vision: {parallelism: sequence, degre: 4}"}},
      "vision.degre: unknown key; known keys: parallelism, degree, zero_stage, "
      "activation_checkpointing, dtype"},
@@ -295,6 +296,86 @@ TEST(SpecValidateTest, CheckpointDirectoryWithoutKnownRoot) {
       ParseJobSpec(SpecYaml({{"checkpoint", "checkpoint: {directory: /data/ckpt}"}}), local);
   EXPECT_EQ(abs.status().message(),
             "checkpoint.directory: \"/data/ckpt\" must be relative to the checkpoint root");
+}
+
+// A model directory instead of (or beside) a preset. `dirs` stands for the files a rank can
+// read: weights_path -> the architecture its config.json describes.
+SpecOptions WithModelDirs(std::map<std::string, ModelPreset> dirs) {
+  SpecOptions o = Options();
+  o.read_model_config = [dirs](const std::string& path) -> absl::StatusOr<ModelPreset> {
+    auto it = dirs.find(path);
+    if (it == dirs.end()) return absl::NotFoundError(path + "/config.json: no such file");
+    return it->second;
+  };
+  return o;
+}
+
+ModelPreset Resized7B() {  // a 7B fine-tune with 12 text layers and 8 vision heads
+  ModelPreset p = *FindModelPreset("qwen2_5_vl_7b");
+  p.name = "ft";
+  p.text.num_layers = 12;
+  p.vision.num_heads = 8;
+  return p;
+}
+
+TEST(SpecValidateTest, ModelDirectoryAloneNamesTheArchitecture) {
+  const std::string dir_only = SpecYaml({{"model", "model: {weights_path: ft}"}});
+  // The controller cannot read it: accepted, the stage checks are left to the ranks.
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(dir_only, Options());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(ResolveSpecModel(*spec, Options()).status()));
+  // A rank reads it: the config's 8 vision heads do not divide by vision.degree 16.
+  SpecOptions rank = WithModelDirs({{"ft", Resized7B()}});
+  absl::StatusOr<ModelPreset> model = ResolveSpecModel(*spec, rank);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->text.num_layers, 12);
+  EXPECT_TRUE(ParseJobSpec(dir_only, rank).ok());
+  absl::StatusOr<v1::JobSpec> bad =
+      ParseJobSpec(SpecYaml({{"model", "model: {weights_path: ft}"},
+                             {"vision", "vision: {parallelism: sequence, degree: 16}"}}),
+                   rank);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "vision.degree: 16 does not divide the 8 attention heads of the ft vision encoder");
+  // A directory without config.json names nothing.
+  absl::StatusOr<v1::JobSpec> none =
+      ParseJobSpec(SpecYaml({{"model", "model: {weights_path: empty}"}}), rank);
+  EXPECT_EQ(none.status().message(),
+            "model.weights_path: \"empty\": empty/config.json: no such file");
+}
+
+TEST(SpecValidateTest, PresetBesideModelDirectoryMustAgree) {
+  SpecOptions rank =
+      WithModelDirs({{"ft", Resized7B()}, {"7b", *FindModelPreset("qwen2_5_vl_7b")}});
+  absl::StatusOr<v1::JobSpec> bad = ParseJobSpec(
+      SpecYaml({{"model", "model: {preset: qwen2_5_vl_7b, weights_path: ft}"}}), rank);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "model.preset: qwen2_5_vl_7b disagrees with model.weights_path \"ft\"'s config.json: "
+            "vision.num_heads: 16 vs 8, text.num_layers: 28 vs 12 (preset vs config.json)");
+  absl::StatusOr<v1::JobSpec> same = ParseJobSpec(
+      SpecYaml({{"model", "model: {preset: qwen2_5_vl_7b, weights_path: 7b}"}}), rank);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(ResolveSpecModel(*same, rank)->name, "qwen2_5_vl_7b");
+  // A checkpoint directory without config.json (weights only): the preset decides.
+  absl::StatusOr<v1::JobSpec> weights_only = ParseJobSpec(
+      SpecYaml({{"model", "model: {preset: qwen2_5_vl_7b, weights_path: bare}"}}), rank);
+  ASSERT_TRUE(weights_only.ok()) << weights_only.status();
+  EXPECT_EQ(ResolveSpecModel(*weights_only, rank)->text.num_layers, 28);
+}
+
+TEST(SpecValidateTest, DiffModelPresetsNamesEveryField) {
+  ModelPreset a = *FindModelPreset("tiny");
+  EXPECT_TRUE(DiffModelPresets(a, a).empty());
+  ModelPreset b = a;
+  b.text.mrope_section = {4, 2, 2};
+  b.text.rope_theta = 1e6;
+  b.tokens.image_pad = 7;
+  b.tokens.im_start = -1;  // unknown: matches anything
+  EXPECT_EQ(DiffModelPresets(a, b),
+            (std::vector<std::string>{"text.rope_theta: 10000 vs 1e+06",
+                                      "text.mrope_section: [2, 3, 3] vs [4, 2, 2]",
+                                      "tokens.image_pad: 1005 vs 7"}));
 }
 
 TEST(SpecValidateTest, NormalisedSpecIsAFixedPoint) {
