@@ -9,10 +9,11 @@ stop=true, which every rank must obey after the same step. Training a job to its
 checkpoints and resuming are covered where the agent launches the ranks (runs_test.py) and
 in-process (worker/rank/job_rank_test.cc).
 Usage: ranks_test.py CONTROLLER WORKER DHPCTL CONFIGS_DIR DHP_RANK LAUNCHER GEN_SHAPES
-[unittest args]."""
+HF_MODEL_DIR [unittest args]."""
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import unittest
@@ -23,6 +24,7 @@ BINS = None
 DHP_RANK = None
 LAUNCHER = None
 GEN_SHAPES = None
+HF_MODEL = None  # a Hugging Face model directory (worker/rank/testdata/hf_golden)
 STEPS = 200  # more than the ranks get to: the controller stops them
 
 
@@ -83,6 +85,45 @@ class RanksTest(unittest.TestCase):
             self.assertTrue(0 < float(losses["0"]) < 20, losses)
         print("the ranks stopped after step %d of %d" % (last, STEPS))
 
+    def submit_model_dir(self, preset_line):
+        """Submits tiny-cpu.yaml with its model given by a Hugging Face model directory under the
+        data root (config.json, model.safetensors, and the tiny tokenizer as tokenizer.json)."""
+        model = os.path.join(self.data_root, "hf-model")
+        shutil.copytree(HF_MODEL, model)
+        shutil.copy(self.cluster.config("tiny-tokenizer.json"),
+                    os.path.join(model, "tokenizer.json"))
+        with open(os.path.join(self.cluster.tmp.name, "tiny-short.yaml")) as f:
+            spec = f.read()
+        spec = re.sub(r"(?m)^  preset: tiny.*$", preset_line + "  weights_path: hf-model", spec)
+        spec = re.sub(r"(?m)^name: .*$", "name: hf-model", spec)
+        path = os.path.join(self.cluster.tmp.name, "hf-model.yaml")
+        with open(path, "w") as f:
+            f.write(spec)
+        code, out, err = self.cluster.dhpctl("submit", "-f", path)
+        self.assertEqual(code, 0, err)  # the controller cannot read the directory: accepted
+        return re.match(r"job (j-[0-9a-f]+) ", out).group(1)
+
+    def test_a_model_directory_without_a_preset_trains(self):
+        job = self.submit_model_dir("")
+        env = dict(self.env, DHP_RANK_BIN=DHP_RANK, DHPCTL_BIN=BINS.dhpctl)
+        proc = subprocess.run(
+            [LAUNCHER, "--controller", self.cluster.server, "--job", job,
+             "--data-root", self.data_root],
+            capture_output=True, text=True, timeout=300, env=env)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        losses = re.findall(r"(?m)^rank (\d): step 1/\d+ loss (\S+) ", proc.stdout)
+        self.assertEqual(sorted(r for r, _ in losses), ["0", "1"], proc.stdout)
+        self.assertEqual(losses[0][1], losses[1][1])
+        # The saved random init (vocabulary 1024) predicts about uniformly: log(1024) = 6.93.
+        self.assertAlmostEqual(float(losses[0][1]), 6.93, delta=0.5)
+
+    def test_a_preset_that_disagrees_with_the_model_directory_is_refused_by_the_ranks(self):
+        self.job = self.submit_model_dir("  preset: qwen2_5_vl_3b\n")
+        proc = self.rank("--world-rank", "0", "--timeout", "3")
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        self.assertIn('model.preset: qwen2_5_vl_3b disagrees with model.weights_path "hf-model"\'s '
+                      "config.json: vision.depth: 32 vs 2", proc.stderr)
+
     def test_a_rank_that_never_arrives_is_named(self):
         proc = self.rank("--world-rank", "0", "--timeout", "3")
         self.assertEqual(proc.returncode, 1, proc.stderr)
@@ -111,5 +152,5 @@ class RanksTest(unittest.TestCase):
 
 if __name__ == "__main__":
     BINS = Binaries(*sys.argv[1:5])
-    DHP_RANK, LAUNCHER, GEN_SHAPES = (os.path.abspath(p) for p in sys.argv[5:8])
-    unittest.main(argv=[sys.argv[0]] + sys.argv[8:], verbosity=2)
+    DHP_RANK, LAUNCHER, GEN_SHAPES, HF_MODEL = (os.path.abspath(p) for p in sys.argv[5:9])
+    unittest.main(argv=[sys.argv[0]] + sys.argv[9:], verbosity=2)

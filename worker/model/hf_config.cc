@@ -129,6 +129,7 @@ ModelPreset TransformersDefaults() {
   t.max_position_embeddings = 32768;
   t.tie_word_embeddings = false;
   p.tokens = SpecialTokens{};  // 151643 .. 151656, the official ids
+  p.tokens.im_start = -1;      // not a config.json key: unknown (the tokenizer has it)
   return p;
 }
 

@@ -49,8 +49,8 @@ absl::Status DataPipeline::Init(const v1::JobSpec& spec, const ModelPreset& pres
   const data::ChatSpecialIds& ids = chat_template_->special_ids();
   const SpecialTokens& want = preset.tokens;
   if (ids.image_pad != want.image_pad || ids.vision_start != want.vision_start ||
-      ids.vision_end != want.vision_end || ids.im_start != want.im_start ||
-      ids.im_end != want.im_end) {
+      ids.vision_end != want.vision_end || ids.im_end != want.im_end ||
+      (want.im_start >= 0 && ids.im_start != want.im_start)) {  // < 0: config.json lacks it
     return absl::InvalidArgumentError(absl::StrCat(
         tokenizer_path, ": special token ids (<|image_pad|> ", ids.image_pad, ", <|im_start|> ",
         ids.im_start, ") differ from preset ", preset.name, "'s (", want.image_pad, ", ",

@@ -20,6 +20,7 @@
 #include "common/job_layout.h"
 #include "common/layout.h"
 #include "common/model_presets.h"
+#include "common/spec_validate.h"
 #include "worker/ckpt/tensor_shard.h"
 #include "worker/comm/process_groups.h"
 #include "worker/model/torch_status.h"
@@ -124,7 +125,7 @@ class JobRank {
   const std::string me_;
 
   comm::Layout layout_;
-  const ModelPreset* preset_ = nullptr;
+  ModelPreset preset_;  // the spec's preset, or its model directory's config.json
   at::Device device_ = at::kCPU;
   double peak_flops_ = 0;  // per second, per device; 0: no MFU
   bool warned_flops_ = false;
@@ -150,11 +151,18 @@ absl::StatusOr<JobRankResult> JobRank::RunImpl() {
     return absl::InvalidArgumentError(absl::StrCat(me_, ": world rank out of range 0..",
                                                    layout_.WorldSize() - 1));
   }
-  preset_ = FindModelPreset(spec.model().preset());
-  if (preset_ == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(me_, ": model.preset \"", spec.model().preset(), "\" is unknown"));
+  // The controller cannot read model directories: the architecture (and the stage degrees'
+  // checks against it) are settled here, where model.weights_path is readable.
+  const SpecOptions spec_options = RankSpecOptions(options_.data_root);
+  v1::JobSpec checked = spec;
+  if (absl::Status s = NormalizeAndValidateSpec(&checked, spec_options); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(me_, ": ", s.message()));
   }
+  absl::StatusOr<ModelPreset> preset = ResolveSpecModel(spec, spec_options);
+  if (!preset.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(me_, ": ", preset.status().message()));
+  }
+  preset_ = *std::move(preset);
   if (job_.resume.has_value()) {
     if (!ReadResumeShard()) return JobRankResult{JobRankEnd::kCheckpointRejected, 0};
   } else if (job_.run.start_step() != 0) {
@@ -275,7 +283,7 @@ absl::Status JobRank::Build() {
   data_options.data_root = options_.data_root;
   data_options.tokenizer_path = options_.tokenizer_path;
   absl::StatusOr<std::unique_ptr<DistData>> data =
-      DistData::Create(spec, *preset_, data_options, device_);
+      DistData::Create(spec, preset_, data_options, device_);
   if (!data.ok()) return Annotate(data.status(), me_ + ": data");
   data_ = std::move(*data);
   absl::StatusOr<TrainingConfig> config =
@@ -285,7 +293,7 @@ absl::Status JobRank::Build() {
   std::vector<std::string> notes = data_->pipeline().notes();
   notes.insert(notes.end(), config_.notes.begin(), config_.notes.end());
   absl::StatusOr<Qwen2_5_VL> model =
-      CreateModelForSpec(spec, *preset_, options_.data_root, device_, &notes);
+      CreateModelForSpec(spec, preset_, options_.data_root, device_, &notes);
   if (!model.ok()) return Annotate(model.status(), me_);
 
   comm::ProcessGroupsOptions po;
@@ -310,7 +318,7 @@ absl::Status JobRank::Build() {
   to.schedule = config_.schedule;
   to.text_activation_checkpointing = spec.text().activation_checkpointing();
   absl::StatusOr<std::unique_ptr<DistTrainer>> trainer =
-      DistTrainer::Create(*preset_, *model, *groups_, handoff_.get(), to);
+      DistTrainer::Create(preset_, *model, *groups_, handoff_.get(), to);
   if (!trainer.ok()) return Annotate(trainer.status(), me_);
   trainer_ = std::move(*trainer);
   std::string roles;
@@ -354,7 +362,7 @@ std::map<std::string, double> JobRank::StepMetrics(const DistBatch& batch,
   counts.vision_ranks = layout_.VisionSize();
   counts.text_ranks = layout_.TextSize();
   if (peak_flops_ > 0) {
-    absl::StatusOr<StepFlops> flops = CountBatchFlops(*preset_, batch.batches);
+    absl::StatusOr<StepFlops> flops = CountBatchFlops(preset_, batch.batches);
     if (flops.ok()) {
       counts.flops = *flops;
     } else if (!warned_flops_) {

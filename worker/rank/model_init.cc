@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "worker/model/hf_config.h"
 #include "worker/model/layers.h"
 #include "worker/model/safetensors.h"
 #include "worker/model/torch_status.h"
@@ -26,6 +27,14 @@ absl::StatusOr<at::Device> ParseTrainingDevice(const std::string& name) {
         absl::StrCat("device ", name, ": only cpu and cuda are supported"));
   }
   return *device;
+}
+
+SpecOptions RankSpecOptions(const std::string& data_root) {
+  SpecOptions options;
+  options.read_model_config = [data_root](const std::string& weights_path) {
+    return LoadHfConfig(ResolveDataPath(data_root, weights_path));
+  };
+  return options;
 }
 
 absl::StatusOr<Qwen2_5_VL> CreateModelForSpec(const v1::JobSpec& spec, const ModelPreset& preset,

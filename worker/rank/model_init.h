@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/model_presets.h"
+#include "common/spec_validate.h"
 #include "dhp/v1/job_spec.pb.h"
 #include "worker/model/qwen2_5_vl.h"
 
@@ -23,6 +24,12 @@ namespace dhp {
 // "cpu", "cuda", "cuda:1". InvalidArgument for other names, FailedPrecondition for CUDA without
 // a GPU or a CUDA build.
 absl::StatusOr<at::Device> ParseTrainingDevice(const std::string& name);
+
+// Spec options of a process that reads model directories (a rank, dhp-train): model.weights_path
+// relative to `data_root` (DataPipeline's rule), its config.json read by LoadHfConfig. With
+// them, ResolveSpecModel gives the architecture to build and NormalizeAndValidateSpec checks the
+// stage degrees against it (the controller, which cannot read the directory, could not).
+SpecOptions RankSpecOptions(const std::string& data_root);
 
 // model.weights_path is taken relative to `data_root` (DataPipeline's rule). Appends what it
 // loaded to `notes`. Errors name the checkpoint directory and the mismatching tensors.

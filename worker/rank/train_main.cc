@@ -19,6 +19,7 @@
 #include "common/logging.h"
 #include "common/spec_validate.h"
 #include "worker/model/weights.h"
+#include "worker/rank/model_init.h"
 #include "worker/rank/trainer.h"
 
 namespace {
@@ -65,7 +66,9 @@ int main(int argc, char** argv) {
   }
   std::stringstream text;
   text << in.rdbuf();
-  absl::StatusOr<dhp::v1::JobSpec> spec = dhp::ParseJobSpec(text.str(), {});
+  // model.weights_path (a Hugging Face model directory) may name the model without a preset.
+  absl::StatusOr<dhp::v1::JobSpec> spec =
+      dhp::ParseJobSpec(text.str(), dhp::RankSpecOptions(FromUserDir(data_root)));
   if (!spec.ok()) {
     std::fprintf(stderr, "dhp-train: %s: %s\n", spec_path.c_str(),
                  std::string(spec.status().message()).c_str());

@@ -41,12 +41,9 @@ SingleRankTrainer::~SingleRankTrainer() = default;
 
 absl::StatusOr<std::unique_ptr<SingleRankTrainer>> SingleRankTrainer::Create(
     const v1::JobSpec& spec, const TrainerOptions& options) {
-  const ModelPreset* preset = FindModelPreset(spec.model().preset());
-  if (preset == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model.preset: unknown preset \"", spec.model().preset(), "\"; known: ",
-                     absl::StrJoin(ModelPresetNames(), ", ")));
-  }
+  absl::StatusOr<ModelPreset> preset =
+      ResolveSpecModel(spec, RankSpecOptions(options.data_root));
+  if (!preset.ok()) return preset.status();
   if (spec.training().batch_size() < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "training.batch_size: ", spec.training().batch_size(), " (is the spec normalised?)"));

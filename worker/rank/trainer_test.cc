@@ -6,9 +6,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_join.h"
 #include "common/spec_validate.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -133,6 +135,38 @@ TEST_F(TrainerTest, LoadsWeightsStrictlyAndSavesThem) {
   absl::StatusOr<std::unique_ptr<SingleRankTrainer>> bad = SingleRankTrainer::Create(other, o);
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("lm_head.weight"));
+}
+
+// A Hugging Face model directory names the model alone: the architecture comes from its
+// config.json (here the golden case that transformers 5.23 saved: hidden 32, 2 layers, vision
+// hidden 16), which the tiny tokenizer's special ids fit.
+TEST_F(TrainerTest, HfModelDirectoryWithoutAPreset) {
+  const std::string golden =
+      (std::filesystem::current_path() / "worker/rank/testdata/hf_golden").string();
+  v1::JobSpec spec = TinySpec();
+  spec.mutable_model()->clear_preset();
+  spec.mutable_model()->set_weights_path(golden);
+  spec.mutable_training()->set_max_steps(2);
+  TrainerOptions o = Options();
+  o.tokenizer_path = "configs/tiny-tokenizer.json";
+  auto t = MustCreate(spec, o);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->preset().text.hidden_size, 32);
+  EXPECT_EQ(t->preset().text.num_layers, 2);
+  EXPECT_EQ(t->preset().vision.hidden_size, 16);
+  EXPECT_EQ(t->preset().vision.fullatt_block_indexes, std::vector<int>{1});
+  EXPECT_THAT(absl::StrJoin(t->notes(), "\n"), HasSubstr("weights: 57 tensors from " + golden));
+  absl::StatusOr<StepStats> s1 = t->Step();
+  ASSERT_TRUE(s1.ok()) << s1.status();
+  EXPECT_NEAR(s1->loss, std::log(1024.0), 0.5);  // the saved random init predicts ~uniformly
+
+  // The tiny preset beside it describes another model: refused, naming what differs.
+  spec.mutable_model()->set_preset("tiny");
+  absl::StatusOr<std::unique_ptr<SingleRankTrainer>> bad = SingleRankTrainer::Create(spec, o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("model.preset: tiny disagrees with model.weights_path"));
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("text.hidden_size: 64 vs 32"));
 }
 
 TEST_F(TrainerTest, ErrorsNameTheProblem) {
