@@ -11,7 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libtorch-dev libopenblas0-pthread libgloo-dev
   libpng-dev libturbojpeg0-dev libpcre2-dev
-  bazel-bootstrap prometheus
+  bazel-bootstrap prometheus python3-yaml
 )
 
 missing=()
