@@ -14,10 +14,16 @@ element by element (it prints the table and fails on any element out of bounds).
 
 --golden writes the small checked-in case that worker/rank:hf_golden_test reads without Python:
 logits, loss and gradient norms only.
+
+--dhp-train DHP_TRAIN --gen-shapes DHP_GEN_SHAPES also trains one step with dhp-train from the
+first case's directory alone (model.weights_path, no preset; the tiny tokenizer fits its special
+ids) on a generated shapes dataset, and gives transformers the batch dhp-train dumped
+(--dump-first-batch): the two losses must agree to 1e-6 + 1e-7 |loss|.
 """
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,6 +31,7 @@ import tempfile
 import torch
 import torch.nn.functional as F
 import transformers
+from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
@@ -177,6 +184,8 @@ def main():
     ap.add_argument("--parity", help="path of the dhp-hf-parity binary: generate and compare")
     ap.add_argument("--golden", help="write the golden case into this directory")
     ap.add_argument("--keep", help="generate the cases under this directory (default: a temp dir)")
+    ap.add_argument("--dhp-train", help="also compare a dhp-train step's loss (needs --gen-shapes)")
+    ap.add_argument("--gen-shapes", help="the dhp-gen-shapes binary, for --dhp-train")
     args = ap.parse_args()
     torch.set_num_threads(1)
     if args.golden:
@@ -195,7 +204,65 @@ def main():
         loss, n = run_case(d, spec, seed=100 + i)
         print(f"{name}: transformers {transformers.__version__} loss {loss:.8f}, {n} parameters")
         dirs.append(d)
-    return subprocess.run([args.parity] + dirs).returncode
+    code = subprocess.run([args.parity] + dirs).returncode
+    if args.dhp_train:
+        code = max(code, train_step_parity(args, dirs[0], root))
+    if not args.keep:
+        shutil.rmtree(root)
+    return code
+
+
+def train_step_parity(args, case_dir, root):
+    """dhp-train's first-step loss on a model directory alone, against transformers'."""
+    data = os.path.join(root, "data-root")
+    subprocess.run([args.gen_shapes, "--out", os.path.join(data, "data", "shapes"), "--count",
+                    "8", "--size", "84"], check=True, capture_output=True)
+    repo = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    with open(os.path.join(repo, "configs", "tiny-cpu.yaml")) as f:
+        spec = f.read()
+    spec = spec.replace("  preset: tiny", "  weights_path: %s  #" % case_dir)
+    spec_path = os.path.join(root, "hf-dir-spec.yaml")
+    with open(spec_path, "w") as f:
+        f.write(spec)
+    dump = os.path.join(root, "first-batch.safetensors")
+    proc = subprocess.run(
+        [args.dhp_train, "-f", spec_path, "--data-root", data, "--steps", "1", "--tokenizer",
+         os.path.join(repo, "configs", "tiny-tokenizer.json"), "--dump-first-batch", dump],
+        capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(proc.stdout + proc.stderr)
+        return 1
+    with safe_open(dump, "pt") as f:
+        meta = f.metadata()
+        batch = {k: f.get_tensor(k) for k in f.keys()}
+    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(
+        case_dir, attn_implementation="eager", dtype=torch.float32)
+    cu, grids = batch["cu_seqlens"].tolist(), batch["image_grid_thw"].tolist()
+    loss_sum, count, g, p = 0.0, 0, 0, 0
+    with torch.no_grad():
+        for b, e in zip(cu[:-1], cu[1:]):
+            ids, labels = batch["input_ids"][b:e], batch["labels"][b:e]
+            n_img = int(((ids == VISION_START)).sum())
+            kw = dict(input_ids=ids[None], use_cache=False,
+                      mm_token_type_ids=(ids == IMAGE_PAD).int()[None])
+            if n_img:
+                sg = grids[g:g + n_img]
+                n_patch = sum(t * h * w for t, h, w in sg)
+                kw.update(pixel_values=batch["pixel_values"][p:p + n_patch],
+                          image_grid_thw=torch.tensor(sg))
+                g, p = g + n_img, p + n_patch
+            logits = model(**kw).logits[0]
+            loss_sum += float(F.cross_entropy(logits[:-1], labels[1:],
+                                              ignore_index=-100, reduction="sum"))
+            count += int((labels[1:] != -100).sum())
+    hf, dhp = loss_sum / count, float(meta["loss"])
+    bound = 1e-6 + 1e-7 * abs(hf)
+    ok = abs(dhp - hf) <= bound and count == int(meta["loss_tokens"])
+    print("dhp-train, one step from %s alone (%d samples, %d loss targets): loss dhp %.9f, "
+          "transformers %.9f, |diff| %.3e, bound %.1e: %s"
+          % (case_dir, len(cu) - 1, count, dhp, hf, abs(dhp - hf), bound,
+             "ok" if ok else "FAILED"))
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -232,6 +234,47 @@ absl::StatusOr<ParityReport> RunHfParity(const std::string& case_dir, const Pari
   report.rows = {lrow, loss_row};
   DHP_RETURN_IF_ERROR(CompareTraining(ref, params, bounds, &report));
   return report;
+}
+
+absl::StatusOr<HfStepTiming> TimeHfStep(const std::string& case_dir, int steps) {
+  DHP_ASSIGN_OR_RETURN(Reference ref, Reference::Open(case_dir));
+  DHP_ASSIGN_OR_RETURN(PackedBatch batch, ReadBatch(ref));
+  DHP_ASSIGN_OR_RETURN(Qwen2_5_VL model, LoadModel(case_dir));
+  TrainingOptimizer::NamedParams params;
+  HfStepTiming out;
+  for (const auto& item : model->named_parameters()) {
+    params.emplace_back(item.key(), item.value());
+    out.parameters += item.value().numel();
+  }
+  out.tokens = batch.input_ids.numel();
+  TrainingOptimizer opt(params, OptimizerConfig{});
+  using Clock = std::chrono::steady_clock;
+  const auto ms = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  };
+  std::vector<std::array<double, 3>> times;
+  DHP_RETURN_IF_ERROR(CatchTorch("timed step", [&] {
+    for (int i = 0; i <= steps; ++i) {
+      opt.ZeroGrad();
+      const Clock::time_point t0 = Clock::now();
+      at::Tensor loss = CausalLmLoss(model->Logits(batch), batch.labels, batch.cu_seqlens);
+      const Clock::time_point t1 = Clock::now();
+      loss.backward();
+      const Clock::time_point t2 = Clock::now();
+      opt.ClipGradNorm();
+      opt.Step();
+      const Clock::time_point t3 = Clock::now();
+      if (i > 0) times.push_back({ms(t0, t1), ms(t1, t2), ms(t2, t3)});  // 0: warm-up
+    }
+  }));
+  std::sort(times.begin(), times.end(),
+            [](const auto& a, const auto& b) { return a[0] + a[1] + a[2] < b[0] + b[1] + b[2]; });
+  const std::array<double, 3>& median = times[times.size() / 2];
+  out.forward_ms = median[0];
+  out.backward_ms = median[1];
+  out.optimizer_ms = median[2];
+  out.total_ms = median[0] + median[1] + median[2];
+  return out;
 }
 
 }  // namespace dhp

@@ -65,6 +65,20 @@ struct ParityReport {
 absl::StatusOr<ParityReport> RunHfParity(const std::string& case_dir,
                                          const ParityBounds& bounds = {});
 
+// Wall time of one training step on a case directory's model and batch (reference.safetensors
+// needs only the inputs), the median of `steps` steps after one warm-up: forward with the loss,
+// backward, and the optimiser (clipping and AdamW with OptimizerConfig's defaults), in fp32 on
+// the CPU with LibTorch's current thread count. bench/hf_step.py times transformers alike.
+struct HfStepTiming {
+  double forward_ms = 0;
+  double backward_ms = 0;
+  double optimizer_ms = 0;
+  double total_ms = 0;
+  int64_t tokens = 0;
+  int64_t parameters = 0;
+};
+absl::StatusOr<HfStepTiming> TimeHfStep(const std::string& case_dir, int steps);
+
 }  // namespace dhp
 
 #endif  // DHP_WORKER_RANK_HF_PARITY_H_

@@ -1,15 +1,55 @@
 // dhp-hf-parity CASE_DIR...: compares dhp with the transformers reference of each case directory
 // (hf_parity.h; tests/hf_model_parity.py writes them) and prints one table per case. Exit status
 // 0 when every element of every case is within its bound, 1 when one is not, 2 on an error.
+//
+// dhp-hf-parity --bench STEPS [--threads N] CASE_DIR: times one training step instead
+// (TimeHfStep) and prints "bench: forward F ms backward B ms optimizer O ms total T ms tokens S
+// parameters P" (bench/hf_step.py reads it).
+#include <ATen/Parallel.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "worker/rank/hf_parity.h"
 
+namespace {
+
+int Bench(int steps, const char* dir) {
+  absl::StatusOr<dhp::HfStepTiming> t = dhp::TimeHfStep(dir, steps);
+  if (!t.ok()) {
+    std::fprintf(stderr, "%s: %s\n", dir, t.status().ToString().c_str());
+    return 2;
+  }
+  std::printf(
+      "bench: forward %.3f ms backward %.3f ms optimizer %.3f ms total %.3f ms tokens %lld "
+      "parameters %lld threads %d\n",
+      t->forward_ms, t->backward_ms, t->optimizer_ms, t->total_ms,
+      static_cast<long long>(t->tokens), static_cast<long long>(t->parameters),
+      at::get_num_threads());
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
-    std::fprintf(stderr, "usage: %s CASE_DIR...\n", argv[0]);
+    std::fprintf(stderr, "usage: %s CASE_DIR...\n       %s --bench STEPS [--threads N] CASE_DIR\n",
+                 argv[0], argv[0]);
     return 2;
+  }
+  if (std::strcmp(argv[1], "--bench") == 0) {
+    int i = 2;
+    const int steps = argc > i ? std::atoi(argv[i++]) : 0;
+    if (argc > i + 1 && std::strcmp(argv[i], "--threads") == 0) {
+      at::set_num_threads(std::atoi(argv[i + 1]));
+      i += 2;
+    }
+    if (steps < 1 || argc != i + 1) {
+      std::fprintf(stderr, "usage: %s --bench STEPS [--threads N] CASE_DIR\n", argv[0]);
+      return 2;
+    }
+    return Bench(steps, argv[i]);
   }
   int failed = 0;
   for (int i = 1; i < argc; ++i) {

@@ -40,7 +40,7 @@ double Mean(const std::vector<double>& v, size_t begin, size_t end) {
 
 int main(int argc, char** argv) {
   CLI::App app{"dhp-train: train a job spec's model on one rank"};
-  std::string spec_path, data_root = ".", tokenizer, save, device = "cpu";
+  std::string spec_path, data_root = ".", tokenizer, save, dump_batch, device = "cpu";
   int64_t steps = 0;
   int log_every = 10, threads = 0;
   app.add_option("-f,--file", spec_path, "Job spec (YAML or JSON)")->required();
@@ -54,6 +54,9 @@ int main(int argc, char** argv) {
   app.add_option("--log-every", log_every, "Print every K-th step (and the last)")
       ->check(CLI::PositiveNumber);
   app.add_option("--save", save, "Write the trained weights to this .safetensors file");
+  app.add_option("--dump-first-batch", dump_batch,
+                 "Write the first step's batch and loss to this .safetensors file (what "
+                 "tests/hf_model_parity.py compares with transformers)");
   app.add_option("--device", device, "cpu, cuda or cuda:N");
   app.add_option("--threads", threads, "LibTorch intra-op threads (0: LibTorch's default)")
       ->check(CLI::NonNegativeNumber);
@@ -84,6 +87,7 @@ int main(int argc, char** argv) {
   options.data_root = FromUserDir(data_root);
   options.tokenizer_path = FromUserDir(tokenizer);
   options.device = device;
+  options.dump_first_batch = FromUserDir(dump_batch);
   absl::StatusOr<std::unique_ptr<dhp::SingleRankTrainer>> trainer =
       dhp::SingleRankTrainer::Create(*spec, options);
   if (!trainer.ok()) {

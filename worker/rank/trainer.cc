@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "worker/data/packing.h"
 #include "worker/model/layers.h"
@@ -41,8 +42,7 @@ SingleRankTrainer::~SingleRankTrainer() = default;
 
 absl::StatusOr<std::unique_ptr<SingleRankTrainer>> SingleRankTrainer::Create(
     const v1::JobSpec& spec, const TrainerOptions& options) {
-  absl::StatusOr<ModelPreset> preset =
-      ResolveSpecModel(spec, RankSpecOptions(options.data_root));
+  absl::StatusOr<ModelPreset> preset = ResolveSpecModel(spec, RankSpecOptions(options.data_root));
   if (!preset.ok()) return preset.status();
   if (spec.training().batch_size() < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -83,6 +83,7 @@ absl::Status SingleRankTrainer::Init(const TrainerOptions& options) {
   data_options.data_root = options.data_root;
   data_options.tokenizer_path = options.tokenizer_path;
   data_options.skip_invalid_samples = options.skip_invalid_samples;
+  dump_first_batch_ = options.dump_first_batch;
   absl::StatusOr<std::unique_ptr<DataPipeline>> data =
       DataPipeline::Create(spec_, preset_, data_options);
   if (!data.ok()) return data.status();
@@ -136,6 +137,39 @@ std::pair<at::Tensor, at::Tensor> SingleRankTrainer::ForwardLossSum(const Packed
   return CausalLmLossSum(logits, batch.labels, batch.cu_seqlens);
 }
 
+namespace {
+
+// The packed sequences of a step as one sequence of all their samples (tensors on the CPU).
+absl::Status DumpBatches(const std::string& path, const std::vector<PackedBatch>& batches,
+                         const StepStats& st) {
+  std::vector<at::Tensor> ids, labels, pixels;
+  std::vector<int64_t> cu = {0}, grids;
+  for (const PackedBatch& b : batches) {
+    const int64_t offset = cu.back();
+    std::vector<int64_t> bounds = b.cu_seqlens;
+    if (bounds.empty()) bounds = {0, b.input_ids.numel()};
+    for (size_t k = 1; k < bounds.size(); ++k) cu.push_back(offset + bounds[k]);
+    ids.push_back(b.input_ids.cpu());
+    labels.push_back(b.labels.cpu());
+    if (b.pixel_values.defined()) pixels.push_back(b.pixel_values.cpu().to(at::kFloat));
+    for (const GridThw& g : b.image_grids) grids.insert(grids.end(), {g.t, g.h, g.w});
+  }
+  NamedTensors out = {
+      {"input_ids", at::cat(ids)},
+      {"labels", at::cat(labels)},
+      {"cu_seqlens", at::tensor(cu, at::kLong)},
+      {"image_grid_thw", at::tensor(grids, at::kLong).view({-1, 3})},
+  };
+  if (!pixels.empty()) out.emplace_back("pixel_values", at::cat(pixels));
+  absl::Status s = SaveWeights(path, out,
+                               {{"loss", absl::StrFormat("%.17g", st.loss)},
+                                {"loss_tokens", absl::StrCat(st.loss_tokens)}});
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("dumping the batch: ", s.message()));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<StepStats> SingleRankTrainer::Step() {
   if (step_ >= max_steps_) {
     return absl::OutOfRangeError(absl::StrCat("training is done: ", step_, " of ", max_steps_,
@@ -176,11 +210,13 @@ absl::StatusOr<StepStats> SingleRankTrainer::Step() {
 
   st.lr = LearningRateAt(schedule_, step_);
   optimizer_->SetLearningRate(st.lr);
+  std::vector<PackedBatch> dumped;
   absl::Status s = CatchTorch(where, [&] {
     optimizer_->ZeroGrad();
     double loss_sum = 0;
     for (const data::PackedSequence& p : *packs) {
       PackedBatch batch = ToPackedBatch(p, device_);
+      if (step_ == 0 && !dump_first_batch_.empty()) dumped.push_back(batch);
       auto [sum, count] = ForwardLossSum(batch);
       if (st.loss_tokens > 0) (sum / static_cast<double>(st.loss_tokens)).backward();
       loss_sum += sum.item<double>();
@@ -189,6 +225,9 @@ absl::StatusOr<StepStats> SingleRankTrainer::Step() {
     st.grad_norm = optimizer_->ClipGradNorm();
   });
   if (!s.ok()) return s;
+  if (!dumped.empty()) {
+    if (absl::Status d = DumpBatches(dump_first_batch_, dumped, st); !d.ok()) return d;
+  }
   if (!std::isfinite(st.loss) || !std::isfinite(st.grad_norm)) {
     std::vector<std::string> where_data;
     for (const data::PackedSequence& p : *packs) {

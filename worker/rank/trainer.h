@@ -60,6 +60,11 @@ struct TrainerOptions {
   // true: samples that fail to build are skipped and counted (DataLoader::skipped()); false:
   // the step fails with the sample's error.
   bool skip_invalid_samples = true;
+  // When set, the first step writes its batch (input_ids, labels, cu_seqlens over all its
+  // samples, pixel_values, image_grid_thw) to this safetensors file, with the step's loss
+  // (17 digits) and loss target count as metadata: what tests/hf_model_parity.py gives
+  // transformers to compare the loss of a step that dhp-train took.
+  std::string dump_first_batch;
 };
 
 struct StepStats {
@@ -113,6 +118,7 @@ class SingleRankTrainer {
 
   v1::JobSpec spec_;
   ModelPreset preset_;
+  std::string dump_first_batch_;  // TrainerOptions::dump_first_batch
   at::Device device_;
   bool vision_bf16_ = false;  // autocast per stage (CUDA only)
   bool text_bf16_ = false;
