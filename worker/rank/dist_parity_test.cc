@@ -1,13 +1,17 @@
-// Exact parity of the distributed step (DistTrainer) with a single-rank run: tiny preset, fp32,
-// CPU, ranks as threads over real Gloo (one InMemoryKvClient). For each layout (vision SP, text
-// TP, dp, placement): the loss of 3 steps, every parameter's gradient (re-assembled, before
-// clipping) at step 1, and every parameter after 3 AdamW steps match the single-rank Qwen2_5_VL
-// + TrainingOptimizer (same clipping rule, same schedule) to about 1e-5 relative; ZeRO-1 holds
-// 1/N of the vision optimizer state per rank; the collocated equal-degree hand-off moves zero
-// bytes, every other one is counted under "handoff".
+// Parity of the distributed step (DistTrainer) with a single-rank run: tiny preset, fp32, CPU,
+// ranks as threads over real Gloo (one InMemoryKvClient), production optimizer settings (AdamW
+// eps 1e-8, weight decay, clipping). For each layout (vision SP or TP, text TP, dp, placement):
+//   - the loss of 3 steps and the global gradient norm, to 1e-5 relative;
+//   - every parameter's gradient at step 1 (re-assembled, before clipping), element by element:
+//     |g - ref| <= 1e-7 + 1e-5 |ref| (the layouts sum in other orders; measured <= 0.73 of it);
+//   - every parameter after 3 AdamW steps, element by element: 1e-6 + 1e-5 |ref| where the
+//     step-1 gradient is well conditioned, and the learning rates' bound elsewhere
+//     (kConditionedGrad says why; measured <= 0.44 of the first bound and 3.8e-5 for the second);
+//   - ZeRO-1 holds 1/N of the vision optimizer state per rank; the collocated equal-degree
+//     hand-off moves zero bytes, every other one is counted under "handoff".
 //
 // DHP_TEST_DEVICE=cuda (tools/gpu-check.sh) runs the layouts that fit the visible GPUs over
-// NCCL instead, rank r on cuda:r, against the same CPU reference; the bound is then 1e-4, since
+// NCCL instead, rank r on cuda:r, against the same CPU reference; the bounds are then 10x, since
 // cuBLAS and NCCL sum in other orders than the CPU's kernels (never run yet: no GPU so far).
 #include "worker/rank/dist_step.h"
 
@@ -41,8 +45,19 @@ namespace dhp {
 namespace {
 
 constexpr int kSteps = 3;
-constexpr double kTol = 1e-5;
+constexpr double kTol = 1e-5;  // loss and gradient norm, relative
 constexpr double kGpuTol = 1e-4;
+// Element-wise bounds (see Worst), on the CPU; 10x on GPUs.
+constexpr double kGradAtol = 1e-7, kGradRtol = 1e-5;
+constexpr double kParamAtol = 1e-6, kParamRtol = 1e-5;
+// AdamW runs with production's eps 1e-8. Its update m/(sqrt(v) + eps) is about g/|g| per
+// element, so where a gradient is within its own error bound of zero (|g| <~ 1e-7, and the
+// layouts sum it in another order), the sign-like update can differ by up to the learning rate
+// each step. Parameters are compared element-wise where the reference step-1 gradient exceeds
+// kConditionedGrad (100x the gradient atol); elsewhere the difference is bounded by the
+// steps' learning rates (3 x 1e-3; measured at most 3.8e-5 over all layouts).
+constexpr double kConditionedGrad = 1e-5;
+constexpr double kIllConditionedParamDiff = 3e-3;
 
 const ModelPreset& Tiny() { return *FindModelPreset("tiny"); }
 
@@ -78,11 +93,6 @@ DistTrainerOptions Options() {
   DistTrainerOptions o;
   o.optimizer.weight_decay = 0.1;
   o.optimizer.grad_clip_norm = 0.5;  // small enough to clip
-  // Adam divides each gradient by its own running magnitude: with eps 1e-8, elements whose
-  // gradient is ~1e-8 get sign-like updates that turn 1e-7 summation-order differences into
-  // lr-sized parameter differences (measured: 1.9e-5 relative). eps 1e-6 keeps the comparison
-  // well-conditioned while exercising the same code; production keeps 1e-8.
-  o.optimizer.eps = 1e-6;
   o.schedule.kind = LrScheduleKind::kCosine;
   o.schedule.peak = 1e-3;
   o.schedule.floor = 1e-4;
@@ -132,22 +142,17 @@ RunResult Reference(const std::vector<PackedBatch>& batches) {
   return r;
 }
 
-// ||a - ref|| / ||ref|| (L2 over the tensor; ref all zero: ||a||): the acceptance metric, as in
-// text_tp_model_test.
-double RelErr(const at::Tensor& a, const at::Tensor& ref) {
-  const double scale = ref.to(at::kDouble).norm().item<double>();
-  const double err = (a.to(at::kCPU, at::kDouble) - ref.to(at::kDouble)).norm().item<double>();
-  return scale > 0 ? err / scale : err;
-}
+// An element-wise bound, as torch.testing.assert_close applies it: |a - ref| <= atol + rtol |ref|
+// for every element.
+struct Bound {
+  double atol, rtol;
+};
 
-// max |a - ref| / max |ref|: the stricter elementwise figure, reported (not asserted): AdamW
-// normalises every element's step, so elements whose gradient is near zero (|g| ~ eps) turn
-// 1e-7-level summation-order differences into visible parameter differences.
-double MaxAbsRelErr(const at::Tensor& a, const at::Tensor& ref) {
-  const double scale = ref.abs().max().item<double>();
-  const double err =
-      (a.to(at::kCPU, at::kDouble) - ref.to(at::kDouble)).abs().max().item<double>();
-  return scale > 0 ? err / scale : err;
+// max over the elements of |a - ref| / (atol + rtol |ref|): <= 1 when every element is within.
+double Worst(const at::Tensor& a, const at::Tensor& ref, Bound b) {
+  const at::Tensor r = ref.to(at::kCPU, at::kDouble);
+  const at::Tensor d = (a.to(at::kCPU, at::kDouble) - r).abs();
+  return d.numel() == 0 ? 0.0 : (d / (b.atol + b.rtol * r.abs())).max().item<double>();
 }
 
 struct LayoutCase {
@@ -181,6 +186,9 @@ TEST_P(DistParityTest, MatchesSingleRank) {
                  << at::getNumGPUs() << " visible";
   }
   const double tol = gpu ? kGpuTol : kTol;
+  const double widen = gpu ? 10.0 : 1.0;
+  const Bound grad_bound{kGradAtol * widen, kGradRtol * widen};
+  const Bound param_bound{kParamAtol * widen, kParamRtol * widen};
 
   const std::vector<PackedBatch> batches = GlobalBatch(c.dp);
   const RunResult ref = Reference(batches);
@@ -190,6 +198,7 @@ TEST_P(DistParityTest, MatchesSingleRank) {
   std::mutex mu;  // guards the maxima below
   int64_t handoff_bytes = 0;  // summed over ranks
   double max_loss_err = 0, max_grad_err = 0, max_param_err = 0, max_elem_param_err = 0;
+  double max_ill_param_diff = 0, max_ill_fraction = 0;
   std::string worst_grad, worst_param;
   comm::InMemoryKvClient kv;
   comm::RunRanks(world, [&](int rank) {
@@ -217,7 +226,8 @@ TEST_P(DistParityTest, MatchesSingleRank) {
     ASSERT_TRUE(trainer.ok()) << trainer.status();
 
     const bool has_text = (*groups)->text_coord().has_value();
-    double loss_err = 0, grad_err = 0, param_err = 0, elem_param_err = 0;
+    double loss_err = 0, grad_err = 0, param_err = 0, elem_param_err = 0, ill_param_diff = 0;
+    int64_t ill_elements = 0, all_elements = 0;
     std::string wg, wp;
     for (int s = 0; s < kSteps; ++s) {
       absl::StatusOr<DistStepResult> step =
@@ -234,7 +244,7 @@ TEST_P(DistParityTest, MatchesSingleRank) {
         auto it = ref.grads.find(name);
         ASSERT_NE(it, ref.grads.end()) << name;
         ASSERT_EQ(g.sizes(), it->second.sizes()) << name;
-        const double e = RelErr(g, it->second);
+        const double e = Worst(g, it->second, grad_bound);
         if (e > grad_err) grad_err = e, wg = name;
       }
     }
@@ -243,9 +253,21 @@ TEST_P(DistParityTest, MatchesSingleRank) {
     for (const auto& [name, p] : *params) {
       auto it = ref.params.find(name);
       ASSERT_NE(it, ref.params.end()) << name;
-      const double e = RelErr(p, it->second);
+      // Where the step-1 gradient is well above its own error bound, the parameters must agree
+      // element by element; where it is not, Adam's normalisation (see kConditionedGrad) bounds
+      // the difference only by the steps' learning rates.
+      const at::Tensor conditioned = ref.grads.at(name).abs() > kConditionedGrad;
+      const at::Tensor diff = (p.to(at::kCPU) - it->second).abs();
+      const double e = Worst(p.to(at::kCPU).masked_select(conditioned),
+                             it->second.masked_select(conditioned), param_bound);
       if (e > param_err) param_err = e, wp = name;
-      elem_param_err = std::max(elem_param_err, MaxAbsRelErr(p, it->second));
+      const at::Tensor rest = diff.masked_select(conditioned.logical_not());
+      if (rest.numel() > 0) {
+        ill_param_diff = std::max(ill_param_diff, rest.max().item<double>());
+      }
+      ill_elements += rest.numel();
+      all_elements += diff.numel();
+      elem_param_err = std::max(elem_param_err, diff.max().item<double>());
     }
     // Every parameter of the roles this rank hosts came back.
     size_t expected = 0;
@@ -273,14 +295,17 @@ TEST_P(DistParityTest, MatchesSingleRank) {
     handoff_bytes += h.bytes_sent + h.bytes_received;
     max_loss_err = std::max(max_loss_err, loss_err);
     max_elem_param_err = std::max(max_elem_param_err, elem_param_err);
+    max_ill_param_diff = std::max(max_ill_param_diff, ill_param_diff);
+    max_ill_fraction = std::max(max_ill_fraction, static_cast<double>(ill_elements) /
+                                                      std::max<int64_t>(1, all_elements));
     if (grad_err > max_grad_err) max_grad_err = grad_err, worst_grad = wg;
     if (param_err > max_param_err) max_param_err = param_err, worst_param = wp;
   });
   std::printf(
-      "layout %s: max rel err loss %.3g, grad %.3g (%s), param %.3g (%s); elementwise param "
-      "%.3g\n",
+      "layout %s: loss rel err %.3g; worst element / bound: grad %.3g (%s), param %.3g (%s); "
+      "max |param diff| %.3g; ill-conditioned elements (%.2g%% of a rank's) max |diff| %.3g\n",
       layout.DebugString().c_str(), max_loss_err, max_grad_err, worst_grad.c_str(), max_param_err,
-      worst_param.c_str(), max_elem_param_err);
+      worst_param.c_str(), max_elem_param_err, 100 * max_ill_fraction, max_ill_param_diff);
   if (layout.HandOffInMemory()) {
     EXPECT_EQ(handoff_bytes, 0);
   } else {
@@ -289,8 +314,9 @@ TEST_P(DistParityTest, MatchesSingleRank) {
   std::printf("layout %s: hand-off bytes (all ranks, sent + received) %lld\n",
               layout.DebugString().c_str(), static_cast<long long>(handoff_bytes));
   EXPECT_LE(max_loss_err, tol);
-  EXPECT_LE(max_grad_err, tol) << worst_grad;
-  EXPECT_LE(max_param_err, tol) << worst_param;
+  EXPECT_LE(max_grad_err, 1.0) << worst_grad;
+  EXPECT_LE(max_param_err, 1.0) << worst_param;
+  EXPECT_LE(max_ill_param_diff, kIllConditionedParamDiff);
 }
 
 INSTANTIATE_TEST_SUITE_P(
