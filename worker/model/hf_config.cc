@@ -1,9 +1,12 @@
 #include "worker/model/hf_config.h"
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -14,6 +17,43 @@ namespace {
 
 using nlohmann::json;
 
+// Whether `v` holds a T exactly: a boolean for bool, an integer in range for integer types, a
+// number for double, a string for std::string, an array of such for std::vector.
+template <typename T>
+bool Fits(const json& v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return v.is_boolean();
+  } else if constexpr (std::is_integral_v<T>) {
+    if (v.is_number_unsigned()) {
+      return v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+    }
+    return v.is_number_integer() && v.get<int64_t>() >= std::numeric_limits<T>::min() &&
+           v.get<int64_t>() <= std::numeric_limits<T>::max();
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return v.is_number();
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return v.is_string();
+  } else {
+    if (!v.is_array()) return false;
+    for (const json& e : v) {
+      if (!Fits<typename T::value_type>(e)) return false;
+    }
+    return true;
+  }
+}
+
+template <typename T>
+std::string Expected() {
+  if constexpr (std::is_same_v<T, bool>) return "true or false";
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    return absl::StrCat("an integer in [", std::numeric_limits<T>::min(), ", ",
+                        std::numeric_limits<T>::max(), "]");
+  }
+  if constexpr (std::is_floating_point_v<T>) return "a number";
+  if constexpr (std::is_same_v<T, std::string>) return "a string";
+  return "a list of integers";
+}
+
 // Reads `obj[key]` into `*out` when present. `where` names the object for messages
 // ("vision_config."); `required` turns absence into an error.
 template <typename T>
@@ -23,6 +63,12 @@ absl::Status Read(const json& obj, const std::string& where, const char* key, bo
   if (it == obj.end() || it->is_null()) {
     if (!required) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat("config.json: ", where, key, " is missing"));
+  }
+  // nlohmann converts any number to any arithmetic type (1e30 or 2.5 to int, 4294967360 wraps
+  // to 64): the JSON type and the range are checked first.
+  if (!Fits<T>(*it)) {
+    return absl::InvalidArgumentError(absl::StrCat("config.json: ", where, key, " = ",
+                                                   it->dump(), " is not ", Expected<T>()));
   }
   try {
     *out = it->get<T>();

@@ -169,6 +169,35 @@ TEST(HfConfigTest, NullKvHeadsEosListAndTieInsideTextConfig) {
   EXPECT_EQ(p->tokens.endoftext, 5);
 }
 
+// Bytes no config author would write are refused with the field named, never converted.
+TEST(HfConfigTest, OddValuesAreRefusedNotConverted) {
+  const std::string base = R"({"vision_config": {"out_hidden_size": 64, "hidden_size": 32,
+    "num_heads": 2}, "text_config": {"hidden_size": 64, "num_attention_heads": 4,
+    "rope_parameters": {"mrope_section": [2, 3, 3]}, "num_hidden_layers": VALUE}})";
+  for (const char* value : {"1e30", "2.5", "4294967298", "-9223372036854775809",
+                            "18446744073709551615", "\"2\"", "true", "[2]", "{}"}) {
+    std::string text = base;
+    text.replace(text.find("VALUE"), 5, value);
+    absl::StatusOr<ModelPreset> p = ParseHfConfig(text, "x");
+    ASSERT_FALSE(p.ok()) << value;
+    EXPECT_NE(p.status().message().find("text_config.num_hidden_layers = "), std::string::npos)
+        << value << ": " << p.status();
+  }
+  std::string big_list = base;
+  big_list.replace(big_list.find("[2, 3, 3]"), 9, "[2, 3, 3e9]");
+  big_list.replace(big_list.find("VALUE"), 5, "2");
+  const absl::Status list_status = ParseHfConfig(big_list, "x").status();
+  EXPECT_NE(list_status.message().find("mrope_section = [2,3,3000000000.0] is not a list of "
+                                       "integers"),
+            std::string::npos)
+      << list_status;
+  std::string bad_utf8 = base;
+  bad_utf8.replace(bad_utf8.find("VALUE"), 5, "2, \"name\": \"\xff\xfe\"");
+  EXPECT_EQ(ParseHfConfig(bad_utf8, "x").status().message(), "config.json: not a JSON object");
+  EXPECT_FALSE(ParseHfConfig("", "x").ok());
+  EXPECT_FALSE(ParseHfConfig(std::string(100000, '['), "x").ok());
+}
+
 TEST(HfConfigTest, ErrorsNameTheField) {
   std::string bad_type = kSevenB;
   bad_type.replace(bad_type.find("\"depth\": 32"), 11, "\"depth\": \"x\"");
