@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/proto_enum.h"
+#include "common/utf8.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/duration.pb.h"
 #include "google/protobuf/timestamp.pb.h"
@@ -53,6 +55,7 @@ std::string Describe(const YAML::Node& node) {
 }
 
 std::string Lower(std::string s) { return absl::AsciiStrToLower(s); }
+
 
 // Optional sign followed by decimal digits only.
 bool IsDecimalInteger(const std::string& s) {
@@ -316,6 +319,13 @@ class YamlReader {
           Error(path, absl::StrCat("expected base64 bytes, got ", Quote(s)));
           return;
         }
+        // An escape such as "\udcff" can make ill-formed UTF-8 out of ASCII text; a protobuf
+        // string holding it would not serialise (and a stored one would not parse again).
+        if (field->type() == FieldDescriptor::TYPE_STRING &&
+            InvalidUtf8At(v) != std::string_view::npos) {
+          Error(path, absl::StrCat("not valid UTF-8: ", Quote(s)));
+          return;
+        }
         rep ? r->AddString(msg, field, std::move(v)) : r->SetString(msg, field, std::move(v));
         return;
       }
@@ -513,6 +523,9 @@ absl::Status ParseProtoYaml(std::string_view text, google::protobuf::Message* ms
   msg->Clear();
   const std::string root_path(root);
   const std::string prefix = root_path.empty() ? "" : root_path + ": ";
+  if (const std::string bad = Utf8Error(text); !bad.empty()) {
+    return absl::InvalidArgumentError(prefix + bad);
+  }
   std::vector<YAML::Node> docs;
   try {
     docs = YAML::LoadAll(std::string(text));

@@ -205,6 +205,31 @@ TEST_F(ApiTest, AnInvalidSpecGivesTheSameMessageOnBothTransports) {
   EXPECT_EQ(list->jobs_size(), 0);
 }
 
+// Bytes that are not UTF-8, in a YAML spec, in a JSON body's spec text, or in a cancel reason,
+// are 400 naming the byte, and nothing is stored: before, a REST spec with \xff in
+// model.weights_path was stored and every later listing failed with DATA_LOSS.
+TEST_F(ApiTest, IllFormedUtf8Is400AndDamagesNothing) {
+  const v1::Job kept = SubmitGrpc("kept");
+  std::string yaml = SpecYaml("bad-bytes");
+  yaml += "labels: {owner: \"a\xff" "b\"}\n";
+  HttpResponse res = http_->Post("/v1/jobs", yaml, "application/yaml");
+  EXPECT_EQ(res.status, 400) << res.body;
+  EXPECT_NE(res.body.find("not valid UTF-8: byte 0xFF"), std::string::npos) << res.body;
+  res = http_->Post("/v1/jobs", "{\"spec_text\": \"name: x\xc3\"}");
+  EXPECT_EQ(res.status, 400) << res.body;
+  EXPECT_NE(res.body.find("request body: not valid UTF-8: byte 0xC3"), std::string::npos)
+      << res.body;
+  res = http_->Post("/v1/jobs/" + kept.id() + ":cancel", "{\"reason\": \"\xed\xa0\x80\"}");
+  EXPECT_EQ(res.status, 400) << res.body;
+
+  absl::StatusOr<v1::ListJobsResponse> list = client_->ListJobs(v1::ListJobsRequest());
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->jobs_size(), 1);
+  EXPECT_EQ(list->jobs(0).id(), kept.id());
+  EXPECT_EQ(list->jobs(0).state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(http_->Get("/v1/jobs").status, 200);
+}
+
 TEST_F(ApiTest, CancelOverRestIsSeenOverGrpc) {
   const v1::Job job = SubmitGrpc("to-cancel");
   HttpResponse res = http_->Post("/v1/jobs/" + job.id() + ":cancel", R"({"reason": "via rest"})");

@@ -133,6 +133,14 @@ class ControlPlaneTest(unittest.TestCase):
 
         status, _ = c.http("POST", "/v1/jobs", "name: y\n", content_type="application/yaml")
         self.assertEqual(status, 400)
+
+        # Bytes that are not UTF-8: dhpctl names the byte (gRPC could not send them).
+        raw = spec_with(c, "raw-bytes")
+        with open(raw, "ab") as f:
+            f.write(b"labels: {owner: \"a\xffb\"}\n")
+        code, out, err = c.dhpctl("submit", "-f", raw)
+        self.assertEqual(code, 2, err)
+        self.assertIn("not valid UTF-8: byte 0xFF at line", err)
         jobs = c.dhpctl_json("list").get("jobs", [])
         self.assertEqual([j["id"] for j in jobs], [job])
         self.assertEqual(c.dhpctl_json("get", job)["job"]["state"], "JOB_STATE_QUEUED")

@@ -43,6 +43,7 @@
 #include "api/dhpctl/top.h"
 #include "common/clock.h"
 #include "common/proto_enum.h"
+#include "common/utf8.h"
 
 namespace dhp::dhpctl {
 namespace {
@@ -391,6 +392,10 @@ int main(int argc, char** argv) {
     v1::SubmitJobRequest req;
     if (!ReadFile(file, req.mutable_spec_text())) {
       std::cerr << "dhpctl: cannot read spec file " << file << "\n";
+      return 2;
+    }
+    if (const std::string bad = Utf8Error(req.spec_text()); !bad.empty()) {
+      std::cerr << "dhpctl: " << file << ": " << bad << "\n";  // gRPC could not send it
       return 2;
     }
     req.set_dry_run(dry_run);

@@ -1,0 +1,21 @@
+// UTF-8 well-formedness, checked where text enters: a protobuf string holding ill-formed UTF-8
+// does not serialise, and a stored one does not parse again. No dependencies; thread-safe.
+#ifndef DHP_COMMON_UTF8_H_
+#define DHP_COMMON_UTF8_H_
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace dhp {
+
+// The offset of the first byte that does not start or continue a well-formed UTF-8 sequence
+// (overlong forms, surrogates and code points above U+10FFFF are ill-formed), or npos.
+size_t InvalidUtf8At(std::string_view s);
+
+// "" for well-formed text, else "not valid UTF-8: byte 0xFF at line 2, column 25 (offset 32)".
+std::string Utf8Error(std::string_view text);
+
+}  // namespace dhp
+
+#endif  // DHP_COMMON_UTF8_H_
