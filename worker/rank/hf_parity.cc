@@ -237,6 +237,7 @@ absl::StatusOr<ParityReport> RunHfParity(const std::string& case_dir, const Pari
 }
 
 absl::StatusOr<HfStepTiming> TimeHfStep(const std::string& case_dir, int steps) {
+  if (steps < 1) return absl::InvalidArgumentError(absl::StrCat("steps: ", steps, " < 1"));
   DHP_ASSIGN_OR_RETURN(Reference ref, Reference::Open(case_dir));
   DHP_ASSIGN_OR_RETURN(PackedBatch batch, ReadBatch(ref));
   DHP_ASSIGN_OR_RETURN(Qwen2_5_VL model, LoadModel(case_dir));
