@@ -8,9 +8,9 @@
 #include <ATen/Parallel.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
+#include "absl/strings/numbers.h"
 #include "worker/rank/hf_parity.h"
 
 namespace {
@@ -39,17 +39,21 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (std::strcmp(argv[1], "--bench") == 0) {
-    int i = 2;
-    const int steps = argc > i ? std::atoi(argv[i++]) : 0;
-    if (argc > i + 1 && std::strcmp(argv[i], "--threads") == 0) {
-      at::set_num_threads(std::atoi(argv[i + 1]));
-      i += 2;
-    }
-    if (steps < 1 || argc != i + 1) {
-      std::fprintf(stderr, "usage: %s --bench STEPS [--threads N] CASE_DIR\n", argv[0]);
+    // --bench STEPS [--threads N] CASE_DIR, both numbers in 1..1000000.
+    const auto number = [](const char* text, int* out) {
+      return absl::SimpleAtoi(text, out) && *out >= 1 && *out <= 1000000;
+    };
+    int steps = 0, threads = 0;
+    const bool with_threads = argc == 6 && std::strcmp(argv[3], "--threads") == 0;
+    if (!(argc == 4 || with_threads) || !number(argv[2], &steps) ||
+        (with_threads && !number(argv[4], &threads))) {
+      std::fprintf(stderr,
+                   "usage: %s --bench STEPS [--threads N] CASE_DIR (STEPS, N: 1 to 1000000)\n",
+                   argv[0]);
       return 2;
     }
-    return Bench(steps, argv[i]);
+    if (with_threads) at::set_num_threads(threads);
+    return Bench(steps, argv[argc - 1]);
   }
   int failed = 0;
   for (int i = 1; i < argc; ++i) {
