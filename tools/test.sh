@@ -5,7 +5,8 @@
 #      CUDA, Hugging Face transformers, tokenizers, safetensors, Pillow, NumPy);
 #   3. Bazel against Debian's LibTorch 1.13 (CPU): unit tests, in-process API tests and the
 #      multi-process end-to-end tests; then dhp's image preprocessing against transformers'
-#      (tests/hf_preprocess_parity.py) and the model against transformers' Qwen2.5-VL
+#      (tests/hf_preprocess_parity.py), the chat template against the official one rendered by
+#      transformers (tests/hf_chat_template_parity.py) and the model against transformers' Qwen2.5-VL
 #      (tests/hf_model_parity.py: logits, loss, gradients, an AdamW step, and the loss of a
 #      dhp-train step from a model directory alone);
 #   4. CMake against .venv's LibTorch 2.x: every target with the CUDA and NCCL code compiled and
@@ -32,6 +33,9 @@ if [ "$only" != "--cmake" ]; then
   bazel test --jobs="$jobs" //...
   echo "== image preprocessing vs Hugging Face's processor (.venv) =="
   .venv/bin/python tests/hf_preprocess_parity.py bazel-bin/worker/data/dhp-preprocess
+  echo "== chat template vs the official Qwen2.5-VL template in transformers (.venv) =="
+  .venv/bin/python tests/hf_chat_template_parity.py bazel-bin/worker/data/dhp-data-check \
+    configs/tiny-tokenizer.json
   echo "== the model vs Hugging Face transformers, fp32 (LibTorch 1.13) =="
   .venv/bin/python tests/hf_model_parity.py --parity bazel-bin/worker/rank/dhp-hf-parity \
     --dhp-train bazel-bin/worker/rank/dhp-train --gen-shapes bazel-bin/worker/data/dhp-gen-shapes

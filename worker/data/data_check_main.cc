@@ -2,12 +2,19 @@
 // bad record with its file and line, then a summary. Exit status 1 if any record is bad.
 //
 //   dhp-data-check --annotations FILE --image-root DIR --tokenizer tokenizer.json
-//                  [--max-seq-len N (4096)] [--min-pixels N] [--max-pixels N]
+//                  [--max-seq-len N (4096)] [--min-pixels N] [--max-pixels N] [--dump FILE]
+//
+// --dump writes what training sees of each valid record, one JSON object per line:
+//   {"location", "id", "text" (the rendered chat template, special tokens spelled out),
+//    "input_ids", "labels", "image_grid_thw": [[t, h, w], ...]}
+// tests/hf_chat_template_parity.py compares it with transformers' apply_chat_template.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
+#include "nlohmann/json.hpp"
 #include "worker/data/chat_template.h"
 #include "worker/data/llava_annotations.h"
 #include "worker/data/sample_builder.h"
@@ -18,15 +25,34 @@ int Usage(const std::string& error) {
   if (!error.empty()) std::fprintf(stderr, "dhp-data-check: %s\n", error.c_str());
   std::fprintf(stderr,
                "usage: dhp-data-check --annotations FILE --image-root DIR --tokenizer FILE "
-               "[--max-seq-len N] [--min-pixels N] [--max-pixels N]\n");
+               "[--max-seq-len N] [--min-pixels N] [--max-pixels N] [--dump FILE]\n");
   return 2;
+}
+
+// One line of --dump (see the file comment).
+std::string DumpLine(const dhp::data::ChatTemplate& chat, const dhp::data::LlavaRecord& record,
+                     const dhp::data::TrainingSample& sample, int merge_size) {
+  nlohmann::json grids = nlohmann::json::array();
+  std::vector<int64_t> counts;
+  for (const dhp::data::ImagePatches& image : sample.images) {
+    grids.push_back(image.grid_thw);
+    counts.push_back(dhp::data::NumImageTokens(image.grid_thw, merge_size));
+  }
+  const nlohmann::json line = {{"location", record.location},
+                               {"id", record.id},
+                               {"text", chat.Render(record.messages, counts)},
+                               {"input_ids", sample.input_ids},
+                               {"labels", sample.labels},
+                               {"image_grid_thw", grids}};
+  // Replace: text from the data that is not UTF-8 must not abort the dump.
+  return line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace dhp::data;
-  std::string annotations, image_root, tokenizer_path;
+  std::string annotations, image_root, tokenizer_path, dump_path;
   SampleBuilderOptions options;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
@@ -41,6 +67,8 @@ int main(int argc, char** argv) {
       image_root = value;
     } else if (flag == "--tokenizer") {
       tokenizer_path = value;
+    } else if (flag == "--dump") {
+      dump_path = value;
     } else if (flag == "--max-seq-len" && is_number) {
       options.max_seq_len = n;
     } else if (flag == "--min-pixels" && is_number) {
@@ -66,6 +94,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   SampleBuilder builder(*chat, options);
+  std::ofstream dump;
+  if (!dump_path.empty()) {
+    dump.open(dump_path, std::ios::binary | std::ios::trunc);
+    if (!dump) {
+      std::fprintf(stderr, "dhp-data-check: cannot write %s\n", dump_path.c_str());
+      return 1;
+    }
+  }
   int64_t tokens = 0, max_tokens = 0, images = 0, valid = 0;
   for (const LlavaRecord& r : *records) {
     auto sample = builder.Build(r, image_root);
@@ -74,10 +110,15 @@ int main(int argc, char** argv) {
       continue;
     }
     ++valid;
+    if (dump.is_open()) dump << DumpLine(*chat, r, *sample, options.preprocess.merge_size);
     const int64_t n = static_cast<int64_t>(sample->input_ids.size());
     tokens += n;
     max_tokens = std::max(max_tokens, n);
     images += static_cast<int64_t>(sample->images.size());
+  }
+  if (dump.is_open() && !dump.flush()) {
+    std::fprintf(stderr, "dhp-data-check: writing %s failed\n", dump_path.c_str());
+    return 1;
   }
   for (const absl::Status& e : errors) std::printf("error: %s\n", std::string(e.message()).c_str());
   std::printf("%lld valid records, %zu bad; %lld images; tokens: %lld total, %lld max, %.1f mean\n",
