@@ -2,7 +2,7 @@
 //
 // Debian ships LibTorch 1.13 (CPU only); the GPU machines use LibTorch 2.x with CUDA. Model code
 // calls the functions below instead of the version-specific ATen entry points. Header-only and
-// stateless, so thread-safe (CudaAutocastGuard changes only the calling thread's autocast state).
+// stateless, so thread-safe (AutocastGuard changes only the calling thread's autocast state).
 #ifndef DHP_WORKER_MODEL_TORCH_COMPAT_H_
 #define DHP_WORKER_MODEL_TORCH_COMPAT_H_
 
@@ -28,44 +28,63 @@ inline at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tenso
 #endif
 }
 
-// CUDA autocast (mixed precision with fp32 master weights): while a guard lives, eligible ops
-// on CUDA tensors of this thread run in `dtype` (bf16 in dhp). 1.13 and 2.0-2.3 have CUDA-only
-// entry points (set_enabled, set_autocast_gpu_dtype); 2.4 made them per device type and
-// deprecated the old ones. Like Python's torch.autocast, leaving the outermost guard clears the
-// cache of casted weights. Has no effect on CPU tensors.
+// Autocast (mixed precision with fp32 master weights) on one device type, CUDA or CPU: while a
+// guard lives, eligible ops (matmul, linear, conv) on that device's tensors of this thread run in
+// `dtype` (bf16 in dhp). 1.13 and 2.0-2.3 have one set of entry points per device (CUDA:
+// set_enabled, set_autocast_gpu_dtype; CPU: set_cpu_enabled, set_autocast_cpu_dtype); 2.4 made
+// them per device type and deprecated the old ones. Like Python's torch.autocast, leaving the
+// outermost guard clears the cache of casted weights. Tensors of other devices are not affected.
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
 inline constexpr const char* kCudaAutocastApi = "per-device (2.4+)";
-inline bool IsCudaAutocastEnabled() { return at::autocast::is_autocast_enabled(at::kCUDA); }
-inline at::ScalarType CudaAutocastDtype() { return at::autocast::get_autocast_dtype(at::kCUDA); }
-inline void SetCudaAutocast(bool enabled, at::ScalarType dtype) {
-  at::autocast::set_autocast_enabled(at::kCUDA, enabled);
-  at::autocast::set_autocast_dtype(at::kCUDA, dtype);
+inline bool IsAutocastEnabled(at::DeviceType device) {
+  return at::autocast::is_autocast_enabled(device);
+}
+inline at::ScalarType AutocastDtype(at::DeviceType device) {
+  return at::autocast::get_autocast_dtype(device);
+}
+inline void SetAutocast(at::DeviceType device, bool enabled, at::ScalarType dtype) {
+  at::autocast::set_autocast_enabled(device, enabled);
+  at::autocast::set_autocast_dtype(device, dtype);
 }
 #else
 inline constexpr const char* kCudaAutocastApi = "cuda-only (before 2.4)";
-inline bool IsCudaAutocastEnabled() { return at::autocast::is_enabled(); }
-inline at::ScalarType CudaAutocastDtype() { return at::autocast::get_autocast_gpu_dtype(); }
-inline void SetCudaAutocast(bool enabled, at::ScalarType dtype) {
-  at::autocast::set_enabled(enabled);
-  at::autocast::set_autocast_gpu_dtype(dtype);
+inline bool IsAutocastEnabled(at::DeviceType device) {
+  return device == at::kCPU ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled();
+}
+inline at::ScalarType AutocastDtype(at::DeviceType device) {
+  return device == at::kCPU ? at::autocast::get_autocast_cpu_dtype()
+                            : at::autocast::get_autocast_gpu_dtype();
+}
+inline void SetAutocast(at::DeviceType device, bool enabled, at::ScalarType dtype) {
+  if (device == at::kCPU) {
+    at::autocast::set_cpu_enabled(enabled);
+    at::autocast::set_autocast_cpu_dtype(dtype);
+  } else {
+    at::autocast::set_enabled(enabled);
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  }
 }
 #endif
 
-class CudaAutocastGuard {
+// `device` is at::kCUDA or at::kCPU.
+class AutocastGuard {
  public:
-  explicit CudaAutocastGuard(at::ScalarType dtype)
-      : prev_enabled_(IsCudaAutocastEnabled()), prev_dtype_(CudaAutocastDtype()) {
-    SetCudaAutocast(true, dtype);
+  AutocastGuard(at::DeviceType device, at::ScalarType dtype)
+      : device_(device),
+        prev_enabled_(IsAutocastEnabled(device)),
+        prev_dtype_(AutocastDtype(device)) {
+    SetAutocast(device_, true, dtype);
     at::autocast::increment_nesting();
   }
-  ~CudaAutocastGuard() {
+  ~AutocastGuard() {
     if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    SetCudaAutocast(prev_enabled_, prev_dtype_);
+    SetAutocast(device_, prev_enabled_, prev_dtype_);
   }
-  CudaAutocastGuard(const CudaAutocastGuard&) = delete;
-  CudaAutocastGuard& operator=(const CudaAutocastGuard&) = delete;
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
 
  private:
+  at::DeviceType device_;
   bool prev_enabled_;
   at::ScalarType prev_dtype_;
 };

@@ -38,25 +38,46 @@ TEST(TorchCompatTest, ScaledDotProductAttentionMatchesNaive) {
   }
 }
 
-// The guard only flips thread-local state, so it is testable without a GPU.
+// The guard only flips thread-local state, so the CUDA case is testable without a GPU.
 TEST(TorchCompatTest, CudaAutocastGuardSetsAndRestores) {
-  const bool enabled0 = compat::IsCudaAutocastEnabled();
-  const at::ScalarType dtype0 = compat::CudaAutocastDtype();
+  const bool enabled0 = compat::IsAutocastEnabled(at::kCUDA);
+  const at::ScalarType dtype0 = compat::AutocastDtype(at::kCUDA);
   {
-    compat::CudaAutocastGuard outer(at::kBFloat16);
-    EXPECT_TRUE(compat::IsCudaAutocastEnabled());
-    EXPECT_EQ(compat::CudaAutocastDtype(), at::kBFloat16);
+    compat::AutocastGuard outer(at::kCUDA, at::kBFloat16);
+    EXPECT_TRUE(compat::IsAutocastEnabled(at::kCUDA));
+    EXPECT_EQ(compat::AutocastDtype(at::kCUDA), at::kBFloat16);
     {
-      compat::CudaAutocastGuard inner(at::kHalf);
-      EXPECT_EQ(compat::CudaAutocastDtype(), at::kHalf);
+      compat::AutocastGuard inner(at::kCUDA, at::kHalf);
+      EXPECT_EQ(compat::AutocastDtype(at::kCUDA), at::kHalf);
     }
-    EXPECT_TRUE(compat::IsCudaAutocastEnabled());
-    EXPECT_EQ(compat::CudaAutocastDtype(), at::kBFloat16);
+    EXPECT_TRUE(compat::IsAutocastEnabled(at::kCUDA));
+    EXPECT_EQ(compat::AutocastDtype(at::kCUDA), at::kBFloat16);
+    EXPECT_FALSE(compat::IsAutocastEnabled(at::kCPU));
     // CPU tensors are not affected.
     EXPECT_EQ(at::matmul(at::ones({2, 2}), at::ones({2, 2})).scalar_type(), at::kFloat);
   }
-  EXPECT_EQ(compat::IsCudaAutocastEnabled(), enabled0);
-  EXPECT_EQ(compat::CudaAutocastDtype(), dtype0);
+  EXPECT_EQ(compat::IsAutocastEnabled(at::kCUDA), enabled0);
+  EXPECT_EQ(compat::AutocastDtype(at::kCUDA), dtype0);
+}
+
+TEST(TorchCompatTest, CpuAutocastGuardRunsMatmulInBf16AndRestores) {
+  ASSERT_FALSE(compat::IsAutocastEnabled(at::kCPU));
+  const at::Tensor a = at::randn({4, 8}), b = at::randn({8, 3});
+  // The product of the bf16-rounded inputs, to bf16 precision (8 bits of significand).
+  const at::Tensor want =
+      at::matmul(a.to(at::kBFloat16).to(at::kFloat), b.to(at::kBFloat16).to(at::kFloat));
+  {
+    compat::AutocastGuard guard(at::kCPU, at::kBFloat16);
+    EXPECT_TRUE(compat::IsAutocastEnabled(at::kCPU));
+    EXPECT_FALSE(compat::IsAutocastEnabled(at::kCUDA));
+    const at::Tensor c = at::matmul(a, b);
+    EXPECT_EQ(c.scalar_type(), at::kBFloat16);
+    EXPECT_TRUE(at::allclose(c.to(at::kFloat), want, 1e-2, 1e-2));
+    // Element-wise ops stay in the input dtype.
+    EXPECT_EQ((a + a).scalar_type(), at::kFloat);
+  }
+  EXPECT_FALSE(compat::IsAutocastEnabled(at::kCPU));
+  EXPECT_EQ(at::matmul(a, b).scalar_type(), at::kFloat);
 }
 
 }  // namespace

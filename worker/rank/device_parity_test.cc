@@ -6,8 +6,8 @@
 //   the loss, 1e-4 relative (L2) per gradient. Same math, other kernels and summation order
 //   (cuBLAS, no TF32: LibTorch leaves it off for matmuls).
 // - bf16: on a GPU as training runs it (CUDA autocast over fp32 weights, compat::
-//   CudaAutocastGuard); on the CPU the model and pixels are cast to bf16 (autocast is CUDA-only
-//   in dhp), the harsher case. Bounds from bf16's 8-bit significand (relative rounding 2^-9 per
+//   AutocastGuard); on the CPU the model and pixels are cast to bf16 (not autocast: all-bf16 is
+//   the harsher case). Bounds from bf16's 8-bit significand (relative rounding 2^-9 per
 //   operation, compounded over the tiny model's vision and text layers): loss 5e-3 relative,
 //   logits |x - ref| <= 0.05 + 0.02 |ref|, gradients 0.15 relative (L2) each: a norm weight's
 //   gradient sums over every token, and in all-bf16 on the CPU that sum is rounded too.
@@ -59,8 +59,8 @@ Pass ForwardBackward(Qwen2_5_VL& m, const PackedBatch& b, bool autocast) {
   Pass r;
   at::Tensor logits, loss;
   {
-    std::optional<compat::CudaAutocastGuard> guard;
-    if (autocast) guard.emplace(at::kBFloat16);
+    std::optional<compat::AutocastGuard> guard;
+    if (autocast) guard.emplace(at::kCUDA, at::kBFloat16);
     logits = m->Logits(b);
     loss = m->Loss(b);
   }

@@ -63,17 +63,13 @@ absl::Status SingleRankTrainer::Init(const TrainerOptions& options) {
   const auto stage_precision = [&](const char* stage, v1::DType dtype, bool* bf16) {
     *bf16 = false;
     if (dtype == v1::DTYPE_FP32 || dtype == v1::DTYPE_UNSPECIFIED) return absl::OkStatus();
-    if (device_.is_cpu()) {
-      notes_.push_back(absl::StrCat(stage, ".dtype ", v1::DType_Name(dtype),
-                                    ": mixed precision is GPU-only; fp32 on the CPU"));
-      return absl::OkStatus();
-    }
     if (dtype == v1::DTYPE_FP16) {
       return absl::UnimplementedError(absl::StrCat(
           stage, ".dtype: fp16 needs loss scaling, which dhp does not implement; use bf16"));
     }
     *bf16 = true;
-    notes_.push_back(absl::StrCat(stage, ": bf16 autocast, fp32 master weights"));
+    notes_.push_back(
+        absl::StrCat(stage, ": bf16 autocast on ", device_.str(), ", fp32 master weights"));
     return absl::OkStatus();
   };
   absl::Status s = stage_precision("vision", spec_.vision().dtype(), &vision_bf16_);
@@ -123,15 +119,15 @@ std::pair<at::Tensor, at::Tensor> SingleRankTrainer::ForwardLossSum(const Packed
   if (!batch.image_grids.empty()) {
     at::Tensor image_embeds;  // [M, hidden]
     {
-      std::optional<compat::CudaAutocastGuard> autocast;
-      if (vision_bf16_) autocast.emplace(at::kBFloat16);
+      std::optional<compat::AutocastGuard> autocast;
+      if (vision_bf16_) autocast.emplace(device_.type(), at::kBFloat16);
       image_embeds = model_->visual(batch.pixel_values, batch.image_grids);
     }
     embeds = ScatterImageEmbeddings(embeds, batch.input_ids, preset_.tokens.image_pad,
                                     image_embeds);
   }
-  std::optional<compat::CudaAutocastGuard> autocast;
-  if (text_bf16_) autocast.emplace(at::kBFloat16);
+  std::optional<compat::AutocastGuard> autocast;
+  if (text_bf16_) autocast.emplace(device_.type(), at::kBFloat16);
   at::Tensor hidden = model_->text(embeds, batch.position_ids, batch.cu_seqlens);  // [S, hidden]
   at::Tensor logits = model_->text->Logits(hidden);                                 // [S, vocab]
   return CausalLmLossSum(logits, batch.labels, batch.cu_seqlens);

@@ -14,8 +14,8 @@
 // then clipping, the learning rate of the schedule, and one AdamW update. A step whose loss or
 // gradient norm is not finite is an error and updates nothing.
 //
-// Precision: fp32 on CPU (whatever the spec's dtypes: a note says so). On CUDA, a stage whose
-// dtype is bf16 runs under bf16 autocast (compat::CudaAutocastGuard) with fp32 master weights,
+// Precision: a stage whose dtype is bf16 runs under bf16 autocast on its device, CUDA or CPU
+// (compat::AutocastGuard: matmuls, linears and convolutions in bf16), with fp32 master weights,
 // fp32 gradients and fp32 optimizer state; fp16 is refused (it would need loss scaling).
 // Spec fields about the parallel layout (degrees, ZeRO stage, data_parallel_size, placement)
 // do not apply on one rank: notes() says so.
@@ -120,7 +120,7 @@ class SingleRankTrainer {
   ModelPreset preset_;
   std::string dump_first_batch_;  // TrainerOptions::dump_first_batch
   at::Device device_;
-  bool vision_bf16_ = false;  // autocast per stage (CUDA only)
+  bool vision_bf16_ = false;  // autocast per stage
   bool text_bf16_ = false;
 
   std::unique_ptr<DataPipeline> data_;
