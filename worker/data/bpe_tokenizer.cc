@@ -7,6 +7,7 @@
 #include "nlohmann/json.hpp"
 #include "worker/data/byte_level.h"
 #include "worker/data/file_util.h"
+#include "worker/data/unicode_nfc.h"
 
 namespace dhp {
 namespace data {
@@ -60,6 +61,29 @@ absl::Status ReadPreTokenizer(const Json& pt, absl::string_view where,
   }
   return absl::InvalidArgumentError(
       absl::StrCat(where, ".type: unsupported pre-tokenizer \"", type, "\""));
+}
+
+// Reads a normalizer: null, NFC, or a Sequence of those. Sets *nfc when NFC is applied.
+absl::Status ReadNormalizer(const Json& norm, absl::string_view where, bool* nfc) {
+  if (norm.is_null()) return absl::OkStatus();
+  const std::string type =
+      norm.is_object() && norm.contains("type") && norm["type"].is_string()
+          ? norm["type"].get<std::string>()
+          : std::string();
+  if (type == "NFC") {
+    *nfc = true;
+    return absl::OkStatus();
+  }
+  if (type == "Sequence" && norm.contains("normalizers") && norm["normalizers"].is_array()) {
+    const Json& list = norm["normalizers"];
+    for (size_t i = 0; i < list.size(); ++i) {
+      absl::Status s = ReadNormalizer(list[i], absl::StrCat(where, ".normalizers[", i, "]"), nfc);
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      where, " ", norm.dump(), " is not supported (only null, NFC, or a Sequence of NFC)"));
 }
 
 }  // namespace
@@ -168,8 +192,13 @@ absl::Status BpeTokenizer::Init(absl::string_view json_text, absl::string_view s
       return err("added_tokens[", i, "]: needs an integer \"id\" and a non-empty \"content\"");
     }
     AddedToken t{a["id"].get<int64_t>(), a["content"].get<std::string>(),
-                 a.value("special", false)};
+                 a.value("special", false), a.value("normalized", false)};
     if (t.id < 0) return err("added_tokens[", i, "]: negative id ", t.id);
+    for (const char* flag : {"lstrip", "rstrip", "single_word"}) {
+      if (a.value(flag, Json(false)) != Json(false)) {
+        return err("added_tokens[", i, "].", flag, ": only false is supported");
+      }
+    }
     auto v = id_to_token_.find(t.id);
     if (v != id_to_token_.end() && v->second != BytesToByteLevel(t.content)) {
       return err("added_tokens[", i, "]: id ", t.id, " is \"", v->second, "\" in model.vocab");
@@ -179,26 +208,43 @@ absl::Status BpeTokenizer::Init(absl::string_view json_text, absl::string_view s
     vocab_size_ = std::max(vocab_size_, t.id + 1);
     added_tokens_.push_back(std::move(t));
   }
-  for (size_t i = 0; i < added_tokens_.size(); ++i) added_by_length_.push_back(i);
-  std::stable_sort(added_by_length_.begin(), added_by_length_.end(), [&](size_t a, size_t b) {
-    return added_tokens_[a].content.size() > added_tokens_[b].content.size();
-  });
 
   // Normalizer and pre-tokenizer.
-  const Json& norm = j.value("normalizer", Json());
-  if (!norm.is_null() && !(norm.is_object() && norm.value("type", std::string()) == "NFC")) {
-    return err("normalizer ", norm.dump(), " is not supported (only null or NFC)");
-  }
+  absl::Status s = ReadNormalizer(j.value("normalizer", Json()), "normalizer", &nfc_);
+  if (!s.ok()) return err(s.message());
   std::vector<std::string> patterns;
   bool byte_level = false;
-  absl::Status s = ReadPreTokenizer(j.value("pre_tokenizer", Json()), "pre_tokenizer",
-                                    &patterns, &byte_level);
+  s = ReadPreTokenizer(j.value("pre_tokenizer", Json()), "pre_tokenizer", &patterns,
+                       &byte_level);
   if (!s.ok()) return err(s.message());
   if (!byte_level) return err("pre_tokenizer has no ByteLevel step: not a byte-level BPE");
   for (const std::string& p : patterns) {
     absl::StatusOr<std::unique_ptr<RegexSplitter>> splitter = RegexSplitter::Create(p);
     if (!splitter.ok()) return err(splitter.status().message());
     splitters_.push_back(std::move(*splitter));
+  }
+  s = IndexAddedTokens();
+  if (!s.ok()) return err(s.message());
+  return absl::OkStatus();
+}
+
+absl::Status BpeTokenizer::IndexAddedTokens() {
+  for (size_t i = 0; i < added_tokens_.size(); ++i) {
+    const AddedToken& t = added_tokens_[i];
+    std::string storage;
+    absl::StatusOr<absl::string_view> text =
+        t.normalized ? Normalize(t.content, &storage) : absl::string_view(t.content);
+    if (!text.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("added_tokens[", i, "]: ", text.status().message()));
+    }
+    match_text_.emplace_back(*text);
+    added_by_length_[t.normalized].push_back(i);
+  }
+  for (std::vector<size_t>& order : added_by_length_) {
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return match_text_[a].size() > match_text_[b].size();
+    });
   }
   return absl::OkStatus();
 }
@@ -256,43 +302,70 @@ absl::StatusOr<std::vector<absl::string_view>> BpeTokenizer::SplitPieces(
   return pieces;
 }
 
-absl::Status BpeTokenizer::EncodeOrdinary(absl::string_view text,
-                                          std::vector<int64_t>* ids) const {
-  absl::StatusOr<std::vector<absl::string_view>> pieces = SplitPieces(text);
-  if (!pieces.ok()) return pieces.status();
-  for (absl::string_view p : *pieces) EncodePiece(p, ids);
+absl::StatusOr<absl::string_view> BpeTokenizer::Normalize(absl::string_view text,
+                                                          std::string* storage) const {
+  if (!nfc_) return text;
+  return ToNfc(text, storage);
+}
+
+absl::Status BpeTokenizer::EncodeNormalized(absl::string_view text, bool allow_added_tokens,
+                                            std::vector<int64_t>* ids) const {
+  for (const Segment& seg : SplitOnAddedTokens(text, /*normalized=*/true, allow_added_tokens)) {
+    if (seg.token != nullptr) {
+      ids->push_back(seg.token->id);
+      continue;
+    }
+    absl::StatusOr<std::vector<absl::string_view>> pieces = SplitPieces(seg.text);
+    if (!pieces.ok()) return pieces.status();
+    for (absl::string_view p : *pieces) EncodePiece(p, ids);
+  }
   return absl::OkStatus();
+}
+
+std::vector<BpeTokenizer::Segment> BpeTokenizer::SplitOnAddedTokens(absl::string_view text,
+                                                                    bool normalized,
+                                                                    bool enabled) const {
+  std::vector<Segment> out;
+  const std::vector<size_t>& order = added_by_length_[normalized];
+  size_t segment = 0;  // start of the text not yet emitted
+  for (size_t pos = 0; enabled && !order.empty() && pos < text.size();) {
+    const AddedToken* hit = nullptr;
+    size_t length = 0;
+    for (size_t i : order) {
+      const std::string& m = match_text_[i];
+      if (text.compare(pos, m.size(), m) == 0) {
+        hit = &added_tokens_[i];
+        length = m.size();
+        break;
+      }
+    }
+    if (hit == nullptr) {
+      ++pos;
+      continue;
+    }
+    if (pos > segment) out.push_back({text.substr(segment, pos - segment), nullptr});
+    out.push_back({absl::string_view(), hit});
+    pos += length;
+    segment = pos;
+  }
+  if (segment < text.size()) out.push_back({text.substr(segment), nullptr});
+  return out;
 }
 
 absl::StatusOr<std::vector<int64_t>> BpeTokenizer::Encode(absl::string_view text,
                                                           bool allow_added_tokens) const {
+  // Hugging Face's order: tokens with normalized false are matched on the raw text; the text
+  // between them is normalised, then tokens with normalized true are matched on that.
   std::vector<int64_t> ids;
-  size_t segment = 0;  // start of the ordinary text not yet encoded
-  if (allow_added_tokens && !added_tokens_.empty()) {
-    for (size_t pos = 0; pos < text.size();) {
-      const AddedToken* hit = nullptr;
-      for (size_t i : added_by_length_) {
-        const std::string& c = added_tokens_[i].content;
-        if (text.compare(pos, c.size(), c) == 0) {
-          hit = &added_tokens_[i];
-          break;
-        }
-      }
-      if (hit == nullptr) {
-        ++pos;
-        continue;
-      }
-      if (pos > segment) {
-        absl::Status s = EncodeOrdinary(text.substr(segment, pos - segment), &ids);
-        if (!s.ok()) return s;
-      }
-      ids.push_back(hit->id);
-      pos += hit->content.size();
-      segment = pos;
+  std::string storage;
+  for (const Segment& seg : SplitOnAddedTokens(text, /*normalized=*/false, allow_added_tokens)) {
+    if (seg.token != nullptr) {
+      ids.push_back(seg.token->id);
+      continue;
     }
-  }
-  if (segment < text.size()) {
-    absl::Status s = EncodeOrdinary(text.substr(segment), &ids);
+    absl::StatusOr<absl::string_view> normalized = Normalize(seg.text, &storage);
+    if (!normalized.ok()) return normalized.status();
+    absl::Status s = EncodeNormalized(*normalized, allow_added_tokens, &ids);
     if (!s.ok()) return s;
   }
   return ids;
@@ -333,7 +406,10 @@ std::string BpeTokenizer::IdToToken(int64_t id) const {
 }
 
 absl::StatusOr<std::vector<std::string>> BpeTokenizer::PreTokenize(absl::string_view text) const {
-  absl::StatusOr<std::vector<absl::string_view>> pieces = SplitPieces(text);
+  std::string storage;
+  absl::StatusOr<absl::string_view> normalized = Normalize(text, &storage);
+  if (!normalized.ok()) return normalized.status();
+  absl::StatusOr<std::vector<absl::string_view>> pieces = SplitPieces(*normalized);
   if (!pieces.ok()) return pieces.status();
   return std::vector<std::string>(pieces->begin(), pieces->end());
 }

@@ -1,17 +1,20 @@
 // Byte-level BPE tokenizer read from a Hugging Face `tokenizer.json` (the format of Qwen2 /
 // Qwen2.5-VL and of configs/tiny-tokenizer.json).
 //
-// Encoding: added tokens (`added_tokens`, longest match first) are split out of the text first;
-// each remaining span is split by the pre-tokenizer regex (the `Split` pattern, Qwen2's by
-// default), each piece is mapped to GPT-2's byte-level alphabet and merged by BPE merge rank.
+// Encoding, in Hugging Face tokenizers' order: added tokens (`added_tokens`, longest match first)
+// are split out of the raw text first; each remaining span is normalised (NFC, when the
+// tokenizer.json asks for it), split by the pre-tokenizer regex (the `Split` pattern, Qwen2's by
+// default), and each piece is mapped to GPT-2's byte-level alphabet and merged by BPE merge rank.
 // Decoding maps the vocabulary strings back to bytes; added tokens decode to their content.
 //
 // Supported tokenizer.json subset: model type BPE with `vocab` and `merges` (either "a b" strings
 // or ["a", "b"] pairs), optional `ignore_merges`; pre_tokenizer Split (Regex, Isolated) and/or
-// ByteLevel (add_prefix_space false) inside an optional Sequence; normalizer null or NFC. NFC is
-// NOT applied (no Unicode tables here): text is expected to be NFC already, as nearly all text
-// is; non-NFC input may tokenize differently from Hugging Face. Anything else is a load error
-// naming the field.
+// ByteLevel (add_prefix_space false) inside an optional Sequence; normalizer null, NFC, or a
+// Sequence of NFC. NFC uses ICU's tables (see unicode_nfc.h) and costs nothing on ASCII or
+// already-NFC text. Added tokens with `normalized: false` (all of Qwen's) are matched in the raw
+// text, those with `normalized: true` in the normalised text, as Hugging Face does; `lstrip`,
+// `rstrip` and `single_word` must be false. Anything else is a load error naming the field.
+// tests/hf_tokenizer_parity.py checks ids and decoded text against Hugging Face tokenizers.
 //
 // Thread-safety: immutable after loading; all methods are const and safe to call concurrently.
 #ifndef DHP_WORKER_DATA_BPE_TOKENIZER_H_
@@ -35,6 +38,8 @@ struct AddedToken {
   int64_t id = 0;
   std::string content;
   bool special = false;
+  // Matched in the normalised text (Hugging Face's `normalized`) rather than in the raw text.
+  bool normalized = false;
 };
 
 class BpeTokenizer {
@@ -61,7 +66,7 @@ class BpeTokenizer {
   // The vocabulary string (byte-level form) or added token content of an id, or "" if unknown.
   std::string IdToToken(int64_t id) const;
 
-  // The pre-tokenizer pieces of `text` (no added-token handling): exposed for tests.
+  // The pre-tokenizer pieces of the normalised `text` (no added-token handling): for tests.
   absl::StatusOr<std::vector<std::string>> PreTokenize(absl::string_view text) const;
 
   // One more than the largest id (vocabulary or added token).
@@ -71,9 +76,24 @@ class BpeTokenizer {
  private:
   BpeTokenizer() = default;
   absl::Status Init(absl::string_view json, absl::string_view source);
+  // `text` after the normalizer (a view of `text` or of `*storage`).
+  absl::StatusOr<absl::string_view> Normalize(absl::string_view text, std::string* storage) const;
   absl::StatusOr<std::vector<absl::string_view>> SplitPieces(absl::string_view text) const;
+  absl::Status IndexAddedTokens();
   void EncodePiece(absl::string_view piece, std::vector<int64_t>* ids) const;
-  absl::Status EncodeOrdinary(absl::string_view text, std::vector<int64_t>* ids) const;
+  // Encodes normalised text: added tokens with `normalized` true, BPE between them.
+  absl::Status EncodeNormalized(absl::string_view text, bool allow_added_tokens,
+                                std::vector<int64_t>* ids) const;
+
+  // A span of text, or an added token found in it (then `token` is set).
+  struct Segment {
+    absl::string_view text;
+    const AddedToken* token;
+  };
+  // `text` cut at the added tokens whose `normalized` flag equals `normalized` (leftmost, then
+  // longest match); one segment of the whole text when `enabled` is false.
+  std::vector<Segment> SplitOnAddedTokens(absl::string_view text, bool normalized,
+                                          bool enabled) const;
 
   struct Merge {
     int32_t rank;
@@ -87,8 +107,12 @@ class BpeTokenizer {
   std::vector<std::unique_ptr<RegexSplitter>> splitters_;  // applied in order
   std::vector<AddedToken> added_tokens_;
   std::unordered_map<int64_t, size_t> added_by_id_;  // id -> index in added_tokens_
-  std::vector<size_t> added_by_length_;  // indices of added_tokens_, longest content first
+  std::vector<std::string> match_text_;   // per added token: its content, normalised if it is
+                                          // matched in normalised text
+  // Indices of added_tokens_ with normalized false [0] and true [1], longest match_text_ first.
+  std::array<std::vector<size_t>, 2> added_by_length_;
   bool ignore_merges_ = false;
+  bool nfc_ = false;  // the normalizer is NFC
   int64_t vocab_size_ = 0;
 };
 

@@ -195,6 +195,79 @@ TEST(BpeTokenizerTest, LoadErrorsNameTheField) {
   EXPECT_THAT(missing.status().message(), HasSubstr("/nonexistent/tokenizer.json"));
 }
 
+std::unique_ptr<BpeTokenizer> MiniWithNormalizer(const Json& normalizer) {
+  Json j = MiniTokenizer(kMerges, false);
+  j["normalizer"] = normalizer;
+  absl::StatusOr<std::unique_ptr<BpeTokenizer>> tok = BpeTokenizer::FromJson(j.dump(), "nfc.json");
+  EXPECT_TRUE(tok.ok()) << tok.status();
+  return tok.ok() ? std::move(*tok) : nullptr;
+}
+
+TEST(BpeTokenizerTest, NfcNormalizerComposesBeforePreTokenizing) {
+  const Json nfc = {{"type", "NFC"}};
+  const Json sequence = {{"type", "Sequence"}, {"normalizers", Json::array({nfc})}};
+  for (const Json& normalizer : {nfc, sequence}) {
+    auto tok = MiniWithNormalizer(normalizer);
+    ASSERT_NE(tok, nullptr);
+    // Decomposed e + U+0301 encodes as the composed U+00E9 (bytes C3 A9).
+    EXPECT_EQ(*tok->Encode("caf" "e\xCC\x81"), *tok->Encode("caf\xC3\xA9"));
+    EXPECT_THAT(*tok->Encode("e\xCC\x81"), ElementsAre(0xC3, 0xA9));
+    // Hangul jamo compose to one syllable (U+AC00, EA B0 80), a CJK compatibility ideograph maps
+    // to its unified form (U+F900 -> U+8C48, E8 B1 88).
+    EXPECT_THAT(*tok->Encode("\xE1\x84\x80\xE1\x85\xA1"), ElementsAre(0xEA, 0xB0, 0x80));
+    EXPECT_THAT(*tok->Encode("\xEF\xA4\x80"), ElementsAre(0xE8, 0xB1, 0x88));
+    // The pre-tokenizer sees composed text: "e" + U+0301 is one letter run with "caf".
+    EXPECT_EQ(*tok->PreTokenize("caf" "e\xCC\x81!"),
+              (std::vector<std::string>{"caf\xC3\xA9", "!"}));
+    // Added tokens are cut out first: a mark after one is normalised alone (stays U+0301).
+    EXPECT_THAT(*tok->Encode("<|im_end|>\xCC\x81"), ElementsAre(301, 0xCC, 0x81));
+    EXPECT_THAT(*tok->Encode("hello"), ElementsAre(259));
+    EXPECT_TRUE(tok->Encode("").ok());
+    absl::StatusOr<std::vector<int64_t>> bad = tok->Encode("e\xCC\x81 \xFF");
+    ASSERT_FALSE(bad.ok());
+    EXPECT_THAT(bad.status().message(), HasSubstr("not valid UTF-8 at byte 4"));
+  }
+  // Without a normalizer the decomposed form stays as it is.
+  auto plain = Mini();
+  ASSERT_NE(plain, nullptr);
+  EXPECT_THAT(*plain->Encode("e\xCC\x81"), ElementsAre('e', 0xCC, 0x81));
+}
+
+TEST(BpeTokenizerTest, NormalizedAddedTokensMatchTheNormalisedText) {
+  Json j = MiniTokenizer(kMerges, false);
+  j["normalizer"] = {{"type", "NFC"}};
+  // "caf" + "e" U+0301, normalized: matched after NFC, so "café" in either form finds it.
+  j["added_tokens"].push_back({{"id", 304},
+                               {"content", "caf" "e\xCC\x81"},
+                               {"special", false},
+                               {"normalized", true}});
+  auto tok = BpeTokenizer::FromJson(j.dump(), "normalized.json");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_THAT(*(*tok)->Encode("caf\xC3\xA9!"), ElementsAre(304, '!'));
+  EXPECT_THAT(*(*tok)->Encode("caf" "e\xCC\x81<a>"), ElementsAre(304, 302));
+  EXPECT_THAT(*(*tok)->Encode("caf\xC3\xA9", /*allow_added_tokens=*/false),
+              ElementsAre('c', 'a', 'f', 0xC3, 0xA9));
+}
+
+TEST(BpeTokenizerTest, UnsupportedNormalizersAndTokenFlagsAreLoadErrors) {
+  Json j = MiniTokenizer(kMerges, false);
+  j["normalizer"] = {{"type", "NFKC"}};
+  auto nfkc = BpeTokenizer::FromJson(j.dump(), "t.json");
+  ASSERT_FALSE(nfkc.ok());
+  EXPECT_THAT(nfkc.status().message(), HasSubstr("normalizer"));
+  j["normalizer"] = {{"type", "Sequence"},
+                     {"normalizers", Json::array({{{"type", "NFC"}}, {{"type", "Lowercase"}}})}};
+  auto lower = BpeTokenizer::FromJson(j.dump(), "t.json");
+  ASSERT_FALSE(lower.ok());
+  EXPECT_THAT(lower.status().message(), HasSubstr("normalizer.normalizers[1]"));
+
+  Json k = MiniTokenizer(kMerges, false);
+  k["added_tokens"][1]["lstrip"] = true;
+  auto lstrip = BpeTokenizer::FromJson(k.dump(), "t.json");
+  ASSERT_FALSE(lstrip.ok());
+  EXPECT_THAT(lstrip.status().message(), HasSubstr("added_tokens[1].lstrip"));
+}
+
 TEST(BpeTokenizerTest, Gpt2StyleByteLevelRegex) {
   Json j = MiniTokenizer(kMerges, false);
   j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
