@@ -1,11 +1,93 @@
 #include "worker/rank/optimizer.h"
 
 #include <torch/optim/adamw.h>
+#include <torch/version.h>
 
 #include <cmath>
+#include <sstream>
 #include <tuple>
+#include <type_traits>
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#define DHP_HAS_FUSED_ADAMW 1
+#endif
 
 namespace dhp {
+namespace {
+
+using StateKeyType = typename std::remove_reference_t<
+    decltype(std::declval<torch::optim::AdamW&>().state())>::key_type;
+
+// LibTorch's key of a parameter's state: c10::guts::to_string(impl) (1.x) or impl (2.x). A
+// template, so that only the branch of the LibTorch at hand is compiled.
+template <typename Key = StateKeyType>
+Key StateKey(const at::Tensor& p) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream s;
+    s << p.unsafeGetTensorImpl();
+    return s.str();
+  } else {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+  }
+}
+
+// The tensors of one group's update: parameters with a gradient and their state.
+struct GroupUpdate {
+  std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs;
+  std::vector<int64_t> steps;  // after this update
+};
+
+struct Hyper {
+  double lr, beta1, beta2, eps, weight_decay;
+};
+
+// torch.optim.AdamW's single-tensor update (_single_tensor_adamw, not capturable).
+void UpdatePerTensor(const GroupUpdate& u, const Hyper& h) {
+  for (size_t i = 0; i < u.params.size(); ++i) {
+    at::Tensor p = u.params[i], m = u.exp_avgs[i], v = u.exp_avg_sqs[i];
+    const at::Tensor& g = u.grads[i];
+    if (h.weight_decay != 0) p.mul_(1 - h.lr * h.weight_decay);
+    m.lerp_(g, 1 - h.beta1);
+    v.mul_(h.beta2).addcmul_(g, g, 1 - h.beta2);
+    const double bc1 = 1 - std::pow(h.beta1, static_cast<double>(u.steps[i]));
+    const double bc2 = 1 - std::pow(h.beta2, static_cast<double>(u.steps[i]));
+    const at::Tensor denom = (v.sqrt() / std::sqrt(bc2)).add_(h.eps);
+    p.addcdiv_(m, denom, -h.lr / bc1);
+  }
+}
+
+// One fused kernel for the group when every tensor shares a device and a floating dtype (always,
+// in dhp); else per tensor.
+void UpdateGroup(const GroupUpdate& u, const Hyper& h) {
+  if (u.params.empty()) return;
+#ifdef DHP_HAS_FUSED_ADAMW
+  bool uniform = at::isFloatingType(u.params[0].scalar_type());
+  for (const at::Tensor& t : u.params) {
+    uniform = uniform && t.device() == u.params[0].device() &&
+              t.scalar_type() == u.params[0].scalar_type() && t.is_contiguous();
+  }
+  if (uniform) {
+    // The kernel reads each parameter's step from a float tensor on its device; parameters of a
+    // group share a step in practice, so one tensor per distinct value.
+    std::vector<at::Tensor> steps;
+    std::vector<std::pair<int64_t, at::Tensor>> made;
+    for (int64_t step : u.steps) {
+      if (made.empty() || made.back().first != step) {
+        made.emplace_back(
+            step, at::full({}, static_cast<double>(step), u.params[0].options().dtype(at::kFloat)));
+      }
+      steps.push_back(made.back().second);
+    }
+    at::_fused_adamw_(u.params, u.grads, u.exp_avgs, u.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps,
+                      h.lr, h.beta1, h.beta2, h.weight_decay, h.eps, /*amsgrad=*/false,
+                      /*maximize=*/false);
+    return;
+  }
+#endif
+  UpdatePerTensor(u, h);
+}
+
+}  // namespace
 
 bool UsesWeightDecay(const std::string& name, const at::Tensor& param) {
   const auto ends_with = [&](const std::string& suffix) {
@@ -79,6 +161,41 @@ void TrainingOptimizer::SetLearningRate(double lr) {
   }
 }
 
-void TrainingOptimizer::Step() { adamw_->step(); }
+torch::optim::AdamWParamState* TrainingOptimizer::StateOf(const at::Tensor& p, bool create) {
+  auto& map = adamw_->state();
+  const StateKeyType key = StateKey(p);
+  auto it = map.find(key);
+  if (it != map.end()) return static_cast<torch::optim::AdamWParamState*>(it->second.get());
+  if (!create) return nullptr;
+  auto state = std::make_unique<torch::optim::AdamWParamState>();
+  state->step(0);
+  state->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
+  state->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
+  torch::optim::AdamWParamState* raw = state.get();
+  map[key] = std::move(state);
+  return raw;
+}
+
+void TrainingOptimizer::EraseState(const at::Tensor& p) { adamw_->state().erase(StateKey(p)); }
+
+void TrainingOptimizer::Step() {
+  at::NoGradGuard no_grad;
+  for (auto& group : adamw_->param_groups()) {
+    const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
+    GroupUpdate u;
+    for (at::Tensor& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      torch::optim::AdamWParamState* s = StateOf(p, /*create=*/true);
+      s->step(s->step() + 1);
+      u.params.push_back(p);
+      u.grads.push_back(p.grad());
+      u.exp_avgs.push_back(s->exp_avg());
+      u.exp_avg_sqs.push_back(s->exp_avg_sq());
+      u.steps.push_back(s->step());
+    }
+    UpdateGroup(u, Hyper{o.lr(), std::get<0>(o.betas()), std::get<1>(o.betas()), o.eps(),
+                         o.weight_decay()});
+  }
+}
 
 }  // namespace dhp

@@ -2,31 +2,11 @@
 
 #include <torch/optim/adamw.h>
 
-#include <sstream>
-#include <type_traits>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace dhp {
 namespace {
-
-// LibTorch's key of a parameter's state: c10::guts::to_string(impl) (1.x) or impl (2.x).
-template <typename Key>
-Key StateKey(const at::Tensor& p) {
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream s;
-    s << p.unsafeGetTensorImpl();
-    return s.str();
-  } else {
-    return static_cast<Key>(p.unsafeGetTensorImpl());
-  }
-}
-
-auto& StateMap(TrainingOptimizer& optimizer) { return optimizer.adamw().state(); }
-
-using StateKeyType = typename std::remove_reference_t<
-    decltype(std::declval<torch::optim::AdamW&>().state())>::key_type;
 
 std::string ShapeText(at::IntArrayRef sizes) {
   return absl::StrCat("[", absl::StrJoin(sizes, ", "), "]");
@@ -38,11 +18,10 @@ std::vector<std::pair<std::string, at::Tensor>> AdamWStateTensors(
     TrainingOptimizer& optimizer, const TrainingOptimizer::NamedParams& params,
     const std::string& prefix) {
   std::vector<std::pair<std::string, at::Tensor>> out;
-  auto& state = StateMap(optimizer);
   for (const auto& [name, p] : params) {
-    auto it = state.find(StateKey<StateKeyType>(p));
-    if (it == state.end()) continue;
-    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+    const torch::optim::AdamWParamState* found = optimizer.StateOf(p, /*create=*/false);
+    if (found == nullptr) continue;
+    const torch::optim::AdamWParamState& s = *found;
     out.emplace_back(prefix + name + ".exp_avg", s.exp_avg().detach().clone());
     out.emplace_back(prefix + name + ".exp_avg_sq", s.exp_avg_sq().detach().clone());
     out.emplace_back(prefix + name + ".step", at::tensor({s.step()}, at::kLong));
@@ -95,19 +74,16 @@ absl::StatusOr<std::vector<std::optional<AdamWParamTensors>>> TakeAdamWState(
 void SetAdamWState(TrainingOptimizer& optimizer, const TrainingOptimizer::NamedParams& params,
                    const std::vector<std::optional<AdamWParamTensors>>& state) {
   at::NoGradGuard no_grad;
-  auto& map = StateMap(optimizer);
   for (size_t i = 0; i < params.size() && i < state.size(); ++i) {
     const at::Tensor& p = params[i].second;
-    const StateKeyType key = StateKey<StateKeyType>(p);
     if (!state[i].has_value()) {
-      map.erase(key);
+      optimizer.EraseState(p);
       continue;
     }
-    auto s = std::make_unique<torch::optim::AdamWParamState>();
+    torch::optim::AdamWParamState* s = optimizer.StateOf(p, /*create=*/true);
     s->step(state[i]->step);
     s->exp_avg(state[i]->exp_avg.to(p.options()).clone());
     s->exp_avg_sq(state[i]->exp_avg_sq.to(p.options()).clone());
-    map[key] = std::move(s);
   }
 }
 

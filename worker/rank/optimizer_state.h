@@ -4,8 +4,8 @@
 //   <prefix>P.step                            [1] int64
 // A parameter that has never been updated has no state and no entries.
 //
-// The only place that knows how LibTorch keys its optimizer state (a string of the TensorImpl
-// address in 1.x, the address itself in 2.x): both are handled here.
+// How LibTorch keys its optimizer state (a string of the TensorImpl address in 1.x, the address
+// itself in 2.x) is TrainingOptimizer::StateOf's business (optimizer.cc).
 //
 // Thread-safety: not thread-safe; the optimizer's training thread.
 #ifndef DHP_WORKER_RANK_OPTIMIZER_STATE_H_
