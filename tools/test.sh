@@ -6,13 +6,15 @@
 #   3. Bazel against Debian's LibTorch 1.13 (CPU): unit tests, in-process API tests and the
 #      multi-process end-to-end tests; then dhp's image preprocessing against transformers'
 #      (tests/hf_preprocess_parity.py), the chat template against the official one rendered by
-#      transformers (tests/hf_chat_template_parity.py) and the model against transformers' Qwen2.5-VL
+#      transformers (tests/hf_chat_template_parity.py), the tokenizer against Hugging Face
+#      tokenizers (tests/hf_tokenizer_parity.py: ids and decoded text of 10,000 strings, NFC
+#      included) and the model against transformers' Qwen2.5-VL
 #      (tests/hf_model_parity.py: logits, loss, gradients, an AdamW step, and the loss of a
 #      dhp-train step from a model directory alone);
 #   4. CMake against .venv's LibTorch 2.x: every target with the CUDA and NCCL code compiled and
 #      linked (a configure error otherwise), checked in the binaries by
-#      tools/check_cmake_build.sh, then every C++ test under CTest on the CPU, the model against
-#      transformers again (LibTorch 2.x), then the steps of
+#      tools/check_cmake_build.sh, then every C++ test under CTest on the CPU, the tokenizer and
+#      the model against Hugging Face again (CMake's binaries, LibTorch 2.x), then the steps of
 #      tools/gpu-check.sh with --device cpu (so that the GPU check script itself stays working).
 #   tools/test.sh            all of it
 #   tools/test.sh --bazel    1-3 (faster while iterating)
@@ -36,6 +38,8 @@ if [ "$only" != "--cmake" ]; then
   echo "== chat template vs the official Qwen2.5-VL template in transformers (.venv) =="
   .venv/bin/python tests/hf_chat_template_parity.py bazel-bin/worker/data/dhp-data-check \
     configs/tiny-tokenizer.json
+  echo "== the tokenizer vs Hugging Face tokenizers, 10,000 strings (.venv) =="
+  .venv/bin/python tests/hf_tokenizer_parity.py bazel-bin/worker/data/dhp-tokenize
   echo "== the model vs Hugging Face transformers, fp32 (LibTorch 1.13) =="
   .venv/bin/python tests/hf_model_parity.py --parity bazel-bin/worker/rank/dhp-hf-parity \
     --dhp-train bazel-bin/worker/rank/dhp-train --gen-shapes bazel-bin/worker/data/dhp-gen-shapes
@@ -65,6 +69,8 @@ tools/check_cmake_build.sh "$build"
 # c10d's flight recorder (worker/comm/rank_threads.cc now turns it off); the retry stays as a
 # guard while that fix has little mileage, and a second failure is real.
 ctest --test-dir "$build" --output-on-failure --no-tests=error -j "$jobs" --repeat until-pass:2
+echo "== the tokenizer vs Hugging Face tokenizers, 10,000 strings (CMake build) =="
+.venv/bin/python tests/hf_tokenizer_parity.py "$build/worker/data/dhp-tokenize"
 echo "== the model vs Hugging Face transformers, fp32 (LibTorch 2.x) =="
 .venv/bin/python tests/hf_model_parity.py --parity "$build/worker/rank/dhp-hf-parity" \
   --dhp-train "$build/worker/rank/dhp-train" --gen-shapes "$build/worker/data/dhp-gen-shapes"
