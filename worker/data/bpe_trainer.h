@@ -6,7 +6,10 @@
 // Algorithm: the corpus is pre-tokenized and counted as distinct words of byte symbols (ids 0..255
 // = byte values). Each step merges the most frequent adjacent pair (ties: the smallest
 // (left id, right id)), giving it the next id, until the vocabulary has `vocab_size` entries or
-// no pair occurs `min_frequency` times. Fully deterministic.
+// no pair occurs `min_frequency` times. Fully deterministic. Texts are pre-tokenized whole, as the
+// encoder splits them, so Qwen2's pattern gives newline runs ("\n\n") and punctuation with its
+// newlines (".\n", "}\n\n") as pieces and their merges are learned: keep the newlines in the
+// texts (pass documents, not lines).
 //
 // Thread-safety: pure functions.
 #ifndef DHP_WORKER_DATA_BPE_TRAINER_H_

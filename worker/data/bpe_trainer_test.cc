@@ -7,6 +7,7 @@ namespace dhp {
 namespace data {
 namespace {
 
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::Pair;
 
@@ -54,6 +55,33 @@ TEST(BpeTrainerTest, JsonLoadsAndEncodesWithTheLearnedMerges) {
   EXPECT_EQ((*tok)->vocab_size(), 302);
   // Added token ids must increase from the vocabulary size.
   EXPECT_FALSE(BpeModelToTokenizerJson(*m, {{5, "<|x|>", true}}).ok());
+}
+
+TEST(BpeTrainerTest, LearnsMergesThatSpanNewlines) {
+  // Paragraphs: Qwen2's pre-tokenizer makes "\n\n", ".\n", ".\n\n" and "}\n" pieces, so
+  // newline runs and punctuation before newlines are frequent pairs like any other.
+  std::vector<std::string> corpus;
+  for (int i = 0; i < 20; ++i) {
+    corpus.push_back("First line.\nSecond line.\n\nA new paragraph.\n\nfn() {\n}\n\nend");
+  }
+  BpeTrainerOptions options;
+  options.vocab_size = 320;
+  absl::StatusOr<BpeModel> m = TrainBpe(corpus, options);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const std::string nl = "\xC4\x8A";  // Ċ, the byte-level newline
+  EXPECT_THAT(m->merges, Contains(Pair(nl, nl)));
+  EXPECT_THAT(m->merges, Contains(Pair(".", nl)));
+  EXPECT_THAT(m->merges, Contains(Pair(".", nl + nl)));
+  EXPECT_THAT(m->merges, Contains(Pair("}", nl + nl)));
+
+  absl::StatusOr<std::string> json = BpeModelToTokenizerJson(*m, {});
+  ASSERT_TRUE(json.ok()) << json.status();
+  auto tok = BpeTokenizer::FromJson(*json, "paragraphs");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const int64_t dot_nl_nl = (*tok)->TokenToId("." + nl + nl);
+  ASSERT_GE(dot_nl_nl, 256);
+  EXPECT_THAT(*(*tok)->Encode("a.\n\nb"), ElementsAre('a', dot_nl_nl, 'b'));
+  EXPECT_THAT(*(*tok)->Encode("x\n\ny"), ElementsAre('x', (*tok)->TokenToId(nl + nl), 'y'));
 }
 
 TEST(BpeTrainerTest, BadInputs) {
