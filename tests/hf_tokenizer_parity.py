@@ -197,7 +197,13 @@ EDGE_CASES = ["", " ", "  ", "\n", "\r", "\r\n", "\t", "'s", "'S", "a", "é", "e
               "\u3000\u3000z", "a.\n\nb", "Hello, world!\n\nBye", "don't DON'T Don'T",
               "I'M HE'LL we'RE", "\x00\x01\x7f", "\ufeffbom", "\ufffd", "\ue000\U000f0000",
               "s\u0307\u0323", "q\u0307\u0323", "\u0958", "\u09c7\u09be", "\u0b47\u0b3e",
-              "\u3099\u304b", "\u304b\u3099", "\u1e9b\u0323", "Å", "A\u030a", "\u00c5\u0301"]
+              "\u3099\u304b", "\u304b\u3099", "\u1e9b\u0323", "Å", "A\u030a", "\u00c5\u0301",
+              # Newer than ICU 72 (Unicode 15.0) or Python's tables: Unicode 15 letters (Cyrillic
+              # modifier, CJK Ext H, Kawi), 15.1 (CJK Ext I), and two Unicode 16 canonical
+              # compositions (Kirat Rai, Tulu-Tigalari) that neither side composes today; a
+              # tokenizers built with Unicode 16 tables would compose them, and this test says so.
+              "a\U0001e030b x", " \U00031350\U00031351", " \U00011f04\U00011f05", " \U0002ebf0",
+              "\U00016d63\U00016d67", "\U000113c2\U000113b8"]
 
 
 def make_string(rng):
