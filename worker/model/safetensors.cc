@@ -23,17 +23,17 @@ struct DtypeEntry {
   size_t size;
 };
 constexpr DtypeEntry kDtypes[] = {
-    {"F32", StDtype::kF32, 4}, {"F16", StDtype::kF16, 2},   {"BF16", StDtype::kBF16, 2},
-    {"F64", StDtype::kF64, 8}, {"I64", StDtype::kI64, 8},   {"I32", StDtype::kI32, 4},
-    {"I8", StDtype::kI8, 1},   {"U8", StDtype::kU8, 1},     {"BOOL", StDtype::kBool, 1},
+    {"F32", StDtype::kF32, 4}, {"F16", StDtype::kF16, 2}, {"BF16", StDtype::kBF16, 2},
+    {"F64", StDtype::kF64, 8}, {"I64", StDtype::kI64, 8}, {"I32", StDtype::kI32, 4},
+    {"I8", StDtype::kI8, 1},   {"U8", StDtype::kU8, 1},   {"BOOL", StDtype::kBool, 1},
 };
 
 absl::Status Bad(const std::string& path, const std::string& what) {
   return absl::InvalidArgumentError(path + ": " + what);
 }
 
-absl::Status ParseEntry(const std::string& path, const std::string& name,
-                        const nlohmann::json& e, size_t data_size, StTensorInfo* info) {
+absl::Status ParseEntry(const std::string& path, const std::string& name, const nlohmann::json& e,
+                        size_t data_size, StTensorInfo* info) {
   const std::string where = "tensor \"" + name + "\": ";
   if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") ||
       !e.contains("data_offsets")) {
@@ -152,31 +152,54 @@ SafetensorsFile::~SafetensorsFile() {
 
 absl::Status WriteSafetensors(const std::string& path, const std::vector<StTensorData>& tensors,
                               const std::map<std::string, std::string>& metadata) {
-  std::vector<const StTensorData*> sorted;
-  for (const StTensorData& t : tensors) sorted.push_back(&t);
+  std::vector<StTensorSource> sources;
+  sources.reserve(tensors.size());
+  for (const StTensorData& t : tensors) {
+    uint64_t count = 1;
+    for (int64_t d : t.shape) count *= static_cast<uint64_t>(d);
+    if (count * StDtypeSize(t.dtype) != t.nbytes) {
+      return absl::InvalidArgumentError("tensor \"" + t.name + "\": " + std::to_string(t.nbytes) +
+                                        " bytes do not match its shape");
+    }
+    sources.push_back({t.name, t.dtype, t.shape, [&t](const StTensorSource::WriteFn& write) {
+                         write(t.data, t.nbytes);
+                         return absl::OkStatus();
+                       }});
+  }
+  return WriteSafetensorsStreamed(path, sources, metadata);
+}
+
+absl::Status WriteSafetensorsStreamed(const std::string& path,
+                                      const std::vector<StTensorSource>& tensors,
+                                      const std::map<std::string, std::string>& metadata) {
+  std::vector<const StTensorSource*> sorted;
+  for (const StTensorSource& t : tensors) sorted.push_back(&t);
   std::sort(sorted.begin(), sorted.end(),
-            [](const StTensorData* a, const StTensorData* b) { return a->name < b->name; });
+            [](const StTensorSource* a, const StTensorSource* b) { return a->name < b->name; });
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::vector<size_t> sizes;
   size_t offset = 0;
-  for (const StTensorData* t : sorted) {
+  for (const StTensorSource* t : sorted) {
     uint64_t count = 1;
-    for (int64_t d : t->shape) count *= static_cast<uint64_t>(d);
-    if (count * StDtypeSize(t->dtype) != t->nbytes) {
-      return absl::InvalidArgumentError("tensor \"" + t->name + "\": " +
-                                        std::to_string(t->nbytes) + " bytes do not match its shape");
+    for (int64_t d : t->shape) {
+      if (d < 0) return absl::InvalidArgumentError("tensor \"" + t->name + "\": negative shape");
+      count *= static_cast<uint64_t>(d);
     }
+    const size_t nbytes = count * StDtypeSize(t->dtype);
     if (header.contains(t->name)) {
       return absl::InvalidArgumentError("tensor \"" + t->name + "\" is listed twice");
     }
     header[t->name] = {{"dtype", StDtypeName(t->dtype)},
                        {"shape", t->shape},
-                       {"data_offsets", {offset, offset + t->nbytes}}};
-    offset += t->nbytes;
+                       {"data_offsets", {offset, offset + nbytes}}};
+    sizes.push_back(nbytes);
+    offset += nbytes;
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // keep the data section 8-byte aligned
   const std::string tmp = path + ".tmp";
+  absl::Status status;
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) return absl::PermissionDeniedError("cannot write " + tmp);
@@ -185,11 +208,34 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<StTenso
     for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((n >> (8 * i)) & 0xff);
     out.write(len, 8);
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const StTensorData* t : sorted) {
-      out.write(static_cast<const char*>(t->data), static_cast<std::streamsize>(t->nbytes));
+    for (size_t k = 0; k < sorted.size() && status.ok() && out; ++k) {
+      size_t written = 0;
+      status = sorted[k]->produce([&](const void* data, size_t nbytes) {
+        written += nbytes;
+        if (written <= sizes[k]) {
+          out.write(static_cast<const char*>(data), static_cast<std::streamsize>(nbytes));
+        }
+      });
+      if (status.ok() && written != sizes[k]) {
+        status = absl::InvalidArgumentError("tensor \"" + sorted[k]->name +
+                                            "\": " + std::to_string(written) +
+                                            " bytes produced, its shape "
+                                            "needs " +
+                                            std::to_string(sizes[k]));
+      }
+      if (!status.ok()) {
+        status =
+            absl::Status(status.code(), "writing " + path + ": " + std::string(status.message()));
+      }
     }
     out.flush();
-    if (!out) return absl::ResourceExhaustedError("writing " + tmp + " failed (disk full?)");
+    if (status.ok() && !out) {
+      status = absl::ResourceExhaustedError("writing " + tmp + " failed (disk full?)");
+    }
+  }
+  if (!status.ok()) {
+    std::remove(tmp.c_str());
+    return status;
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     return absl::PermissionDeniedError("cannot rename " + tmp + " to " + path);

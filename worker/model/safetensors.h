@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -74,6 +75,26 @@ struct StTensorData {
 // `path`.tmp, then renamed over `path`.
 absl::Status WriteSafetensors(const std::string& path, const std::vector<StTensorData>& tensors,
                               const std::map<std::string, std::string>& metadata = {});
+
+// A tensor whose bytes are produced only when the writer reaches it, so that a file larger than
+// memory is written one tensor at a time (dhp-ckpt export re-assembles a model this way).
+struct StTensorSource {
+  using WriteFn = std::function<void(const void* data, size_t nbytes)>;
+  std::string name;
+  StDtype dtype;
+  std::vector<int64_t> shape;
+  // Called once, in file order: passes exactly product(shape) * StDtypeSize(dtype) bytes to
+  // `write`, in one or more calls, in row-major order. An error aborts the file.
+  std::function<absl::Status(const WriteFn& write)> produce;
+};
+
+// WriteSafetensors for produced tensors: the header first (from names, dtypes and shapes), then
+// each tensor's bytes, sorted by name. Atomic as WriteSafetensors; on any error (a producer's,
+// a byte count that differs from the shape's, a full disk) `path` is untouched and the .tmp file
+// is removed.
+absl::Status WriteSafetensorsStreamed(const std::string& path,
+                                      const std::vector<StTensorSource>& tensors,
+                                      const std::map<std::string, std::string>& metadata = {});
 
 // A Hugging Face checkpoint directory: `model.safetensors`, or shards listed by
 // `model.safetensors.index.json` ("weight_map": name -> file). Tensor lookups go to the file

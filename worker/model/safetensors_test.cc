@@ -85,13 +85,68 @@ TEST(SafetensorsTest, RefusesBrokenFilesNamingTheProblem) {
 
 TEST(SafetensorsTest, WriterRefusesSizeMismatchAndDuplicates) {
   float x[2] = {0, 0};
-  EXPECT_EQ(WriteSafetensors(TempPath("w.safetensors"), {{"a", StDtype::kF32, {3}, x, 8}})
-                .message(),
-            "tensor \"a\": 8 bytes do not match its shape");
+  EXPECT_EQ(
+      WriteSafetensors(TempPath("w.safetensors"), {{"a", StDtype::kF32, {3}, x, 8}}).message(),
+      "tensor \"a\": 8 bytes do not match its shape");
   EXPECT_EQ(WriteSafetensors(TempPath("w.safetensors"),
                              {{"a", StDtype::kF32, {2}, x, 8}, {"a", StDtype::kF32, {2}, x, 8}})
                 .message(),
             "tensor \"a\" is listed twice");
+}
+
+TEST(SafetensorsTest, StreamedWriterMatchesTheWriterAndProducesEachTensorOnce) {
+  const float a[3] = {1, 2, 3};
+  const int64_t b[2] = {7, -8};
+  const std::string whole = TempPath("whole.safetensors"),
+                    streamed = TempPath("streamed.safetensors");
+  ASSERT_TRUE(WriteSafetensors(
+                  whole, {{"b", StDtype::kI64, {2, 1}, b, 16}, {"a", StDtype::kF32, {3}, a, 12}},
+                  {{"k", "v"}})
+                  .ok());
+  std::vector<std::string> order;
+  std::vector<StTensorSource> sources = {
+      {"b",
+       StDtype::kI64,
+       {2, 1},
+       [&](const StTensorSource::WriteFn& write) {
+         order.push_back("b");
+         write(b, 8);  // in two pieces
+         write(b + 1, 8);
+         return absl::OkStatus();
+       }},
+      {"a", StDtype::kF32, {3}, [&](const StTensorSource::WriteFn& write) {
+         order.push_back("a");
+         write(a, 12);
+         return absl::OkStatus();
+       }}};
+  ASSERT_TRUE(WriteSafetensorsStreamed(streamed, sources, {{"k", "v"}}).ok());
+  EXPECT_EQ(order, (std::vector<std::string>{"a", "b"}));  // file order: sorted by name
+  std::ifstream f1(whole, std::ios::binary), f2(streamed, std::ios::binary);
+  const std::string bytes1((std::istreambuf_iterator<char>(f1)), std::istreambuf_iterator<char>());
+  const std::string bytes2((std::istreambuf_iterator<char>(f2)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(bytes1, bytes2);
+}
+
+TEST(SafetensorsTest, StreamedWriterErrorsLeaveNoFile) {
+  const float a[3] = {1, 2, 3};
+  const std::string path = TempPath("failed.safetensors");
+  const auto short_write = [&](const StTensorSource::WriteFn& write) {
+    write(a, 8);
+    return absl::OkStatus();
+  };
+  absl::Status s = WriteSafetensorsStreamed(path, {{"a", StDtype::kF32, {3}, short_write}});
+  EXPECT_EQ(s.message(),
+            "writing " + path + ": tensor \"a\": 8 bytes produced, its shape needs 12");
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  const auto failing = [](const StTensorSource::WriteFn&) {
+    return absl::DataLossError("shard 1 is corrupt");
+  };
+  s = WriteSafetensorsStreamed(path, {{"a", StDtype::kF32, {3}, failing}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(s.message(), "writing " + path + ": shard 1 is corrupt");
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
 }
 
 TEST(SafetensorsTest, ShardedCheckpointDirectoryLoadsByName) {
@@ -117,8 +172,9 @@ TEST(SafetensorsTest, ShardedCheckpointDirectoryLoadsByName) {
 
   std::ofstream(dir + "/model.safetensors.index.json")
       << R"({"weight_map": {"a": "model-00002-of-00002.safetensors"}})";
-  EXPECT_EQ(CheckpointDir::Open(dir).status().message(),
-            dir + "/model.safetensors.index.json: \"a\" is not in model-00002-of-00002.safetensors");
+  EXPECT_EQ(
+      CheckpointDir::Open(dir).status().message(),
+      dir + "/model.safetensors.index.json: \"a\" is not in model-00002-of-00002.safetensors");
 }
 
 }  // namespace
