@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -20,6 +21,7 @@
 #include "worker/model/qwen2_5_vl.h"
 #include "worker/model/safetensors.h"
 #include "worker/model/text_model.h"
+#include "worker/model/torch_compat.h"
 #include "worker/model/torch_status.h"
 #include "worker/model/weights.h"
 #include "worker/rank/model_init.h"
@@ -236,7 +238,7 @@ absl::StatusOr<ParityReport> RunHfParity(const std::string& case_dir, const Pari
   return report;
 }
 
-absl::StatusOr<HfStepTiming> TimeHfStep(const std::string& case_dir, int steps) {
+absl::StatusOr<HfStepTiming> TimeHfStep(const std::string& case_dir, int steps, bool bf16) {
   if (steps < 1) return absl::InvalidArgumentError(absl::StrCat("steps: ", steps, " < 1"));
   DHP_ASSIGN_OR_RETURN(Reference ref, Reference::Open(case_dir));
   DHP_ASSIGN_OR_RETURN(PackedBatch batch, ReadBatch(ref));
@@ -258,7 +260,12 @@ absl::StatusOr<HfStepTiming> TimeHfStep(const std::string& case_dir, int steps) 
     for (int i = 0; i <= steps; ++i) {
       opt.ZeroGrad();
       const Clock::time_point t0 = Clock::now();
-      at::Tensor loss = CausalLmLoss(model->Logits(batch), batch.labels, batch.cu_seqlens);
+      at::Tensor loss;
+      {
+        std::optional<compat::AutocastGuard> autocast;
+        if (bf16) autocast.emplace(at::kCPU, at::kBFloat16);
+        loss = CausalLmLoss(model->Logits(batch), batch.labels, batch.cu_seqlens);
+      }
       const Clock::time_point t1 = Clock::now();
       loss.backward();
       const Clock::time_point t2 = Clock::now();

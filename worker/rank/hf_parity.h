@@ -67,8 +67,8 @@ absl::StatusOr<ParityReport> RunHfParity(const std::string& case_dir,
 
 // Wall time of one training step on a case directory's model and batch (reference.safetensors
 // needs only the inputs), the median of `steps` steps after one warm-up: forward with the loss,
-// backward, and the optimiser (clipping and AdamW with OptimizerConfig's defaults), in fp32 on
-// the CPU with LibTorch's current thread count. bench/hf_step.py times transformers alike.
+// backward, and the optimiser (clipping and AdamW with OptimizerConfig's defaults), on the CPU
+// with LibTorch's current thread count. bench/hf_step.py times transformers alike.
 struct HfStepTiming {
   double forward_ms = 0;
   double backward_ms = 0;
@@ -77,7 +77,9 @@ struct HfStepTiming {
   int64_t tokens = 0;
   int64_t parameters = 0;
 };
-absl::StatusOr<HfStepTiming> TimeHfStep(const std::string& case_dir, int steps);
+// With `bf16`, forward (and so backward) runs under bf16 autocast on the CPU, as dhp-train runs a
+// stage whose dtype is bf16; weights, gradients and the optimizer stay fp32.
+absl::StatusOr<HfStepTiming> TimeHfStep(const std::string& case_dir, int steps, bool bf16 = false);
 
 }  // namespace dhp
 
