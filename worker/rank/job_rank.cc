@@ -20,6 +20,7 @@
 #include "common/job_layout.h"
 #include "common/layout.h"
 #include "common/model_presets.h"
+#include "common/proto_yaml.h"
 #include "common/spec_validate.h"
 #include "worker/ckpt/tensor_shard.h"
 #include "worker/comm/process_groups.h"
@@ -36,8 +37,6 @@ namespace dhp {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-constexpr char kFormat[] = "dhp-rank-state/1";
 
 double SecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -248,7 +247,7 @@ bool JobRank::ReadResumeShard() {
     auto it = md.find(key);
     return it == md.end() ? std::string() : it->second;
   };
-  if (value("dhp.format") != kFormat ||
+  if (value("dhp.format") != kRankStateFormat ||
       value("dhp.world_rank") != std::to_string(options_.world_rank)) {
     return Reject(absl::StrCat(c.path(), "/", shard->file(), " is not rank ", options_.world_rank,
                                "'s dhp rank state (format \"", value("dhp.format"),
@@ -436,7 +435,7 @@ absl::Status JobRank::SaveCheckpoint(int64_t step) {
   if (!state.ok()) return Annotate(state.status(), where);
   const data::DataPosition position = data_->position();
   const std::map<std::string, std::string> metadata = {
-      {"dhp.format", kFormat},
+      {"dhp.format", kRankStateFormat},
       {"dhp.job_id", options_.job_id},
       {"dhp.attempt", std::to_string(options_.attempt)},
       {"dhp.step", std::to_string(step)},
@@ -445,6 +444,7 @@ absl::Status JobRank::SaveCheckpoint(int64_t step) {
       {"dhp.layout", layout_.DebugString()},
       {"dhp.data.epoch", std::to_string(position.epoch)},
       {"dhp.data.offset", std::to_string(position.offset)},
+      {"dhp.spec", ProtoToJson(job_.spec)},
   };
   absl::StatusOr<ckpt::WrittenShard> written = ckpt::WriteTensorShard(dir, file, *state, metadata);
   if (!written.ok()) return Annotate(written.status(), where);

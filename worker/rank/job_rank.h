@@ -31,7 +31,9 @@
 //
 // Shard metadata (strings): dhp.format "dhp-rank-state/1", dhp.job_id, dhp.attempt, dhp.step,
 // dhp.world_size, dhp.world_rank, dhp.layout (comm::Layout::DebugString()), dhp.data.epoch,
-// dhp.data.offset (the DataLoader position after the step).
+// dhp.data.offset (the DataLoader position after the step), dhp.spec (the normalised job spec
+// as JSON, a few KB: what makes a checkpoint readable without the controller, e.g. by
+// `dhp-ckpt export`, ckpt_export.h).
 //
 // Thread-safety: RunJobRank may run on several threads at once (one per rank, each with its own
 // control); LibTorch's thread count is the caller's business.
@@ -52,6 +54,9 @@
 #include "worker/comm/kv_client.h"
 
 namespace dhp {
+
+// dhp.format of a rank's checkpoint shard.
+inline constexpr char kRankStateFormat[] = "dhp-rank-state/1";
 
 // What the controller says about the job for this attempt.
 struct JobDescription {

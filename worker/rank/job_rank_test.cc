@@ -315,6 +315,10 @@ TEST_F(JobRankTest, AResumedRunContinuesBitIdentically) {
     EXPECT_GT(parameters, 10);
     EXPECT_EQ(x->metadata, y->metadata);
     EXPECT_EQ(mine->shard().crc32c(), theirs->shard().crc32c());
+    // The normalised spec rides along in the metadata (what `dhp-ckpt export` reads).
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(x->metadata.at("dhp.spec"), {});
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_EQ(spec->DebugString(), Spec().DebugString());
   }
 }
 
