@@ -4,6 +4,11 @@
 //
 //   dhp-train -f configs/tiny-cpu.yaml --data-root DIR [--steps N] [--tokenizer PATH]
 //             [--log-every K] [--save PATH.safetensors] [--device cpu|cuda] [--threads N]
+//             [--metrics-out FILE.jsonl] [--save-first-grads PATH.safetensors]
+//
+// --metrics-out writes one JSON object per step, every step, with full precision:
+//   {"step": 1, "loss": 6.9323766371783089, "lr": 0.001, "grad_norm": 3.47..., "samples": 4,
+//    "tokens": 168, "loss_tokens": 40, "seconds": 0.05}
 //
 // Under `bazel run`, relative paths are taken relative to the directory bazel was run from.
 #include <ATen/Parallel.h>
@@ -41,6 +46,7 @@ double Mean(const std::vector<double>& v, size_t begin, size_t end) {
 int main(int argc, char** argv) {
   CLI::App app{"dhp-train: train a job spec's model on one rank"};
   std::string spec_path, data_root = ".", tokenizer, save, dump_batch, device = "cpu";
+  std::string metrics_out, first_grads;
   int64_t steps = 0;
   int log_every = 10, threads = 0;
   app.add_option("-f,--file", spec_path, "Job spec (YAML or JSON)")->required();
@@ -57,6 +63,10 @@ int main(int argc, char** argv) {
   app.add_option("--dump-first-batch", dump_batch,
                  "Write the first step's batch and loss to this .safetensors file (what "
                  "tests/hf_model_parity.py compares with transformers)");
+  app.add_option("--save-first-grads", first_grads,
+                 "Write the first step's gradients (before clipping) to this .safetensors file");
+  app.add_option("--metrics-out", metrics_out,
+                 "Write every step's metrics (loss with 17 digits) as JSON lines to this file");
   app.add_option("--device", device, "cpu, cuda or cuda:N");
   app.add_option("--threads", threads, "LibTorch intra-op threads (0: LibTorch's default)")
       ->check(CLI::NonNegativeNumber);
@@ -88,6 +98,7 @@ int main(int argc, char** argv) {
   options.tokenizer_path = FromUserDir(tokenizer);
   options.device = device;
   options.dump_first_batch = FromUserDir(dump_batch);
+  options.save_first_grads = FromUserDir(first_grads);
   absl::StatusOr<std::unique_ptr<dhp::SingleRankTrainer>> trainer =
       dhp::SingleRankTrainer::Create(*spec, options);
   if (!trainer.ok()) {
@@ -102,6 +113,14 @@ int main(int argc, char** argv) {
 
   std::printf("%6s %9s %10s %10s %6s %9s %6s\n", "step", "loss", "lr", "grad_norm", "tokens",
               "tokens/s", "ms");
+  std::FILE* metrics = nullptr;
+  if (!metrics_out.empty()) {
+    metrics = std::fopen(FromUserDir(metrics_out).c_str(), "w");
+    if (metrics == nullptr) {
+      std::fprintf(stderr, "dhp-train: cannot write --metrics-out %s\n", metrics_out.c_str());
+      return 2;
+    }
+  }
   std::vector<double> losses;
   double seconds = 0;
   int64_t tokens = 0;
@@ -112,6 +131,16 @@ int main(int argc, char** argv) {
       return 1;
     }
     losses.push_back(st->loss);
+    if (metrics != nullptr) {
+      std::fprintf(metrics,
+                   "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, "
+                   "\"samples\": %lld, \"tokens\": %lld, \"loss_tokens\": %lld, "
+                   "\"seconds\": %.6f}\n",
+                   static_cast<long long>(st->step), st->loss, st->lr, st->grad_norm,
+                   static_cast<long long>(st->samples), static_cast<long long>(st->tokens),
+                   static_cast<long long>(st->loss_tokens), st->seconds);
+      std::fflush(metrics);
+    }
     seconds += st->seconds;
     tokens += st->tokens;
     if (st->step % log_every == 0 || st->step == 1 || st->step == t.max_steps()) {
@@ -121,6 +150,10 @@ int main(int argc, char** argv) {
                   st->seconds * 1e3);
       std::fflush(stdout);
     }
+  }
+  if (metrics != nullptr && std::fclose(metrics) != 0) {
+    std::fprintf(stderr, "dhp-train: writing --metrics-out %s failed\n", metrics_out.c_str());
+    return 1;
   }
   if (!save.empty()) {
     absl::Status s = dhp::SaveWeights(

@@ -80,6 +80,7 @@ absl::Status SingleRankTrainer::Init(const TrainerOptions& options) {
   data_options.tokenizer_path = options.tokenizer_path;
   data_options.skip_invalid_samples = options.skip_invalid_samples;
   dump_first_batch_ = options.dump_first_batch;
+  save_first_grads_ = options.save_first_grads;
   absl::StatusOr<std::unique_ptr<DataPipeline>> data =
       DataPipeline::Create(spec_, preset_, data_options);
   if (!data.ok()) return data.status();
@@ -207,6 +208,7 @@ absl::StatusOr<StepStats> SingleRankTrainer::Step() {
   st.lr = LearningRateAt(schedule_, step_);
   optimizer_->SetLearningRate(st.lr);
   std::vector<PackedBatch> dumped;
+  NamedTensors first_grads;
   absl::Status s = CatchTorch(where, [&] {
     optimizer_->ZeroGrad();
     double loss_sum = 0;
@@ -218,11 +220,26 @@ absl::StatusOr<StepStats> SingleRankTrainer::Step() {
       loss_sum += sum.item<double>();
     }
     st.loss = st.loss_tokens > 0 ? loss_sum / static_cast<double>(st.loss_tokens) : 0.0;
+    if (step_ == 0 && !save_first_grads_.empty()) {
+      for (const auto& [name, p] : NamedParameters()) {
+        first_grads.emplace_back(
+            name, p.grad().defined() ? p.grad().detach().clone() : at::zeros_like(p.detach()));
+      }
+    }
     st.grad_norm = optimizer_->ClipGradNorm();
   });
   if (!s.ok()) return s;
   if (!dumped.empty()) {
     if (absl::Status d = DumpBatches(dump_first_batch_, dumped, st); !d.ok()) return d;
+  }
+  if (!first_grads.empty()) {
+    absl::Status g =
+        SaveWeights(save_first_grads_, first_grads,
+                    {{"step", "1"}, {"grad_norm", absl::StrFormat("%.17g", st.grad_norm)}});
+    if (!g.ok()) {
+      return absl::Status(g.code(),
+                          absl::StrCat("saving the first step's gradients: ", g.message()));
+    }
   }
   if (!std::isfinite(st.loss) || !std::isfinite(st.grad_norm)) {
     std::vector<std::string> where_data;

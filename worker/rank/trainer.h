@@ -65,6 +65,11 @@ struct TrainerOptions {
   // (17 digits) and loss target count as metadata: what tests/hf_model_parity.py gives
   // transformers to compare the loss of a step that dhp-train took.
   std::string dump_first_batch;
+  // When set, the first step writes every parameter's gradient of the step's mean loss (before
+  // clipping; zeros for a parameter that got none) to this safetensors file, by checkpoint name:
+  // what tells a parity test where Adam's first update is well conditioned
+  // (tests/multiprocess_parity_test.py).
+  std::string save_first_grads;
 };
 
 struct StepStats {
@@ -119,6 +124,7 @@ class SingleRankTrainer {
   v1::JobSpec spec_;
   ModelPreset preset_;
   std::string dump_first_batch_;  // TrainerOptions::dump_first_batch
+  std::string save_first_grads_;  // TrainerOptions::save_first_grads
   at::Device device_;
   bool vision_bf16_ = false;  // autocast per stage
   bool text_bf16_ = false;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "absl/strings/str_join.h"
@@ -15,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/data/shapes_generator.h"
+#include "worker/model/safetensors.h"
 #include "worker/model/weights.h"
 
 namespace dhp {
@@ -140,6 +142,42 @@ TEST_F(TrainerTest, StepReportsScheduleAndCounts) {
   absl::StatusOr<StepStats> s2 = t->Step();
   ASSERT_TRUE(s2.ok());
   EXPECT_DOUBLE_EQ(s2->lr, 1e-3 / 10);
+}
+
+TEST_F(TrainerTest, SavesTheFirstStepsGradientsBeforeClipping) {
+  v1::JobSpec spec = TinySpec();
+  spec.mutable_training()->set_max_steps(2);
+  spec.mutable_training()->set_warmup_steps(0);
+  TrainerOptions o = Options();
+  o.save_first_grads = TempRoot() + "/first-grads.safetensors";
+  auto t = MustCreate(spec, o);
+  ASSERT_TRUE(t);
+  absl::StatusOr<StepStats> s1 = t->Step();
+  ASSERT_TRUE(s1.ok()) << s1.status();
+  ASSERT_GT(s1->grad_norm, spec.training().grad_clip_norm());  // clipping happened after
+  const auto read = [&] {
+    absl::StatusOr<std::unique_ptr<SafetensorsFile>> f = SafetensorsFile::Open(o.save_first_grads);
+    EXPECT_TRUE(f.ok()) << f.status();
+    std::map<std::string, at::Tensor> out;
+    if (f.ok()) {
+      for (const auto& [name, info] : (*f)->tensors()) out[name] = ReadTensor(**f, info);
+    }
+    return out;
+  };
+  const std::map<std::string, at::Tensor> grads = read();
+  const NamedTensors params = t->NamedParameters();
+  ASSERT_EQ(grads.size(), params.size());
+  double squares = 0;
+  for (const auto& [name, p] : params) {
+    ASSERT_EQ(grads.count(name), 1u) << name;
+    EXPECT_EQ(grads.at(name).sizes(), p.sizes()) << name;
+    squares += grads.at(name).to(at::kDouble).pow(2).sum().item<double>();
+  }
+  EXPECT_NEAR(std::sqrt(squares), s1->grad_norm, 1e-6 * s1->grad_norm);
+  // Later steps leave the file alone.
+  ASSERT_TRUE(t->Step().ok());
+  const std::map<std::string, at::Tensor> again = read();
+  for (const auto& [name, g] : grads) EXPECT_TRUE(at::equal(again.at(name), g)) << name;
 }
 
 TEST_F(TrainerTest, LoadsWeightsStrictlyAndSavesThem) {
