@@ -1,6 +1,7 @@
 // parallel_bench: bytes moved per training step per stage, by layout, counted from the
-// collectives (CommStats) and compared with the analytic volumes (vision_comm_volume.h,
-// text_tp_model.h), plus CPU step times per layout side by side in one run.
+// collectives (CommStats: bytes by tensor size, not bytes on the wire; comm_wire_bench measures
+// those) and compared with the analytic volumes (vision_comm_volume.h, text_tp_model.h), plus
+// CPU step times per layout side by side in one run.
 //
 // Three parts, one process:
 //   1. MEASURED (exact check): the Qwen2.5-VL-7B vision WIDTH (hidden 1280, 16 heads, MLP 3420,
@@ -128,7 +129,7 @@ bool SameVolumes(const OpVolumes& a, const OpVolumes& b) {
   auto nonzero = [](const OpVolumes& v) {
     OpVolumes o;
     for (const auto& [op, c] : v) {
-      if (c.calls != 0 || c.bytes_sent != 0 || c.bytes_received != 0) o[op] = c;
+      if (c.calls != 0 || c.tensor_bytes_sent != 0 || c.tensor_bytes_received != 0) o[op] = c;
     }
     return o;
   };
@@ -234,11 +235,11 @@ MeasuredRow MeasureVision(const std::string& kind, int degree, const VisionConfi
   row.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   for (int r = 0; r < degree; ++r) {
     row.exact = row.exact && SameVolumes(got[r], want[r]);
-    row.group_sent += TotalOf(got[r]).bytes_sent;
-    row.group_analytic += TotalOf(want[r]).bytes_sent;
+    row.group_sent += TotalOf(got[r]).tensor_bytes_sent;
+    row.group_analytic += TotalOf(want[r]).tensor_bytes_sent;
   }
-  row.rank0_sent = TotalOf(got[0]).bytes_sent;
-  row.rank0_analytic = TotalOf(want[0]).bytes_sent;
+  row.rank0_sent = TotalOf(got[0]).tensor_bytes_sent;
+  row.rank0_analytic = TotalOf(want[0]).tensor_bytes_sent;
   row.ops = Ops(got[0]);
   return row;
 }
@@ -265,11 +266,11 @@ AnalyticVisionRow AnalyticVision(const VisionConfig& c, int64_t tokens, int degr
   row.patches = plan.num_patches;
   row.degree = degree;
   for (int r = 0; r < degree; ++r) {  // the most loaded rank (even split: all equal)
-    row.sp = std::max(row.sp, TotalOf(UlyssesStepVolume(c, *split, r, b,
-                                                         UlyssesOutputGrad::kReplicated))
-                                  .bytes_sent);
+    row.sp =
+        std::max(row.sp, TotalOf(UlyssesStepVolume(c, *split, r, b, UlyssesOutputGrad::kReplicated))
+                             .tensor_bytes_sent);
   }
-  row.tp = TotalOf(VisionTpStepVolume(c, plan.num_patches, degree, b)).bytes_sent;
+  row.tp = TotalOf(VisionTpStepVolume(c, plan.num_patches, degree, b)).tensor_bytes_sent;
   row.sp_grad = comm::ReduceScatterVolume(param_count * b, degree).sent +
                 comm::AllGatherVolume(param_count * b / degree, degree).sent;
   return row;
@@ -283,8 +284,8 @@ comm::CommCounters TextTpVolume(const TextConfig& c, int t, int64_t s, int64_t b
   auto add = [&](int64_t bytes, int times) {
     const comm::Volume x = comm::AllReduceVolume(bytes, t);
     v.calls += times;
-    v.bytes_sent += times * x.sent;
-    v.bytes_received += times * x.received;
+    v.tensor_bytes_sent += times * x.sent;
+    v.tensor_bytes_received += times * x.received;
   };
   add(s * c.hidden_size * b, 4 * c.num_layers + 2);
   add(s * 4, 1);
@@ -351,7 +352,7 @@ void TimeVision(TimedLayout& L, const VisionConfig& c, const VisionTransformer& 
           if (!SameVolumes(got, want)) exact = false;
           if (r == 0) {
             L.rank0 = got;
-            L.analytic_sent = TotalOf(want).bytes_sent;
+            L.analytic_sent = TotalOf(want).tensor_bytes_sent;
             if (i >= warmup) times.push_back(ms);
           }
           // Gradients accumulate across steps; irrelevant for timing and bytes.
@@ -395,7 +396,7 @@ void TimeText(TimedLayout& L, const TextConfig& c, TextForCausalLM& ref, const T
           if (!SameVolumes(got, want)) exact = false;
           if (r == 0) {
             L.rank0 = got;
-            L.analytic_sent = v.bytes_sent;
+            L.analytic_sent = v.tensor_bytes_sent;
             if (i >= warmup) times.push_back(ms);
           }
         }
@@ -556,8 +557,9 @@ int main(int argc, char** argv) {
      << " s. LibTorch " << TORCH_VERSION << ", 1 intra-op thread, OpenBLAS threads "
      << (openblas ? "1" : "n/a") << ", OMP_WAIT_POLICY " << (wait_policy ? wait_policy : "unset")
      << ". Ranks are threads of one process over real Gloo groups. Bytes are per rank per step "
-        "(forward + backward) as CommStats counts them (bytes SENT; received is symmetric); "
-        "MiB = 2^20 B. **Vision tokens** = merged tokens fed to the LLM (<|image_pad|> slots) = "
+        "(forward + backward) as CommStats counts them: bytes by tensor size SENT (the "
+        "collectives' formula volume, not bytes on the wire: bench/results/comm_wire.md); "
+        "received is symmetric; MiB = 2^20 B. **Vision tokens** = merged tokens fed to the LLM (<|image_pad|> slots) = "
         "patches / 4.\n\n";
 
   Json j;
@@ -630,10 +632,12 @@ int main(int argc, char** argv) {
      << "| tokens | TP | all-reduces | bytes sent per rank |\n|---|---|---|---|\n";
   Json arr3 = Json::array();
   for (const TextRow& t : text_rows) {
-    md << "| " << t.seq << " | " << t.t << " | " << t.v.calls << " | " << Bytes(t.v.bytes_sent)
-       << " |\n";
-    arr3.push_back({{"tokens", t.seq}, {"tp", t.t}, {"calls", t.v.calls},
-                    {"bytes_sent", t.v.bytes_sent}});
+    md << "| " << t.seq << " | " << t.t << " | " << t.v.calls << " | "
+       << Bytes(t.v.tensor_bytes_sent) << " |\n";
+    arr3.push_back({{"tokens", t.seq},
+                    {"tp", t.t},
+                    {"calls", t.v.calls},
+                    {"bytes_sent", t.v.tensor_bytes_sent}});
   }
   j["analytic_text_7b_bf16"] = arr3;
 
@@ -657,7 +661,7 @@ int main(int argc, char** argv) {
   }
   for (const TimedLayout& L : timed) {
     const double med = Median(L.step_ms);
-    const int64_t sent = TotalOf(L.rank0).bytes_sent;
+    const int64_t sent = TotalOf(L.rank0).tensor_bytes_sent;
     std::vector<double> v = L.step_ms;
     std::sort(v.begin(), v.end());
     auto q = [&](double f) {  // nearest rank

@@ -49,7 +49,8 @@ const std::vector<FamilyDef>& Families() {
       {"dhp_stage_mfu", "Model FLOPs utilisation of a stage on a rank (0..1; ranks with a known device peak).",
        {"job", "stage", "rank"}},
       {"dhp_collective_bytes",
-       "Bytes a rank sent and received on a process group since it started.",
+       "Bytes by tensor size (the collectives' algorithmic volume, not bytes on the wire) a "
+       "rank sent plus received on a process group since it started.",
        {"job", "rank", "group"}},
       {"dhp_rank_step", "Newest step a rank reported.", {"job", "rank"}},
       {"dhp_rank_last_report_timestamp_seconds", "Unix time of a rank's newest progress report.",

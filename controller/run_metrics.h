@@ -39,8 +39,11 @@
 //                                                   <stage>_memory_<kind>_bytes, else
 //                                                   memory_<kind>_bytes
 //   dhp_stage_mfu{job,stage,rank}                   mfu_<stage> (0..1), when reported (a known peak)
-//   dhp_collective_bytes{job,rank,group}            comm_bytes:<group>: cumulative bytes sent and
-//                                                   received on that process group
+//   dhp_collective_bytes{job,rank,group}            comm_bytes:<group>: cumulative bytes by
+//                                                   tensor size sent plus received on that
+//                                                   process group: the collectives' algorithmic
+//                                                   volume (worker/comm/comm_stats.h), not bytes
+//                                                   on the wire (bench/results/comm_wire.md)
 //   dhp_rank_step{job,rank}                         the rank's newest reported step
 //   dhp_rank_last_report_timestamp_seconds{job,rank} Unix time of the rank's newest report
 //   dhp_rank_memory_capacity_bytes{job,rank}        memory of the rank's device: its GPU's, or on

@@ -32,8 +32,8 @@ void CommStats::Record(std::string_view group, std::string_view op, const Volume
   std::lock_guard<std::mutex> lock(mu_);
   CommCounters& c = counters_[Key(std::string(group), std::string(op))];
   c.calls += 1;
-  c.bytes_sent += volume.sent;
-  c.bytes_received += volume.received;
+  c.tensor_bytes_sent += volume.sent;
+  c.tensor_bytes_received += volume.received;
 }
 
 CommCounters CommStats::Get(std::string_view group, std::string_view op) const {

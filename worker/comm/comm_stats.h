@@ -1,12 +1,21 @@
-// CommStats: what every collective moved, per (group name, operation), for the step loop's
-// metrics, the benchmarks and the tests (deterministic counters beat timers). Also the analytic
-// per-rank volume of each collective, which is both what the communicators record and what the
-// benchmarks compare against.
+// CommStats: bytes by tensor size that every collective moved, per (group name, operation), for
+// the step loop's metrics, the benchmarks and the tests (deterministic counters beat timers).
+// Also the per-rank volume formulas (AllReduceVolume, ...) that the communicators record.
 //
-// Counting convention (per rank, per call; N in bytes as it travels on the wire, i.e. after any
-// dtype change the communicator makes, such as bf16 -> fp32 for reductions on Gloo; P = group
-// size; "/" is integer division, rounding down). The volumes are those of the bandwidth-optimal
-// algorithm (ring / pairwise exchange), independent of what the backend does internally:
+// What the counters are, and are not. A counter is a formula of the size of the tensor handed
+// to the backend: the algorithmic volume of the collective, as if the data crossed the network
+// exactly once per the bandwidth-optimal algorithm (ring / pairwise exchange). It is NOT bytes
+// seen on the wire: the backend's own algorithm, its message headers and control messages, TCP/IP
+// (or NVLink/InfiniBand) framing and retransmissions are not in it, and Gloo or NCCL may move
+// more or fewer bytes than the formula for a given op and group size. bench/comm_wire_bench.cc
+// measures the difference for 2 Gloo ranks on loopback (bench/results/comm_wire.md). Hence the
+// field names tensor_bytes_sent / tensor_bytes_received. The rank's metric "comm_bytes:<group>"
+// and the controller's dhp_collective_bytes export these counters under their historical names.
+//
+// Counting convention (per rank, per call; N = bytes of the tensor the backend is handed, i.e.
+// after any dtype change the communicator makes, such as bf16 -> fp32 for reductions on Gloo;
+// P = group size; "/" is integer division, rounding down), independent of what the backend
+// does internally:
 //   all_reduce      N = tensor bytes            sent = received = 2*N*(P-1)/P
 //   all_gather      N = bytes of one rank's     sent = received = N*(P-1)
 //                   input (uneven inputs travel padded to the largest: N = max rows * row bytes)
@@ -44,20 +53,21 @@ inline constexpr char kOpBarrier[] = "barrier";
 
 struct CommCounters {
   int64_t calls = 0;
-  int64_t bytes_sent = 0;
-  int64_t bytes_received = 0;
+  int64_t tensor_bytes_sent = 0;
+  int64_t tensor_bytes_received = 0;
   CommCounters& operator+=(const CommCounters& o) {
     calls += o.calls;
-    bytes_sent += o.bytes_sent;
-    bytes_received += o.bytes_received;
+    tensor_bytes_sent += o.tensor_bytes_sent;
+    tensor_bytes_received += o.tensor_bytes_received;
     return *this;
   }
   bool operator==(const CommCounters& o) const {
-    return calls == o.calls && bytes_sent == o.bytes_sent && bytes_received == o.bytes_received;
+    return calls == o.calls && tensor_bytes_sent == o.tensor_bytes_sent &&
+           tensor_bytes_received == o.tensor_bytes_received;
   }
 };
 
-// Per-rank bytes of one call.
+// Per-rank bytes by tensor size of one call (the convention above), not bytes on the wire.
 struct Volume {
   int64_t sent = 0;
   int64_t received = 0;

@@ -12,7 +12,8 @@
 //    every rank. An empty list means "even": every rank has the same number of rows.
 //  - Outputs are new tensors (never aliases of the input); in-place operations say so.
 //  - Every successful call is recorded in the CommStats given at construction under (name(),
-//    op), with the per-rank volume defined in comm_stats.h.
+//    op), with the per-rank volume (bytes by tensor size, not bytes on the wire) defined in
+//    comm_stats.h.
 //  - Failures (a peer died, a timeout, mismatched shapes) are returned as a Status naming the
 //    group, the operation and this rank; the communicator stays usable only if the backend does.
 //

@@ -1,5 +1,6 @@
 // Collectives over real Gloo process groups: world sizes 2 and 4, one thread per rank, exact
-// values and exact byte counters (comm_stats.h's formulas, plus a few literal numbers).
+// values and exact byte counters. The counters are bytes by tensor size (comm_stats.h), so the
+// expected numbers are literals worked out by hand here, never the Volume functions under test.
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -46,10 +47,10 @@ TEST_P(CommunicatorTest, AllReduceSumAndMax) {
     at::Tensor m = at::arange(6, at::kFloat) + 10 * r;
     ASSERT_TRUE(c.AllReduce(m, ReduceOp::kMax).ok());
     EXPECT_TRUE(m.equal(at::arange(6, at::kFloat) + 10 * (p - 1)));
-    EXPECT_EQ(stats.Get("g", kOpAllReduce), (CommCounters{2, 2 * AllReduceVolume(24, p).sent,
-                                                          2 * AllReduceVolume(24, p).received}));
-    // Literal check of the ring formula 2N(P-1)/P: 24 B over 2 ranks = 24, over 4 ranks = 36.
-    EXPECT_EQ(AllReduceVolume(24, p).sent, p == 2 ? 24 : 36);
+    // Ring formula 2N(P-1)/P per call, N = 24 B: P = 2: 2*24*1/2 = 24; P = 4: 2*24*3/4 = 36.
+    // Two calls: 48 (P = 2), 72 (P = 4) each way.
+    const int64_t two_calls = p == 2 ? 48 : 72;
+    EXPECT_EQ(stats.Get("g", kOpAllReduce), (CommCounters{2, two_calls, two_calls}));
   });
 }
 
@@ -70,8 +71,9 @@ TEST_P(CommunicatorTest, AllReduceBf16TravelsAsFp32) {
     ASSERT_TRUE(c.AllReduce(x, ReduceOp::kSum).ok());
     EXPECT_EQ(x.scalar_type(), at::kBFloat16);
     EXPECT_TRUE(x.to(at::kFloat).equal(at::arange(8, at::kFloat) * p + p * (p - 1) / 2));
-    // Gloo cannot reduce bf16: the communicator reduces fp32, so 32 bytes travel, not 16.
-    EXPECT_EQ(stats.Get("g", kOpAllReduce).bytes_sent, AllReduceVolume(32, p).sent);
+    // Gloo cannot reduce bf16: the communicator reduces fp32, so N = 32 bytes, not 16:
+    // P = 2: 2*32*1/2 = 32; P = 4: 2*32*3/4 = 48 (with bf16's 16 B it would be 16 / 24).
+    EXPECT_EQ(stats.Get("g", kOpAllReduce).tensor_bytes_sent, p == 2 ? 32 : 48);
   });
 }
 
@@ -83,7 +85,9 @@ TEST_P(CommunicatorTest, AllGatherEven) {
     ASSERT_TRUE(y.ok()) << y.status();
     ASSERT_EQ(y->sizes(), (std::vector<int64_t>{2 * p, 3}));
     for (int q = 0; q < p; ++q) EXPECT_TRUE(y->narrow(0, 2 * q, 2).eq(q).all().item<bool>());
-    EXPECT_EQ(stats.Get("g", kOpAllGather), (CommCounters{1, 24 * (p - 1), 24 * (p - 1)}));
+    // N(P-1), N = 24 B: P = 2: 24; P = 4: 72.
+    const int64_t v = p == 2 ? 24 : 72;
+    EXPECT_EQ(stats.Get("g", kOpAllGather), (CommCounters{1, v, v}));
   });
 }
 
@@ -97,7 +101,8 @@ TEST_P(CommunicatorTest, AllGatherBf16MovesTwoBytesPerElement) {
     for (int q = 0; q < p; ++q) {
       EXPECT_TRUE(y->narrow(0, 4 * q, 4).to(at::kFloat).eq(1.5 + q).all().item<bool>());
     }
-    EXPECT_EQ(stats.Get("g", kOpAllGather).bytes_sent, 8 * (p - 1));
+    // N(P-1), N = 8 B: P = 2: 8; P = 4: 24.
+    EXPECT_EQ(stats.Get("g", kOpAllGather).tensor_bytes_sent, p == 2 ? 8 : 24);
   });
 }
 
@@ -115,9 +120,10 @@ TEST_P(CommunicatorTest, AllGatherUnevenPadsToTheLargest) {
       EXPECT_TRUE(y->narrow(0, off, q + 1).eq(q).all().item<bool>()) << "from rank " << q;
       off += q + 1;
     }
-    // On the wire every rank sends the padded max: p rows * 8 bytes to each of p-1 peers.
-    EXPECT_EQ(stats.Get("g", kOpAllGather).bytes_sent, AllGatherVolume(p * 8, p).sent);
-    EXPECT_EQ(stats.Get("g", kOpAllGather).bytes_received, int64_t{p} * 8 * (p - 1));
+    // Every rank's input travels padded to the largest (P rows of 8 B) to each of P-1 peers:
+    // P = 2: 2 rows * 8 B * 1 peer = 16; P = 4: 4 * 8 * 3 = 96.
+    const int64_t v = p == 2 ? 16 : 96;
+    EXPECT_EQ(stats.Get("g", kOpAllGather), (CommCounters{1, v, v}));
   });
 }
 
@@ -132,10 +138,10 @@ TEST_P(CommunicatorTest, ReduceScatterEven) {
         at::arange(2 * p * 3, at::kFloat).view({2 * p, 3}).narrow(0, 2 * c.rank(), 2) *
         (p * (p + 1) / 2);
     EXPECT_TRUE(y->equal(expected));
-    const int64_t n = 2 * p * 3 * 4;
-    EXPECT_EQ(stats.Get("g", kOpReduceScatter), (CommCounters{1, ReduceScatterVolume(n, p).sent,
-                                                              ReduceScatterVolume(n, p).received}));
-    EXPECT_EQ(ReduceScatterVolume(n, p).sent, n * (p - 1) / p);
+    // N(P-1)/P, N = 2P rows * 3 floats * 4 B: P = 2: N = 48, 48*1/2 = 24; P = 4: N = 96,
+    // 96*3/4 = 72.
+    const int64_t v = p == 2 ? 24 : 72;
+    EXPECT_EQ(stats.Get("g", kOpReduceScatter), (CommCounters{1, v, v}));
   });
 }
 
@@ -160,10 +166,16 @@ TEST_P(CommunicatorTest, ReduceScatterUnevenAndBf16) {
                           p * (p - 1) / 2;
     EXPECT_EQ(y->scalar_type(), at::kBFloat16);
     EXPECT_TRUE(y->to(at::kFloat).equal(expected));
-    const int64_t row_bytes = 2 * 2;  // bf16 travels as 2 bytes (only moved, summed locally)
-    EXPECT_EQ(stats.Get("g", kOpReduceScatter).bytes_sent, (total - rows[c.rank()]) * row_bytes);
-    EXPECT_EQ(stats.Get("g", kOpReduceScatter).bytes_received,
-              (p - 1) * rows[c.rank()] * row_bytes);
+    // bf16 travels as 2 bytes (only moved, summed locally): a row of 2 is 4 B. Sent = the
+    // chunks for the others, received = (P-1) * own chunk. Rows {1, 3} (P = 2, 4 rows) or
+    // {1, 3, 1, 3} (P = 4, 8 rows); a rank owning 1 row / 3 rows:
+    //   P = 2: sent (4-1)*4 = 12 / (4-3)*4 = 4;   received 1*1*4 = 4 / 1*3*4 = 12
+    //   P = 4: sent (8-1)*4 = 28 / (8-3)*4 = 20;  received 3*1*4 = 12 / 3*3*4 = 36
+    const bool one_row = c.rank() % 2 == 0;
+    const CommCounters want = p == 2
+                                  ? (one_row ? CommCounters{1, 12, 4} : CommCounters{1, 4, 12})
+                                  : (one_row ? CommCounters{1, 28, 12} : CommCounters{1, 20, 36});
+    EXPECT_EQ(stats.Get("g", kOpReduceScatter), want);
   });
 }
 
@@ -177,8 +189,9 @@ TEST_P(CommunicatorTest, AllToAllEven) {
     for (int q = 0; q < p; ++q) {
       EXPECT_TRUE(y->narrow(0, 2 * q, 2).equal(F({100.f * q + 2 * r, 100.f * q + 2 * r + 1})));
     }
-    const int64_t n = 2 * p * 4;
-    EXPECT_EQ(stats.Get("g", kOpAllToAll), (CommCounters{1, n * (p - 1) / p, n * (p - 1) / p}));
+    // N(P-1)/P, N = 2P floats * 4 B: P = 2: N = 16, 16*1/2 = 8; P = 4: N = 32, 32*3/4 = 24.
+    const int64_t v = p == 2 ? 8 : 24;
+    EXPECT_EQ(stats.Get("g", kOpAllToAll), (CommCounters{1, v, v}));
   });
 }
 
@@ -221,7 +234,9 @@ TEST_P(CommunicatorTest, BroadcastFromRankOne) {
     at::Tensor x = c.rank() == 1 ? F({7, 8, 9}) : at::zeros({3}, at::kFloat);
     ASSERT_TRUE(c.Broadcast(x, 1).ok());
     EXPECT_TRUE(x.equal(F({7, 8, 9})));
-    CommCounters expect = c.rank() == 1 ? CommCounters{1, 12 * (p - 1), 0} : CommCounters{1, 0, 12};
+    // N = 12 B; the root sends N to each of P-1 peers: P = 2: 12; P = 4: 36.
+    CommCounters expect =
+        c.rank() == 1 ? CommCounters{1, p == 2 ? 12 : 36, 0} : CommCounters{1, 0, 12};
     EXPECT_EQ(stats.Get("g", kOpBroadcast), expect);
   });
 }

@@ -101,18 +101,19 @@ void CheckParity(int sp, const std::vector<GridThw>& grids, UlyssesOutputGrad mo
     EXPECT_EQ(got.size(), want.size());
     for (const auto& [op, counters] : want) {
       EXPECT_EQ(got[op], counters)
-          << op << ": measured " << got[op].calls << " calls, " << got[op].bytes_sent << " B sent, "
-          << got[op].bytes_received << " B received; analytic " << counters.calls << " calls, "
-          << counters.bytes_sent << " B sent, " << counters.bytes_received << " B received";
+          << op << ": measured " << got[op].calls << " calls, " << got[op].tensor_bytes_sent
+          << " B sent, " << got[op].tensor_bytes_received << " B received; analytic "
+          << counters.calls << " calls, " << counters.tensor_bytes_sent << " B sent, "
+          << counters.tensor_bytes_received << " B received";
     }
-    group_sent += TotalOf(got).bytes_sent;
+    group_sent += TotalOf(got).tensor_bytes_sent;
     std::printf(
         "[ulysses sp=%d %s] rank %d: %lld patches, all_to_all %lld B, all_gather %lld B, "
         "reduce_scatter %lld B sent\n",
         sp, ModeName(mode), r, static_cast<long long>(res.split.patches_per_rank[r]),
-        static_cast<long long>(got[comm::kOpAllToAll].bytes_sent),
-        static_cast<long long>(got[comm::kOpAllGather].bytes_sent),
-        static_cast<long long>(got[comm::kOpReduceScatter].bytes_sent));
+        static_cast<long long>(got[comm::kOpAllToAll].tensor_bytes_sent),
+        static_cast<long long>(got[comm::kOpAllGather].tensor_bytes_sent),
+        static_cast<long long>(got[comm::kOpReduceScatter].tensor_bytes_sent));
   }
   std::printf(
       "[ulysses sp=%d %s] group total: %lld B sent per step; max relative error vs "

@@ -8,8 +8,8 @@ int64_t AllReduceBytes(int64_t n, int p) { return 2 * n * (p - 1) / p; }
 void Add(OpVolumes& v, const char* op, int64_t calls, int64_t sent, int64_t received) {
   comm::CommCounters& c = v[op];
   c.calls += calls;
-  c.bytes_sent += sent;
-  c.bytes_received += received;
+  c.tensor_bytes_sent += sent;
+  c.tensor_bytes_received += received;
 }
 
 }  // namespace

@@ -6,7 +6,8 @@
 // Notation: P group size, N patches, S_r patches of rank r (VisionSequenceSplit), U = N/4 and
 // U_r = S_r/4 merged tokens, U_max = max_r U_r, h = hidden_size = H*D, H heads, out =
 // out_hidden_size, b = bytes per element as it travels (4 for fp32), F = number of
-// full-attention blocks, L = depth. Byte counts follow comm_stats.h (per rank, per call).
+// full-attention blocks, L = depth. Byte counts follow comm_stats.h (per rank, per call; bytes
+// by tensor size, not bytes on the wire).
 //
 // Ulysses (UlyssesVisionTransformer), per full-attention block:
 //   forward   q,k,v all-to-all ([S_r,3,H,D] -> [N,3,H/P,D], one fused call)

@@ -171,20 +171,21 @@ TEST(VisionCommVolumeTest, EvenSplitMatchesDeepSpeedUlysses) {
     const int64_t n = 256, h = c.hidden_size, b = 2;
     OpVolumes v = UlyssesStepVolume(c, *s, 0, b, UlyssesOutputGrad::kReplicated);
     // Per full-attention block and rank: 8*N*h*b*(P-1)/P^2 each way (forward + backward).
-    EXPECT_EQ(v[comm::kOpAllToAll].bytes_sent, 4 * 8 * n * h * b * (p - 1) / (p * p));
+    EXPECT_EQ(v[comm::kOpAllToAll].tensor_bytes_sent, 4 * 8 * n * h * b * (p - 1) / (p * p));
     EXPECT_EQ(v[comm::kOpAllToAll].calls, 16);
-    EXPECT_EQ(v[comm::kOpAllGather].bytes_sent, (n / 4 / p) * c.out_hidden_size * b * (p - 1));
+    EXPECT_EQ(v[comm::kOpAllGather].tensor_bytes_sent,
+              (n / 4 / p) * c.out_hidden_size * b * (p - 1));
     EXPECT_EQ(v.count(comm::kOpReduceScatter), 0u);
     OpVolumes partial = UlyssesStepVolume(c, *s, 0, b, UlyssesOutputGrad::kPartialSum);
-    EXPECT_EQ(partial[comm::kOpReduceScatter].bytes_sent,
+    EXPECT_EQ(partial[comm::kOpReduceScatter].tensor_bytes_sent,
               (n / 4) * (p - 1) / p * c.out_hidden_size * b);
     // TP: (4L + 2) all-reduces, each 2*bytes*(P-1)/P.
     OpVolumes tp = VisionTpStepVolume(c, n, p, b);
     EXPECT_EQ(tp[comm::kOpAllReduce].calls, 4 * c.depth + 2);
-    EXPECT_EQ(tp[comm::kOpAllReduce].bytes_sent,
+    EXPECT_EQ(tp[comm::kOpAllReduce].tensor_bytes_sent,
               (4 * c.depth + 1) * (2 * n * h * b * (p - 1) / p) +
                   2 * (n / 4) * c.out_hidden_size * b * (p - 1) / p);
-    EXPECT_LT(TotalOf(v).bytes_sent, TotalOf(tp).bytes_sent);
+    EXPECT_LT(TotalOf(v).tensor_bytes_sent, TotalOf(tp).tensor_bytes_sent);
   }
   EXPECT_TRUE(
       UlyssesStepVolume(c, *SplitVisionSequence(plan, 1, 4), 0, 4, UlyssesOutputGrad::kPartialSum)

@@ -112,11 +112,12 @@ TEST_P(VisionTpParityTest, MixedBatchMatchesSingleRank) {
     EXPECT_EQ(got.size(), want.size());
     const comm::CommCounters& ar = got[comm::kOpAllReduce];
     EXPECT_EQ(ar, want.at(comm::kOpAllReduce))
-        << "measured " << ar.calls << " all-reduces, " << ar.bytes_sent << " B sent; analytic "
-        << want.at(comm::kOpAllReduce).calls << ", " << want.at(comm::kOpAllReduce).bytes_sent;
-    group_sent += ar.bytes_sent;
+        << "measured " << ar.calls << " all-reduces, " << ar.tensor_bytes_sent
+        << " B sent; analytic " << want.at(comm::kOpAllReduce).calls << ", "
+        << want.at(comm::kOpAllReduce).tensor_bytes_sent;
+    group_sent += ar.tensor_bytes_sent;
     std::printf("[vision tp=%d] rank %d: %lld all-reduces, %lld B sent\n", tp, r,
-                static_cast<long long>(ar.calls), static_cast<long long>(ar.bytes_sent));
+                static_cast<long long>(ar.calls), static_cast<long long>(ar.tensor_bytes_sent));
   }
   std::printf(
       "[vision tp=%d] group total: %lld B sent per step; max relative error vs single "
@@ -155,7 +156,7 @@ int64_t MeasuredGroupBytes(int degree, bool ulysses, const testing::VisionBatch&
           out = tp->Forward(batch.pixels, batch.plan);
         }
         out.backward(upstream);
-        sent[r] = stats.Total().bytes_sent;
+        sent[r] = stats.Total().tensor_bytes_sent;
         return absl::OkStatus();
       });
   EXPECT_TRUE(status.ok()) << status;

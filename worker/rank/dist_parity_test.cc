@@ -289,10 +289,10 @@ TEST_P(DistParityTest, MatchesSingleRank) {
     const comm::CommCounters h = (*groups)->stats().GroupTotal(kHandoffGroup);
     if (layout.HandOffInMemory()) {
       EXPECT_EQ(h.calls, 0);
-      EXPECT_EQ(h.bytes_sent + h.bytes_received, 0);
+      EXPECT_EQ(h.tensor_bytes_sent + h.tensor_bytes_received, 0);
     }
     std::lock_guard<std::mutex> lock(mu);
-    handoff_bytes += h.bytes_sent + h.bytes_received;
+    handoff_bytes += h.tensor_bytes_sent + h.tensor_bytes_received;
     max_loss_err = std::max(max_loss_err, loss_err);
     max_elem_param_err = std::max(max_elem_param_err, elem_param_err);
     max_ill_param_diff = std::max(max_ill_param_diff, ill_param_diff);

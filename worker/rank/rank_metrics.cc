@@ -50,7 +50,8 @@ std::map<std::string, double> RankStepMetrics(const RankStepTimes& times,
     }
   }
   for (const auto& [key, c] : stats.Snapshot()) {
-    m["comm_bytes:" + key.first] += static_cast<double>(c.bytes_sent + c.bytes_received);
+    m["comm_bytes:" + key.first] +=
+        static_cast<double>(c.tensor_bytes_sent + c.tensor_bytes_received);
   }
   return m;
 }

@@ -47,8 +47,9 @@ struct RankDevice {
 };
 
 // vision_tokens_per_s / text_tokens_per_s (for the stages the rank hosts), forward_s,
-// backward_s, comm_s, optimizer_s, memory_rss_bytes, comm_bytes:<group> (bytes sent plus
-// received on each group since the rank started, from `stats`); with device.memory,
+// backward_s, comm_s, optimizer_s, memory_rss_bytes, comm_bytes:<group> (bytes by tensor size
+// sent plus received on each group since the rank started, from `stats`: the collectives'
+// algorithmic volume, comm_stats.h, not bytes on the wire); with device.memory,
 // memory_allocated_bytes, memory_reserved_bytes and memory_peak_bytes; with counts.flops and
 // device.peak_flops, mfu_vision / mfu_text (see StageMfu).
 std::map<std::string, double> RankStepMetrics(const RankStepTimes& times,
