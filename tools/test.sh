@@ -14,7 +14,8 @@
 #   4. CMake against .venv's LibTorch 2.x: every target with the CUDA and NCCL code compiled and
 #      linked (a configure error otherwise), checked in the binaries by
 #      tools/check_cmake_build.sh, then every C++ test under CTest on the CPU, the tokenizer and
-#      the model against Hugging Face again (CMake's binaries, LibTorch 2.x), then the steps of
+#      the model against Hugging Face again and the multi-process parity test
+#      (tests/multiprocess_parity_test.py) with CMake's binaries (LibTorch 2.x), then the steps of
 #      tools/gpu-check.sh with --device cpu (so that the GPU check script itself stays working).
 #   tools/test.sh            all of it
 #   tools/test.sh --bazel    1-3 (faster while iterating)
@@ -74,6 +75,11 @@ echo "== the tokenizer vs Hugging Face tokenizers, 10,000 strings (CMake build) 
 echo "== the model vs Hugging Face transformers, fp32 (LibTorch 2.x) =="
 .venv/bin/python tests/hf_model_parity.py --parity "$build/worker/rank/dhp-hf-parity" \
   --dhp-train "$build/worker/rank/dhp-train" --gen-shapes "$build/worker/data/dhp-gen-shapes"
+echo "== dhp-rank processes vs a single-rank run (CMake build, LibTorch 2.x) =="
+python3 tests/multiprocess_parity_test.py "$build/controller/dhp-controller" \
+  "$build/worker/agent/dhp-worker" "$build/api/dhpctl/dhpctl" configs \
+  "$build/worker/rank/dhp-rank" "$build/worker/rank/dhp-train" "$build/worker/rank/dhp-ckpt" \
+  "$build/worker/data/dhp-gen-shapes"
 
 echo "== tools/gpu-check.sh --device cpu (the GPU check's steps, run on the CPU) =="
 tools/gpu-check.sh --python .venv/bin/python --build-dir "$build" --device cpu
