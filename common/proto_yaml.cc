@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -21,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/proto_enum.h"
+#include "common/proto_utf8.h"
 #include "common/utf8.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/duration.pb.h"
@@ -42,7 +44,32 @@ using google::protobuf::util::TimeUtil;
 constexpr char kTimestamp[] = "google.protobuf.Timestamp";
 constexpr char kDuration[] = "google.protobuf.Duration";
 
-std::string Quote(const std::string& s) { return "\"" + absl::Utf8SafeCEscape(s) + "\""; }
+// Bounds on what one document may cost, so that cost grows with the size of the text: an alias
+// (*name) repeats its anchor's whole subtree, so a small document can stand for a huge one.
+// Every node the reader visits costs 1, plus the bytes of its scalar; the total may not pass
+// kWorkPerByte per byte of text (or kMinWork for small texts). A document without aliases costs
+// well under 2 per byte.
+constexpr int64_t kWorkPerByte = 10;
+constexpr int64_t kMinWork = 10000;
+// The error text of one document is at most this long; the reader stops once it is reached.
+constexpr size_t kMaxErrorBytes = 4096;
+// Scalars and keys are cut to this many bytes where an error message quotes them.
+constexpr size_t kMaxQuotedBytes = 80;
+constexpr char kMoreErrors[] = "; ... (more errors not shown)";
+
+// At most kMaxQuotedBytes of `s`, cut on a character boundary, with "..." when cut.
+std::string Cut(const std::string& s) {
+  if (s.size() <= kMaxQuotedBytes) return s;
+  size_t end = kMaxQuotedBytes;
+  while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
+  return s.substr(0, end) + "...";
+}
+
+// Escaped for an error message; bytes that are not UTF-8 (from escapes such as "\udcff") are
+// written as \xNN so that the message itself stays valid UTF-8.
+std::string Quote(const std::string& s) {
+  return "\"" + EscapeInvalidUtf8(absl::Utf8SafeCEscape(Cut(s))) + "\"";
+}
 
 // How a node reads in an error message: the scalar quoted, or its kind.
 std::string Describe(const YAML::Node& node) {
@@ -109,25 +136,33 @@ bool IsWellKnownTime(const Descriptor* d) {
   return d->full_name() == kTimestamp || d->full_name() == kDuration;
 }
 
-// Walks one YAML tree into a message, collecting every error with its path.
+// Walks one YAML tree into a message, collecting every error with its path, until the error
+// text reaches kMaxErrorBytes or the work reaches `max_work` (see kWorkPerByte).
 class YamlReader {
  public:
-  explicit YamlReader(std::vector<std::string>* errors) : errors_(errors) {}
+  YamlReader(std::vector<std::string>* errors, int64_t max_work)
+      : errors_(errors), max_work_(max_work) {}
+
+  // Why the reader stopped early: the work bound, the error bound, or neither.
+  bool out_of_work() const { return out_of_work_; }
+  bool too_many_errors() const { return too_many_errors_; }
+  int64_t max_work() const { return max_work_; }
 
   void ReadMessage(const YAML::Node& node, Message* msg, const std::string& path) {
-    if (node.IsNull()) return;
+    if (!Charge(0) || node.IsNull()) return;
     if (!node.IsMap()) {
       Error(path, absl::StrCat("expected a mapping, got ", Describe(node)));
       return;
     }
     const Descriptor* desc = msg->GetDescriptor();
     std::map<const FieldDescriptor*, std::string> seen;  // field -> the key that set it
-    for (auto it = node.begin(); it != node.end(); ++it) {
+    for (auto it = node.begin(); it != node.end() && !stopped(); ++it) {
       if (!it->first.IsScalar()) {
         Error(path, absl::StrCat("keys must be strings, got ", Describe(it->first)));
         continue;
       }
-      const std::string key = it->first.Scalar();
+      const std::string& key = it->first.Scalar();
+      if (!Charge(key.size())) return;
       const std::string field_path = Join(path, key);
       const FieldDescriptor* field = FindField(desc, key);
       if (field == nullptr) {
@@ -156,7 +191,18 @@ class YamlReader {
 
  private:
   static std::string Join(const std::string& path, const std::string& key) {
-    return path.empty() ? key : absl::StrCat(path, ".", key);
+    const std::string shown = EscapeInvalidUtf8(Cut(key));
+    return path.empty() ? shown : absl::StrCat(path, ".", shown);
+  }
+
+  bool stopped() const { return out_of_work_ || too_many_errors_; }
+
+  // Counts the visit of one node with `scalar_bytes` of text; false once over the bound.
+  bool Charge(size_t scalar_bytes) {
+    if (stopped()) return false;
+    work_ += 1 + static_cast<int64_t>(scalar_bytes);
+    if (work_ > max_work_) out_of_work_ = true;
+    return !out_of_work_;
   }
 
   static const FieldDescriptor* FindField(const Descriptor* desc, const std::string& key) {
@@ -174,7 +220,15 @@ class YamlReader {
   }
 
   void Error(const std::string& path, const std::string& message) {
-    errors_->push_back(path.empty() ? message : absl::StrCat(path, ": ", message));
+    if (stopped()) return;
+    std::string error = path.empty() ? message : absl::StrCat(path, ": ", message);
+    const size_t separator = errors_->empty() ? 0 : 2;  // "; "
+    if (error_bytes_ + separator + error.size() + sizeof(kMoreErrors) > kMaxErrorBytes) {
+      too_many_errors_ = true;
+      return;
+    }
+    error_bytes_ += separator + error.size();
+    errors_->push_back(std::move(error));
   }
 
   void ReadField(const YAML::Node& value, Message* msg, const FieldDescriptor* field,
@@ -187,7 +241,7 @@ class YamlReader {
         Error(path, absl::StrCat("expected a sequence, got ", Describe(value)));
         return;
       }
-      for (size_t i = 0; i < value.size(); ++i) {
+      for (size_t i = 0; i < value.size() && !stopped(); ++i) {
         ReadValue(value[i], msg, field, absl::StrCat(path, "[", i, "]"));
       }
     } else {
@@ -204,11 +258,12 @@ class YamlReader {
     const FieldDescriptor* key_field = field->message_type()->map_key();
     const FieldDescriptor* value_field = field->message_type()->map_value();
     std::set<std::string> seen;
-    for (auto it = value.begin(); it != value.end(); ++it) {
+    for (auto it = value.begin(); it != value.end() && !stopped(); ++it) {
       if (!it->first.IsScalar()) {
         Error(path, absl::StrCat("map keys must be scalars, got ", Describe(it->first)));
         continue;
       }
+      if (!Charge(it->first.Scalar().size())) return;
       const std::string entry_path = Join(path, it->first.Scalar());
       if (!seen.insert(it->first.Scalar()).second) {
         Error(entry_path, "duplicate key");
@@ -234,6 +289,7 @@ class YamlReader {
       }
       return;
     }
+    if (!Charge(node.IsScalar() ? node.Scalar().size() : 0)) return;
     if (!node.IsScalar()) {
       Error(path, absl::StrCat("expected ", Expected(field), ", got ", Describe(node)));
       return;
@@ -351,6 +407,7 @@ class YamlReader {
   }
 
   void ReadTime(const YAML::Node& node, Message* sub, const std::string& path) {
+    if (!Charge(node.IsScalar() ? node.Scalar().size() : 0)) return;
     const bool is_timestamp = sub->GetDescriptor()->full_name() == kTimestamp;
     bool ok = node.IsScalar();
     if (ok && is_timestamp) {
@@ -386,6 +443,11 @@ class YamlReader {
   }
 
   std::vector<std::string>* errors_;
+  const int64_t max_work_;
+  int64_t work_ = 0;
+  size_t error_bytes_ = 0;  // of *errors_ joined by "; "
+  bool out_of_work_ = false;
+  bool too_many_errors_ = false;
 };
 
 // ---- Writing -------------------------------------------------------------------------------
@@ -516,25 +578,20 @@ void EmitMessage(YAML::Emitter& out, const Message& msg) {
   out << YAML::EndMap;
 }
 
-}  // namespace
-
-absl::Status ParseProtoYaml(std::string_view text, google::protobuf::Message* msg,
-                            std::string_view root) {
+// ParseProtoYaml without the UTF-8 check of the whole text.
+absl::Status ParseWellFormed(std::string_view text, google::protobuf::Message* msg,
+                             const std::string& root_path) {
   msg->Clear();
-  const std::string root_path(root);
   const std::string prefix = root_path.empty() ? "" : root_path + ": ";
-  if (const std::string bad = Utf8Error(text); !bad.empty()) {
-    return absl::InvalidArgumentError(prefix + bad);
-  }
   std::vector<YAML::Node> docs;
   try {
     docs = YAML::LoadAll(std::string(text));
   } catch (const YAML::ParserException& e) {
     return absl::InvalidArgumentError(absl::StrCat(prefix, "malformed YAML at line ",
                                                    e.mark.line + 1, ", column ",
-                                                   e.mark.column + 1, ": ", e.msg));
+                                                   e.mark.column + 1, ": ", Cut(e.msg)));
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(prefix, "malformed YAML: ", e.what()));
+    return absl::InvalidArgumentError(absl::StrCat(prefix, "malformed YAML: ", Cut(e.what())));
   }
   if (docs.size() > 1) {
     return absl::InvalidArgumentError(
@@ -542,14 +599,48 @@ absl::Status ParseProtoYaml(std::string_view text, google::protobuf::Message* ms
   }
   if (docs.empty()) return absl::OkStatus();
   std::vector<std::string> errors;
-  YamlReader reader(&errors);
+  YamlReader reader(&errors,
+                    std::max<int64_t>(kMinWork, kWorkPerByte * static_cast<int64_t>(text.size())));
   try {
     reader.ReadMessage(docs[0], msg, root_path);
   } catch (const YAML::Exception& e) {
-    errors.push_back(absl::StrCat(prefix, e.what()));
+    errors.push_back(absl::StrCat(prefix, Cut(e.what())));
   }
-  if (!errors.empty()) return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));
-  return absl::OkStatus();
+  if (reader.out_of_work()) {
+    msg->Clear();
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, "the document stands for more than ", reader.max_work(),
+        " nodes and characters (", kWorkPerByte, " per byte of its ", text.size(),
+        " bytes): aliases (*name) repeat their anchor's whole content each time; write the "
+        "repeated parts out, or use fewer aliases"));
+  }
+  if (errors.empty()) return absl::OkStatus();
+  std::string message = absl::StrJoin(errors, "; ");
+  if (reader.too_many_errors()) message += kMoreErrors;
+  return absl::InvalidArgumentError(message);
+}
+
+}  // namespace
+
+absl::Status ParseProtoYaml(std::string_view text, google::protobuf::Message* msg,
+                            std::string_view root) {
+  const std::string root_path(root);
+  if (const std::string bad = Utf8Error(text); !bad.empty()) {
+    msg->Clear();
+    // Name the field: read the text again with each bad byte as U+FFFD and look for the field
+    // that holds one (unless the text has its own U+FFFD, or does not read).
+    constexpr std::string_view kMark = "\xEF\xBF\xBD";
+    std::string where;
+    if (text.find(kMark) == std::string_view::npos) {
+      std::unique_ptr<google::protobuf::Message> marked(msg->New());
+      if (ParseWellFormed(ReplaceInvalidUtf8(text, kMark), marked.get(), "").ok()) {
+        where = FieldContaining(*marked, kMark);
+      }
+    }
+    if (!root_path.empty()) where = where.empty() ? root_path : root_path + "." + where;
+    return absl::InvalidArgumentError(where.empty() ? bad : where + ": " + bad);
+  }
+  return ParseWellFormed(text, msg, root_path);
 }
 
 std::string ProtoToYaml(const google::protobuf::Message& msg) {

@@ -1,11 +1,13 @@
 #include "common/proto_yaml.h"
 
+#include <chrono>
 #include <limits>
 #include <string>
 
 #include "dhp/v1/job.pb.h"
 #include "dhp/v1/job_spec.pb.h"
 #include "dhp/v1/node.pb.h"
+#include "dhp/v1/service.pb.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
@@ -309,15 +311,30 @@ TEST(ProtoYamlTest, MalformedYamlGivesLineAndColumn) {
 // serialise, and a stored one would not parse again (found: a REST submission with \xff in model.weights_path was stored, and
 // every later job listing failed with DATA_LOSS).
 TEST(ProtoYamlTest, IllFormedUtf8IsRefused) {
+  // The message names the field where the bytes are, when the rest of the text reads.
   EXPECT_EQ(SpecError("name: a\nmodel: {weights_path: \"x\xffy\"}\n"),
-            "not valid UTF-8: byte 0xFF at line 2, column 25 (offset 32)");
-  EXPECT_EQ(SpecError("name: \xc3"), "not valid UTF-8: byte 0xC3 at line 1, column 7 (offset 6)");
+            "model.weights_path: not valid UTF-8: byte 0xFF at line 2, column 25 (offset 32)");
+  EXPECT_EQ(SpecError("name: \xc3"),
+            "name: not valid UTF-8: byte 0xC3 at line 1, column 7 (offset 6)");
   EXPECT_EQ(SpecError("name: \xc0\xaf"),  // overlong "/"
-            "not valid UTF-8: byte 0xC0 at line 1, column 7 (offset 6)");
+            "name: not valid UTF-8: byte 0xC0 at line 1, column 7 (offset 6)");
   EXPECT_EQ(SpecError("name: \xed\xa0\x80"),  // a surrogate
-            "not valid UTF-8: byte 0xED at line 1, column 7 (offset 6)");
+            "name: not valid UTF-8: byte 0xED at line 1, column 7 (offset 6)");
   EXPECT_EQ(SpecError("name: \xf4\x90\x80\x80"),  // above U+10FFFF
-            "not valid UTF-8: byte 0xF4 at line 1, column 7 (offset 6)");
+            "name: not valid UTF-8: byte 0xF4 at line 1, column 7 (offset 6)");
+  EXPECT_EQ(SpecError("name: x\nlabels: {owner: \"ab\xff" "cd\"}\n"),
+            "labels.owner: not valid UTF-8: byte 0xFF at line 2, column 20 (offset 27)");
+  EXPECT_EQ(SpecError("labels: {\"o\xffk\": v}\n"),
+            "labels.o\xEF\xBF\xBDk (the key): not valid UTF-8: byte 0xFF at line 1, column 12 "
+            "(offset 11)");
+  v1::JobSpec root_spec;
+  EXPECT_EQ(ParseError("data: {datasets: [a, \"b\xfe\"]}", &root_spec, "spec"),
+            "spec.data.datasets[1]: not valid UTF-8: byte 0xFE at line 1, column 24 (offset 23)");
+  // Where the rest does not read (an unknown key, a comment), the position alone.
+  EXPECT_EQ(SpecError("nmae: \xff\n"),
+            "not valid UTF-8: byte 0xFF at line 1, column 7 (offset 6)");
+  EXPECT_EQ(SpecError("name: a # \xff\n"),
+            "not valid UTF-8: byte 0xFF at line 1, column 11 (offset 10)");
   // A lone surrogate escape is refused by the YAML reader itself (the string check behind it
   // stays for any other way in).
   EXPECT_EQ(SpecError(R"({"model": {"weights_path": "a\udcffb"}})"),
@@ -329,6 +346,87 @@ TEST(ProtoYamlTest, IllFormedUtf8IsRefused) {
   const std::string fine = "h\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x98\x80";
   ASSERT_TRUE(ParseProtoYaml("name: \"" + fine + "\"\n", &spec).ok());
   EXPECT_EQ(spec.name(), fine);
+}
+
+// Aliases repeat their anchor's subtree: the reader's work is bounded by the size of the text,
+// so a small document cannot stand for a huge one (found: an 18.9 KB body with a reused anchor
+// took 1.1 s and 370 MB and gave an 86.8 MB error message).
+TEST(ProtoYamlTest, NestedAliasesAreBoundedByTheTextSize) {
+  // 10^3 jobs x 10^3 registry entries x 2 fields = 2 * 10^6 values from 20 KB.
+  std::string text = "jobs:\n  - &j\n    spec:\n      data:\n        registry:\n";
+  text += "          r0: &d {annotation_path: a, image_root: b}\n";
+  for (int i = 1; i < 1000; ++i) text += "          r" + std::to_string(i) + ": *d\n";
+  for (int i = 1; i < 1000; ++i) text += "  - *j\n";
+  v1::ListJobsResponse list;
+  const auto start = std::chrono::steady_clock::now();
+  const std::string error = ParseError(text, &list);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 1.0);
+  EXPECT_EQ(list.jobs_size(), 0);  // nothing half-read is left behind
+  EXPECT_NE(error.find("the document stands for more than " +
+                       std::to_string(10 * text.size()) + " nodes and characters"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("aliases (*name) repeat their anchor's whole content"), std::string::npos);
+
+  // A few aliases of a small anchor are fine.
+  ASSERT_TRUE(ParseProtoYaml("jobs: [&j {id: a}, *j, *j]", &list).ok());
+  EXPECT_EQ(list.jobs_size(), 3);
+  EXPECT_EQ(list.jobs(2).id(), "a");
+}
+
+TEST(ProtoYamlTest, AliasesOfLongStringsAreBoundedByTheTextSize) {
+  // 800 labels of 9,000 bytes each (7.2 MB of spec) from 18 KB: it used to be accepted.
+  std::string text = "name: x\nlabels:\n  l0: &s " + std::string(9000, 'v') + "\n";
+  for (int i = 1; i < 800; ++i) text += "  l" + std::to_string(i) + ": *s\n";
+  const std::string error = SpecError(text);
+  EXPECT_NE(error.find("the document stands for more than"), std::string::npos) << error;
+  // Long labels written out are allowed their work (100 of them: 900 KB).
+  std::string long_text = "name: x\nlabels:\n";
+  for (int i = 0; i < 100; ++i) {
+    long_text += "  l" + std::to_string(i) + ": " + std::string(9000, 'v') + "\n";
+  }
+  v1::JobSpec spec;
+  ASSERT_TRUE(ParseProtoYaml(long_text, &spec).ok());
+  EXPECT_EQ(spec.labels_size(), 100);
+}
+
+TEST(ProtoYamlTest, ErrorTextIsBounded) {
+  // The issue's shape: 1,000 unknown keys behind one anchor, repeated by 800 aliases.
+  std::string anchor = "{";
+  for (int i = 0; i < 1000; ++i) anchor += (i ? ", b" : "b") + std::to_string(i) + ": 1";
+  anchor += "}";
+  std::string text = "name: x\ndata:\n  registry:\n    k0: &x " + anchor + "\n";
+  for (int i = 1; i < 800; ++i) text += "    k" + std::to_string(i) + ": *x\n";
+  const auto start = std::chrono::steady_clock::now();
+  const std::string error = SpecError(text);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 1.0);
+  EXPECT_LE(error.size(), 4096u);
+  EXPECT_EQ(error.rfind("data.registry.k0.b0: unknown key; known keys: annotation_path, ", 0), 0u)
+      << error.substr(0, 200);
+  EXPECT_NE(error.find("; ... (more errors not shown)"), std::string::npos) << error;
+
+  // Without aliases too: 5,000 unknown keys.
+  std::string many = "{";
+  for (int i = 0; i < 5000; ++i) many += (i ? ", x" : "x") + std::to_string(i) + ": 1";
+  const std::string many_error = SpecError(many + "}");
+  EXPECT_LE(many_error.size(), 4096u);
+  EXPECT_NE(many_error.find("(more errors not shown)"), std::string::npos);
+}
+
+TEST(ProtoYamlTest, LongValuesAndKeysAreCutInMessages) {
+  const std::string long_value(100000, 'z');
+  std::string error = SpecError("priority: " + long_value + "\n");
+  EXPECT_EQ(error, "priority: expected an integer, got \"" + std::string(80, 'z') + "...\"");
+  error = SpecError(std::string(1000, 'z') + ": 1\n");  // YAML keys have at most 1024
+  EXPECT_EQ(error.rfind(std::string(80, 'z') + "...: unknown key; known keys: name,", 0), 0u)
+      << error.substr(0, 200);
+  // Cut on a character boundary: 79 ASCII bytes, then a 2-byte character across byte 80.
+  error = SpecError("priority: " + std::string(79, 'a') + "\xc3\xa9\xc3\xa9\n");
+  EXPECT_EQ(error, "priority: expected an integer, got \"" + std::string(79, 'a') + "...\"");
 }
 
 }  // namespace

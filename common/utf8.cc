@@ -52,4 +52,37 @@ std::string Utf8Error(std::string_view text) {
   return buf;
 }
 
+namespace {
+
+template <typename Replace>
+std::string MapInvalidBytes(std::string_view text, Replace replace) {
+  std::string out;
+  out.reserve(text.size());
+  while (!text.empty()) {
+    const size_t bad = InvalidUtf8At(text);
+    if (bad == std::string_view::npos) {
+      out.append(text);
+      break;
+    }
+    out.append(text.substr(0, bad));
+    replace(static_cast<unsigned char>(text[bad]), &out);
+    text.remove_prefix(bad + 1);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string ReplaceInvalidUtf8(std::string_view text, std::string_view replacement) {
+  return MapInvalidBytes(text, [&](unsigned char, std::string* out) { out->append(replacement); });
+}
+
+std::string EscapeInvalidUtf8(std::string_view text) {
+  return MapInvalidBytes(text, [](unsigned char c, std::string* out) {
+    char buf[8];
+    std::snprintf(buf, sizeof(buf), "\\x%02X", static_cast<unsigned>(c));
+    out->append(buf);
+  });
+}
+
 }  // namespace dhp

@@ -16,6 +16,14 @@ size_t InvalidUtf8At(std::string_view s);
 // "" for well-formed text, else "not valid UTF-8: byte 0xFF at line 2, column 25 (offset 32)".
 std::string Utf8Error(std::string_view text);
 
+// `text` with every byte that InvalidUtf8At would stop at replaced by `replacement` (well-formed
+// sequences are kept as they are).
+std::string ReplaceInvalidUtf8(std::string_view text, std::string_view replacement);
+
+// `text` with every ill-formed byte written as the four characters \xFF: for log lines and
+// messages that must stay valid UTF-8 while still showing the bytes.
+std::string EscapeInvalidUtf8(std::string_view text);
+
 }  // namespace dhp
 
 #endif  // DHP_COMMON_UTF8_H_

@@ -217,7 +217,8 @@ TEST_F(ApiTest, IllFormedUtf8Is400AndDamagesNothing) {
   EXPECT_NE(res.body.find("not valid UTF-8: byte 0xFF"), std::string::npos) << res.body;
   res = http_->Post("/v1/jobs", "{\"spec_text\": \"name: x\xc3\"}");
   EXPECT_EQ(res.status, 400) << res.body;
-  EXPECT_NE(res.body.find("request body: not valid UTF-8: byte 0xC3"), std::string::npos)
+  EXPECT_NE(res.body.find("request body: spec_text: not valid UTF-8: byte 0xC3"),
+            std::string::npos)
       << res.body;
   res = http_->Post("/v1/jobs/" + kept.id() + ":cancel", "{\"reason\": \"\xed\xa0\x80\"}");
   EXPECT_EQ(res.status, 400) << res.body;

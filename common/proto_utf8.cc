@@ -1,0 +1,112 @@
+#include "common/proto_utf8.h"
+
+#include <functional>
+#include <vector>
+
+#include "common/utf8.h"
+#include "google/protobuf/descriptor.h"
+
+namespace dhp {
+namespace {
+
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+
+// Returns "" for acceptable text, else what is wrong with it.
+using Check = std::function<std::string(std::string_view text)>;
+
+// Map keys longer than this are cut in paths.
+constexpr size_t kMaxKeyInPath = 64;
+
+std::string Join(const std::string& path, std::string_view name) {
+  return path.empty() ? std::string(name) : path + "." + std::string(name);
+}
+
+std::string KeyText(const Message& entry, const FieldDescriptor* key) {
+  const Reflection* r = entry.GetReflection();
+  switch (key->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_STRING: {
+      std::string text = r->GetString(entry, key);
+      if (text.size() > kMaxKeyInPath) text = text.substr(0, kMaxKeyInPath) + "...";
+      return EscapeInvalidUtf8(text);
+    }
+    case FieldDescriptor::CPPTYPE_INT32:
+      return std::to_string(r->GetInt32(entry, key));
+    case FieldDescriptor::CPPTYPE_INT64:
+      return std::to_string(r->GetInt64(entry, key));
+    case FieldDescriptor::CPPTYPE_UINT32:
+      return std::to_string(r->GetUInt32(entry, key));
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return std::to_string(r->GetUInt64(entry, key));
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return r->GetBool(entry, key) ? "true" : "false";
+    default:
+      return "?";
+  }
+}
+
+// The first problem below `msg` (at `path`), as "path: problem", or "".
+std::string Visit(const Message& msg, const std::string& path, const Check& check);
+
+std::string VisitValue(const Message& msg, const FieldDescriptor* f, int index,
+                       const std::string& path, const Check& check) {
+  const Reflection* r = msg.GetReflection();
+  if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+    return Visit(index >= 0 ? r->GetRepeatedMessage(msg, f, index) : r->GetMessage(msg, f), path,
+                 check);
+  }
+  if (f->type() != FieldDescriptor::TYPE_STRING) return "";
+  std::string scratch;
+  const std::string& text = index >= 0 ? r->GetRepeatedStringReference(msg, f, index, &scratch)
+                                       : r->GetStringReference(msg, f, &scratch);
+  const std::string problem = check(text);
+  return problem.empty() ? "" : path + ": " + problem;
+}
+
+std::string Visit(const Message& msg, const std::string& path, const Check& check) {
+  const Reflection* r = msg.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  r->ListFields(msg, &fields);
+  for (const FieldDescriptor* f : fields) {
+    const std::string field_path = Join(path, f->name());
+    if (f->is_map()) {
+      const FieldDescriptor* key = f->message_type()->map_key();
+      const FieldDescriptor* value = f->message_type()->map_value();
+      for (int i = 0; i < r->FieldSize(msg, f); ++i) {
+        const Message& entry = r->GetRepeatedMessage(msg, f, i);
+        const std::string entry_path = Join(field_path, KeyText(entry, key));
+        std::string found = VisitValue(entry, key, -1, entry_path, check);
+        if (!found.empty())
+          return entry_path + " (the key): " + found.substr(entry_path.size() + 2);
+        found = VisitValue(entry, value, -1, entry_path, check);
+        if (!found.empty()) return found;
+      }
+    } else if (f->is_repeated()) {
+      for (int i = 0; i < r->FieldSize(msg, f); ++i) {
+        std::string found =
+            VisitValue(msg, f, i, field_path + "[" + std::to_string(i) + "]", check);
+        if (!found.empty()) return found;
+      }
+    } else {
+      std::string found = VisitValue(msg, f, -1, field_path, check);
+      if (!found.empty()) return found;
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string InvalidUtf8Field(const Message& msg) {
+  return Visit(msg, "", [](std::string_view text) { return Utf8Error(text); });
+}
+
+std::string FieldContaining(const Message& msg, std::string_view needle) {
+  const std::string found = Visit(msg, "", [needle](std::string_view text) {
+    return text.find(needle) == std::string_view::npos ? std::string() : std::string("found");
+  });
+  return found.empty() ? "" : found.substr(0, found.size() - std::string(": found").size());
+}
+
+}  // namespace dhp
