@@ -86,7 +86,10 @@ int main(int argc, char** argv) {
                   "Where a relative model.weights_path starts (as the ranks' --data-root)");
   exp->add_option("--dtype", dtype, "Floating-point dtype of the output (keep: as trained)")
       ->check(CLI::IsMember({"keep", "fp32", "bf16", "fp16"}));
-  CLI11_PARSE(app, argc, argv);
-  if (exp->parsed()) return Export(dir, out, spec, data_root, dtype);
-  return 2;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help: 0; bad usage: 2
+  }
+  return Export(dir, out, spec, data_root, dtype);
 }
