@@ -48,15 +48,31 @@ Controller::Controller(Store& store, const Clock& clock, MetricsRegistry& metric
       events_total_(metrics.AddCounter("dhp_events_total",
                                        "Events recorded since the controller started.",
                                        {"type"})),
+      quarantined_total_(metrics.AddCounter(
+          "dhp_store_quarantined_rows_total",
+          "Rows of the store that could not be read (a stored message that does not parse) and "
+          "were moved to its quarantine table, since the controller started, by table.",
+          {"table"})),
+      quarantine_rows_(metrics.AddGauge(
+          "dhp_store_quarantine_rows",
+          "Rows held in the store's quarantine table, by the table they came from.", {"table"})),
       run_metrics_(metrics),
       work_(boost::asio::make_work_guard(io_)),
       heartbeat_timer_(io_) {
+  for (const auto& [table, count] : store_.CountQuarantined()) {
+    quarantined_total_.WithLabels({table});  // every table's series, from 0
+  }
+  store_.set_quarantine_listener(
+      [this](const QuarantinedRow& row) { quarantined_total_.WithLabels({row.table}).Inc(); });
   last_event_id_ = store_.LastEventId();
   if (!options_.log_root.empty()) logs_ = std::make_unique<LogStore>(options_.log_root);
   metrics_.AddCollector([this] { CollectGauges(); });
 }
 
-Controller::~Controller() { Stop(); }
+Controller::~Controller() {
+  Stop();
+  store_.set_quarantine_listener(nullptr);  // the store outlives this controller
+}
 
 void Controller::Start() {
   loop_ = std::thread([this] { io_.run(); });
@@ -456,9 +472,12 @@ absl::Status Controller::Health() {
 }
 
 void Controller::CollectGauges() {
-  std::vector<std::pair<std::vector<std::string>, double>> jobs, nodes;
+  std::vector<std::pair<std::vector<std::string>, double>> jobs, nodes, quarantined;
   MetricRows runs;
   absl::Status s = OnLoop([&] {
+    for (const auto& [table, n] : store_.CountQuarantined()) {
+      quarantined.push_back({{table}, static_cast<double>(n)});
+    }
     std::map<v1::JobState, int64_t> counts = store_.CountJobsByState();
     for (int i = 1; i < v1::JobState_descriptor()->value_count(); ++i) {
       auto state = static_cast<v1::JobState>(v1::JobState_descriptor()->value(i)->number());
@@ -475,6 +494,7 @@ void Controller::CollectGauges() {
   if (!s.ok()) return;
   jobs_by_state_.SetAll(jobs);
   nodes_by_state_.SetAll(nodes);
+  quarantine_rows_.SetAll(quarantined);
   run_metrics_.Set(runs);
 }
 

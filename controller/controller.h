@@ -110,6 +110,8 @@ class Controller : public api::DhpService {
   GaugeFamily& jobs_by_state_;
   GaugeFamily& nodes_by_state_;
   CounterFamily& events_total_;
+  CounterFamily& quarantined_total_;  // rows the store moved to quarantine, by table
+  GaugeFamily& quarantine_rows_;      // rows its quarantine table holds, by table
   RunMetrics run_metrics_;  // per-job, per-stage and cluster gauges (controller/run_metrics.h)
 
   boost::asio::io_context io_;

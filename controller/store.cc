@@ -1,16 +1,26 @@
 #include "controller/store.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/proto_utf8.h"
+#include "common/utf8.h"
 #include "controller/sqlite_db.h"
+#include "controller/store_internal.h"
 #include "controller/wal_checkpointer.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace dhp::controller {
+
+using store_internal::AppendEvents;
+using store_internal::ReadRows;
+using store_internal::RowsRead;
+using store_internal::UnreadableRow;
+
 namespace {
 
 #define DHP_STORE_CONCAT_INNER(a, b) a##b
@@ -93,33 +103,60 @@ const Migration kMigrations[] = {
       );
       CREATE INDEX events_by_job ON events(job_id, id);
     )sql"},
+    {2, "quarantine: rows whose stored message could not be read", R"sql(
+      CREATE TABLE quarantine (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        source TEXT NOT NULL,                   -- the table it was in: jobs, runs, nodes, ...
+        row_key TEXT NOT NULL,                  -- its key there; ill-formed UTF-8 as \xNN
+        reason TEXT NOT NULL,
+        time_us INTEGER NOT NULL,
+        proto BLOB NOT NULL                     -- the stored message, byte for byte
+      );
+      CREATE INDEX quarantine_by_row ON quarantine(source, row_key);
+    )sql"},
 };
 
 int64_t Micros(const google::protobuf::Timestamp& t) {
   return google::protobuf::util::TimeUtil::TimestampToMicroseconds(t);
 }
 
-// For the read methods whose signatures carry no Status: a failing read of our own database is a
-// broken invariant (corruption, I/O error), and guessing an empty answer would mislead the
-// supervisor, so the controller stops loudly.
+// For the read methods whose signatures carry no Status: a failing SQLite call on our own
+// database is a broken invariant (I/O error, a corrupt page), and guessing an empty answer would
+// mislead the supervisor, so the controller stops loudly. A row whose message does not parse is
+// not such a failure: it is quarantined (store_quarantine.cc).
 void DieIfError(const absl::Status& status, const char* what) {
   if (status.ok()) return;
   std::fprintf(stderr, "dhp store: %s failed: %s\n", what, status.ToString().c_str());
   std::abort();
 }
 
-template <typename Message>
-absl::StatusOr<Message> ParseRow(const std::string& blob, absl::string_view what) {
-  Message message;
-  if (!message.ParseFromString(blob)) {
-    return absl::DataLossError(absl::StrCat("stored ", what, " does not parse as ",
-                                            Message::descriptor()->full_name(),
-                                            "; the database may be corrupt"));
-  }
-  return message;
+// INVALID_ARGUMENT naming the field when `msg` holds a string that is not UTF-8: protobuf would
+// write it, and then refuse to parse the row again.
+absl::Status CheckStorable(const google::protobuf::Message& msg, const std::string& what) {
+  const std::string bad = InvalidUtf8Field(msg);
+  if (bad.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "refusing to store ", EscapeInvalidUtf8(what), ": ", bad,
+      "; string fields must be UTF-8, or the stored row could not be read back"));
 }
 
-// Appends events, filling an empty job_id / node_id from the defaults. Returns them with ids.
+absl::StatusOr<bool> JobExists(SqliteDb& db, const std::string& job_id) {
+  DHP_STORE_ASSIGN_OR_RETURN(ScopedStatement select,
+                             db.Prepare("SELECT 1 FROM jobs WHERE id = ?"));
+  select->BindText(1, job_id);
+  return select->Step();
+}
+
+template <typename T>
+T OrDie(absl::StatusOr<T> value, const char* what) {
+  DieIfError(value.status(), what);
+  return std::move(*value);
+}
+
+}  // namespace
+
+namespace store_internal {
+
 absl::StatusOr<std::vector<v1::Event>> AppendEvents(SqliteDb& db,
                                                     const std::vector<v1::Event>& events,
                                                     const std::string& default_job_id,
@@ -131,6 +168,7 @@ absl::StatusOr<std::vector<v1::Event>> AppendEvents(SqliteDb& db,
     event.set_id(0);
     if (event.job_id().empty()) event.set_job_id(default_job_id);
     if (event.node_id().empty()) event.set_node_id(default_node_id);
+    DHP_STORE_RETURN_IF_ERROR(CheckStorable(event, absl::StrCat("a ", event.type(), " event")));
     DHP_STORE_ASSIGN_OR_RETURN(
         ScopedStatement insert,
         db.Prepare("INSERT INTO events (job_id, attempt, node_id, time_us, type, from_state, "
@@ -151,38 +189,7 @@ absl::StatusOr<std::vector<v1::Event>> AppendEvents(SqliteDb& db,
   return out;
 }
 
-absl::StatusOr<bool> JobExists(SqliteDb& db, const std::string& job_id) {
-  DHP_STORE_ASSIGN_OR_RETURN(ScopedStatement select,
-                             db.Prepare("SELECT 1 FROM jobs WHERE id = ?"));
-  select->BindText(1, job_id);
-  return select->Step();
-}
-
-// Every row of `select`: column 0 the row's key (an event's or checkpoint's id, which is not
-// kept in the blob), column 1 the serialized message.
-template <typename Message>
-absl::StatusOr<std::vector<Message>> ReadRows(Statement& select, absl::string_view what) {
-  std::vector<Message> out;
-  while (true) {
-    DHP_STORE_ASSIGN_OR_RETURN(bool row, select.Step());
-    if (!row) return out;
-    DHP_STORE_ASSIGN_OR_RETURN(
-        Message message,
-        ParseRow<Message>(select.ColumnBlob(1), absl::StrCat(what, " ", select.ColumnText(0))));
-    if constexpr (std::is_same_v<Message, v1::Event> || std::is_same_v<Message, v1::Checkpoint>) {
-      message.set_id(select.ColumnInt(0));
-    }
-    out.push_back(std::move(message));
-  }
-}
-
-template <typename T>
-T OrDie(absl::StatusOr<T> value, const char* what) {
-  DieIfError(value.status(), what);
-  return std::move(*value);
-}
-
-}  // namespace
+}  // namespace store_internal
 
 // ---- opening and migrating ------------------------------------------------------------------
 
@@ -267,12 +274,15 @@ absl::StatusOr<std::vector<v1::Event>> Store::Commit(const JobWrite& write) {
   if (job.id().empty()) {
     return absl::InvalidArgumentError("JobWrite.job.id is empty; every job needs an id");
   }
+  DHP_STORE_RETURN_IF_ERROR(CheckStorable(job, absl::StrCat("job ", job.id())));
   for (const v1::Run& run : write.runs) {
     if (!run.job_id().empty() && run.job_id() != job.id()) {
       return absl::InvalidArgumentError(
           absl::StrCat("run attempt ", run.attempt(), " has job_id \"", run.job_id(),
                        "\" but the write is for job ", job.id()));
     }
+    DHP_STORE_RETURN_IF_ERROR(
+        CheckStorable(run, absl::StrCat("run attempt ", run.attempt(), " of job ", job.id())));
   }
 
   DHP_STORE_ASSIGN_OR_RETURN(Transaction tx, db_->Begin());
@@ -344,12 +354,21 @@ absl::StatusOr<std::vector<v1::Event>> Store::Commit(const JobWrite& write) {
 }
 
 absl::StatusOr<v1::Job> Store::GetJob(const std::string& job_id) {
-  DHP_STORE_ASSIGN_OR_RETURN(ScopedStatement select,
-                             db_->Prepare("SELECT proto FROM jobs WHERE id = ?"));
-  select->BindText(1, job_id);
-  DHP_STORE_ASSIGN_OR_RETURN(bool row, select->Step());
-  if (!row) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
-  return ParseRow<v1::Job>(select->ColumnBlob(0), absl::StrCat("job ", job_id));
+  std::vector<UnreadableRow> unreadable;
+  {
+    DHP_STORE_ASSIGN_OR_RETURN(
+        ScopedStatement select,
+        db_->Prepare("SELECT rowid, id, proto, id, '' FROM jobs WHERE id = ?"));
+    select->BindText(1, job_id);
+    DHP_STORE_ASSIGN_OR_RETURN(RowsRead<v1::Job> read, ReadRows<v1::Job>(*select, "jobs"));
+    if (!read.rows.empty()) return std::move(read.rows[0]);
+    unreadable = std::move(read.unreadable);
+  }
+  if (!Quarantine(unreadable)) {
+    return absl::DataLossError(absl::StrCat("job ", job_id, " cannot be read: ",
+                                            unreadable[0].reason, " (see the controller's log)"));
+  }
+  return NotFound("jobs", job_id, absl::StrCat("job ", job_id));
 }
 
 absl::StatusOr<JobPage> Store::ListJobs(const JobQuery& query) {
@@ -366,7 +385,7 @@ absl::StatusOr<JobPage> Store::ListJobs(const JobQuery& query) {
 
   // The statement's shape depends only on how many states and labels are asked for, so the
   // statement cache holds a handful of variants.
-  std::string sql = "SELECT seq, proto FROM jobs WHERE seq < ?";
+  std::string sql = "SELECT seq, id, proto, id, '' FROM jobs WHERE seq < ?";
   if (!query.states.empty()) {
     sql += " AND state IN (";
     for (size_t i = 0; i < query.states.size(); ++i) sql += i == 0 ? "?" : ", ?";
@@ -378,40 +397,53 @@ absl::StatusOr<JobPage> Store::ListJobs(const JobQuery& query) {
   }
   sql += " ORDER BY seq DESC LIMIT ?";
 
-  DHP_STORE_ASSIGN_OR_RETURN(ScopedStatement select, db_->Prepare(sql));
-  int index = 1;
-  select->BindInt(index++, query.before_seq == 0 ? INT64_MAX : query.before_seq);
-  for (v1::JobState state : query.states) select->BindInt(index++, state);
-  for (const auto& [key, value] : query.labels) {
-    select->BindText(index, key).BindText(index + 1, value);
-    index += 2;
+  // Unreadable rows are quarantined and the query runs again, asking for as many more rows as
+  // it met (in case they could not be moved, and are skipped).
+  RowsRead<v1::Job> read;
+  int64_t sql_limit = 0;
+  int64_t extra = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    sql_limit = static_cast<int64_t>(limit) + 1 + extra;  // one more: is there a next page?
+    {
+      DHP_STORE_ASSIGN_OR_RETURN(ScopedStatement select, db_->Prepare(sql));
+      int index = 1;
+      select->BindInt(index++, query.before_seq == 0 ? INT64_MAX : query.before_seq);
+      for (v1::JobState state : query.states) select->BindInt(index++, state);
+      for (const auto& [key, value] : query.labels) {
+        select->BindText(index, key).BindText(index + 1, value);
+        index += 2;
+      }
+      select->BindInt(index, sql_limit);
+      DHP_STORE_ASSIGN_OR_RETURN(read, ReadRows<v1::Job>(*select, "jobs"));
+    }
+    if (read.unreadable.empty()) break;
+    Quarantine(read.unreadable);
+    extra += static_cast<int64_t>(read.unreadable.size());
   }
-  select->BindInt(index, static_cast<int64_t>(limit) + 1);  // one more: is there a next page?
 
   JobPage page;
-  int64_t last_seq = 0;
-  while (true) {
-    DHP_STORE_ASSIGN_OR_RETURN(bool row, select->Step());
-    if (!row) break;
-    if (static_cast<int>(page.jobs.size()) == limit) {
-      page.next_before_seq = last_seq;
-      break;
-    }
-    last_seq = select->ColumnInt(0);
-    DHP_STORE_ASSIGN_OR_RETURN(
-        v1::Job job, ParseRow<v1::Job>(select->ColumnBlob(1), absl::StrCat("job #", last_seq)));
-    page.jobs.push_back(std::move(job));
+  const size_t n = std::min(read.rows.size(), static_cast<size_t>(limit));
+  for (size_t i = 0; i < n; ++i) page.jobs.push_back(std::move(read.rows[i]));
+  if (read.rows.size() > n) {
+    page.next_before_seq = read.rowids[n - 1];
+  } else if (read.scanned == sql_limit && read.last_rowid > 0) {
+    page.next_before_seq = read.last_rowid;  // skipped rows filled the page: go on after them
   }
   return page;
 }
 
 std::vector<v1::Run> Store::ListRuns(const std::string& job_id) {
-  ScopedStatement select = OrDie(
-      db_->Prepare("SELECT attempt, proto FROM runs WHERE job_id = ? ORDER BY attempt"),
-      "ListRuns");
-  select->BindText(1, job_id);
-  return OrDie(ReadRows<v1::Run>(*select, absl::StrCat("run of job ", job_id, ", attempt")),
-               "ListRuns");
+  RowsRead<v1::Run> read;
+  {
+    ScopedStatement select =
+        OrDie(db_->Prepare("SELECT rowid, job_id || '#' || attempt, proto, job_id, '' FROM runs "
+                           "WHERE job_id = ? ORDER BY attempt"),
+              "ListRuns");
+    select->BindText(1, job_id);
+    read = OrDie(ReadRows<v1::Run>(*select, "runs"), "ListRuns");
+  }
+  Quarantine(read.unreadable);
+  return std::move(read.rows);
 }
 
 std::map<v1::JobState, int64_t> Store::CountJobsByState() {
@@ -429,6 +461,7 @@ std::map<v1::JobState, int64_t> Store::CountJobsByState() {
 absl::StatusOr<std::vector<v1::Event>> Store::PutNode(const v1::Node& node,
                                                       const std::vector<v1::Event>& events) {
   if (node.id().empty()) return absl::InvalidArgumentError("node.id is empty; every node needs an id");
+  DHP_STORE_RETURN_IF_ERROR(CheckStorable(node, absl::StrCat("node ", node.id())));
   DHP_STORE_ASSIGN_OR_RETURN(Transaction tx, db_->Begin());
   DHP_STORE_ASSIGN_OR_RETURN(
       ScopedStatement upsert,
@@ -449,18 +482,32 @@ absl::StatusOr<std::vector<v1::Event>> Store::PutNode(const v1::Node& node,
 }
 
 absl::StatusOr<v1::Node> Store::GetNode(const std::string& node_id) {
-  DHP_STORE_ASSIGN_OR_RETURN(ScopedStatement select,
-                             db_->Prepare("SELECT proto FROM nodes WHERE id = ?"));
-  select->BindText(1, node_id);
-  DHP_STORE_ASSIGN_OR_RETURN(bool row, select->Step());
-  if (!row) return absl::NotFoundError(absl::StrCat("node ", node_id, " not found"));
-  return ParseRow<v1::Node>(select->ColumnBlob(0), absl::StrCat("node ", node_id));
+  std::vector<UnreadableRow> unreadable;
+  {
+    DHP_STORE_ASSIGN_OR_RETURN(
+        ScopedStatement select,
+        db_->Prepare("SELECT rowid, id, proto, '', id FROM nodes WHERE id = ?"));
+    select->BindText(1, node_id);
+    DHP_STORE_ASSIGN_OR_RETURN(RowsRead<v1::Node> read, ReadRows<v1::Node>(*select, "nodes"));
+    if (!read.rows.empty()) return std::move(read.rows[0]);
+    unreadable = std::move(read.unreadable);
+  }
+  if (!Quarantine(unreadable)) {
+    return absl::DataLossError(absl::StrCat("node ", node_id, " cannot be read: ",
+                                            unreadable[0].reason, " (see the controller's log)"));
+  }
+  return NotFound("nodes", node_id, absl::StrCat("node ", node_id));
 }
 
 std::vector<v1::Node> Store::ListNodes() {
-  ScopedStatement select =
-      OrDie(db_->Prepare("SELECT id, proto FROM nodes ORDER BY id"), "ListNodes");
-  return OrDie(ReadRows<v1::Node>(*select, "node"), "ListNodes");
+  RowsRead<v1::Node> read;
+  {
+    ScopedStatement select = OrDie(
+        db_->Prepare("SELECT rowid, id, proto, '', id FROM nodes ORDER BY id"), "ListNodes");
+    read = OrDie(ReadRows<v1::Node>(*select, "nodes"), "ListNodes");
+  }
+  Quarantine(read.unreadable);
+  return std::move(read.rows);
 }
 
 // ---- checkpoints ----------------------------------------------------------------------------
@@ -470,6 +517,8 @@ absl::StatusOr<v1::Checkpoint> Store::AddCheckpoint(const v1::Checkpoint& ckpt,
   if (ckpt.job_id().empty()) {
     return absl::InvalidArgumentError("checkpoint.job_id is empty; a checkpoint belongs to a job");
   }
+  DHP_STORE_RETURN_IF_ERROR(
+      CheckStorable(ckpt, absl::StrCat("a checkpoint of job ", ckpt.job_id())));
   DHP_STORE_ASSIGN_OR_RETURN(Transaction tx, db_->Begin());
   DHP_STORE_ASSIGN_OR_RETURN(bool exists, JobExists(*db_, ckpt.job_id()));
   if (!exists) {
@@ -497,15 +546,22 @@ absl::StatusOr<v1::Checkpoint> Store::AddCheckpoint(const v1::Checkpoint& ckpt,
 }
 
 std::vector<v1::Checkpoint> Store::ListCheckpoints(const std::string& job_id) {
-  ScopedStatement select = OrDie(
-      db_->Prepare("SELECT id, proto FROM checkpoints WHERE job_id = ? ORDER BY step, id"),
-      "ListCheckpoints");
-  select->BindText(1, job_id);
-  return OrDie(ReadRows<v1::Checkpoint>(*select, "checkpoint"), "ListCheckpoints");
+  RowsRead<v1::Checkpoint> read;
+  {
+    ScopedStatement select =
+        OrDie(db_->Prepare("SELECT id, id, proto, job_id, '' FROM checkpoints WHERE job_id = ? "
+                           "ORDER BY step, id"),
+              "ListCheckpoints");
+    select->BindText(1, job_id);
+    read = OrDie(ReadRows<v1::Checkpoint>(*select, "checkpoints"), "ListCheckpoints");
+  }
+  Quarantine(read.unreadable);
+  return std::move(read.rows);
 }
 
 absl::StatusOr<std::vector<v1::Event>> Store::UpdateCheckpoint(
     const v1::Checkpoint& ckpt, const std::vector<v1::Event>& events) {
+  DHP_STORE_RETURN_IF_ERROR(CheckStorable(ckpt, absl::StrCat("checkpoint ", ckpt.id())));
   DHP_STORE_ASSIGN_OR_RETURN(Transaction tx, db_->Begin());
   DHP_STORE_ASSIGN_OR_RETURN(
       ScopedStatement update,
@@ -537,17 +593,30 @@ absl::StatusOr<std::vector<v1::Event>> Store::DeleteCheckpoint(
 // ---- events ---------------------------------------------------------------------------------
 
 std::vector<v1::Event> Store::ListEvents(const std::string& job_id, int64_t after_id, int limit) {
-  const int64_t sql_limit = limit <= 0 ? -1 : limit;  // SQLite: a negative LIMIT is no limit
-  ScopedStatement select = OrDie(
-      job_id.empty()
-          ? db_->Prepare("SELECT id, proto FROM events WHERE id > ? ORDER BY id LIMIT ?")
-          : db_->Prepare("SELECT id, proto FROM events WHERE job_id = ? AND id > ? "
-                         "ORDER BY id LIMIT ?"),
-      "ListEvents");
-  int index = 1;
-  if (!job_id.empty()) select->BindText(index++, job_id);
-  select->BindInt(index, after_id).BindInt(index + 1, sql_limit);
-  return OrDie(ReadRows<v1::Event>(*select, "event"), "ListEvents");
+  // As ListJobs: quarantine unreadable rows, then ask again for as many more rows as were met.
+  RowsRead<v1::Event> read;
+  int64_t extra = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    const int64_t sql_limit = limit <= 0 ? -1 : limit + extra;  // negative: no limit
+    {
+      ScopedStatement select =
+          OrDie(job_id.empty() ? db_->Prepare("SELECT id, id, proto, job_id, node_id FROM events "
+                                              "WHERE id > ? ORDER BY id LIMIT ?")
+                               : db_->Prepare("SELECT id, id, proto, job_id, node_id FROM events "
+                                              "WHERE job_id = ? AND id > ? ORDER BY id LIMIT ?"),
+                "ListEvents");
+      int index = 1;
+      if (!job_id.empty()) select->BindText(index++, job_id);
+      select->BindInt(index, after_id).BindInt(index + 1, sql_limit);
+      read = OrDie(ReadRows<v1::Event>(*select, "events"), "ListEvents");
+    }
+    if (read.unreadable.empty()) break;
+    Quarantine(read.unreadable);
+    if (limit <= 0) break;  // every readable row is there already
+    extra += static_cast<int64_t>(read.unreadable.size());
+  }
+  if (limit > 0 && read.rows.size() > static_cast<size_t>(limit)) read.rows.resize(limit);
+  return std::move(read.rows);
 }
 
 int64_t Store::LastEventId() {

@@ -7,12 +7,24 @@
 // Queryable fields (state, labels, times) are columns; each row also keeps the full proto so
 // that fields added later round-trip without a migration.
 //
+// Unreadable rows: a message that does not parse (ill-formed UTF-8 in a string, written by an
+// older build; a damaged blob) never fails a read or stops the process. The read skips the row
+// and moves it, in one transaction, from its table into the `quarantine` table (a job's runs and
+// checkpoints go with it), appends a "store.quarantine" event naming table, key and reason, logs
+// it, and tells the quarantine listener (the controller counts dhp_store_quarantined_rows_total).
+// The blob is kept byte for byte for an operator. Writes check every string field first, so the
+// store never writes a row it could not read back (INVALID_ARGUMENT naming the field).
+// A failing SQLite call on a read path that returns no Status (I/O error, a corrupt database
+// page) still stops the process loudly: that is not one bad row.
+//
 // Thread-safety: not thread-safe. The controller calls it only from its io_context thread.
 #ifndef DHP_CONTROLLER_STORE_H_
 #define DHP_CONTROLLER_STORE_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +38,19 @@ namespace dhp::controller {
 
 class SqliteDb;
 class WalCheckpointer;
+namespace store_internal {
+struct UnreadableRow;
+}
+
+// A row that could not be read, as held in the quarantine table.
+struct QuarantinedRow {
+  int64_t id = 0;       // in the quarantine table
+  std::string table;    // where it was: jobs, runs, nodes, checkpoints or events
+  std::string key;      // its key there: job id, "job_id#attempt", node id, checkpoint or event
+                        // id; ill-formed UTF-8 written as \xNN
+  std::string reason;   // why it could not be read
+  int64_t time_us = 0;  // when it was moved
+};
 
 // One state change of a job: the job row, the runs it touches and the events it records.
 struct JobWrite {
@@ -88,12 +113,27 @@ class Store {
   std::vector<v1::Event> ListEvents(const std::string& job_id, int64_t after_id, int limit);
   int64_t LastEventId();
 
+  // Quarantine (see above). The listener is called once per row moved, on the calling thread,
+  // after the move has committed; empty: none.
+  void set_quarantine_listener(std::function<void(const QuarantinedRow&)> listener);
+  std::vector<QuarantinedRow> ListQuarantined();       // oldest first
+  std::map<std::string, int64_t> CountQuarantined();   // by table; every table, zero included
+
  private:
   explicit Store(std::unique_ptr<SqliteDb> db);
   absl::Status Migrate();
 
+  // Moves each row to the quarantine table (store_quarantine.cc). True when every row was
+  // moved (or was already gone); a row that cannot be moved is logged once and left in place.
+  bool Quarantine(const std::vector<store_internal::UnreadableRow>& rows);
+  absl::StatusOr<QuarantinedRow> MoveToQuarantine(const store_internal::UnreadableRow& row);
+  // NOT_FOUND for `what` (e.g. "job j-1"), saying so when the row was quarantined.
+  absl::Status NotFound(const char* table, const std::string& key, const std::string& what);
+
   std::unique_ptr<SqliteDb> db_;
   std::unique_ptr<WalCheckpointer> checkpointer_;  // file databases only
+  std::function<void(const QuarantinedRow&)> quarantine_listener_;
+  std::set<std::pair<std::string, int64_t>> unmovable_;  // (table, rowid) logged as unmovable
 };
 
 }  // namespace dhp::controller

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
+#include "common/proto_enum.h"
 #include "controller/job_events.h"
 #include "controller/time_util.h"
 
@@ -112,7 +113,10 @@ absl::Status Supervisor::Recover() {
         continue;
       }
       absl::StatusOr<Loaded> loaded = Load(job.id(), job.current_attempt());
-      if (!loaded.ok()) return loaded.status();
+      if (!loaded.ok()) {  // e.g. its run's row could not be read and was quarantined
+        EndUnrecoverable(job, loaded.status(), now);
+        continue;
+      }
       ActiveRun run;
       run.job_id = job.id();
       run.attempt = job.current_attempt();
@@ -142,6 +146,22 @@ absl::Status Supervisor::Recover() {
   DHP_LOG(INFO) << "supervisor recovered " << queue_.size() << " queued and " << runs_.size()
                 << " placed jobs";
   return absl::OkStatus();
+}
+
+void Supervisor::EndUnrecoverable(v1::Job job, const absl::Status& why, int64_t now) {
+  const v1::JobState to =
+      job.state() == v1::JOB_STATE_CANCELLING ? v1::JOB_STATE_CANCELLED : v1::JOB_STATE_FAILED;
+  const std::string reason =
+      absl::StrCat("attempt ", job.current_attempt(), " cannot be recovered after a controller "
+                   "restart: ", why.message(), "; resume the job to start a new attempt");
+  JobWrite write;
+  absl::Status s = MoveJob(job, to, reason, now, &write);
+  if (s.ok()) {
+    write.job = job;
+    s = store_.Commit(write).status();
+  }
+  DHP_LOG(ERROR) << "recovering job " << job.id() << ": " << why.message()
+                 << (s.ok() ? "; it is now " + ShortName(to) : "; left as it is: " + s.ToString());
 }
 
 absl::Status Supervisor::CheckAdmission(const v1::JobSpec& spec) const {

@@ -148,6 +148,9 @@ class Supervisor {
   absl::Status FinishDrain(const ActiveRun& run, std::vector<v1::Event>* events);
   absl::Status PersistProgress(ActiveRun& run, bool to_running, std::vector<v1::Event>* events);
   absl::Status Commit(JobWrite& write, std::vector<v1::Event>* events);
+  // Recover: a live job whose current run cannot be loaded ends (FAILED, or CANCELLED when it
+  // was CANCELLING) with `why` in its message, so that recovery goes on and it can be resumed.
+  void EndUnrecoverable(v1::Job job, const absl::Status& why, int64_t now);
   std::vector<std::string> RunKeys() const;
   absl::Status CollectGarbage(const v1::Job& job, std::vector<v1::Event>* events);
   std::string StallReason(const ActiveRun& run, int64_t now) const;
