@@ -5,6 +5,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -176,6 +177,71 @@ class ControlPlaneTest(unittest.TestCase):
         self.submit(single_rank(spec_with(c, "after-restart-small")))
         last = json.loads(c.dhpctl("-o", "json", "events")[1].splitlines()[-1])
         self.assertGreater(int(last["id"]), len(events_before.splitlines()))
+
+    def test_unreadable_rows_are_quarantined_and_restarts_work(self):
+        """The issue's poison rows, as an older build stored them: a node hostname, a cancel
+        reason and a label value holding a \\xff byte. They crashed the controller within 3 s
+        (exit 134 on every restart) or failed every listing with DATA_LOSS."""
+        c = self.cluster
+        kept = self.submit(spec_with(c, "kept"))
+        labelled = self.submit(spec_with(c, "labelled", labels={"owner": "abcd"}))
+        cancelled = self.submit(spec_with(c, "cancelled"))
+        self.assertEqual(c.dhpctl("cancel", cancelled, "--reason", "xzy")[0], 0)
+        status, _ = c.http("POST", "/v1/nodes:register",
+                           {"node": {"id": "node-p", "hostname": "hzost",
+                                     "resources": {"cpu_slots": 1}}})
+        self.assertEqual(status, 200)
+        self.assertEqual(c.kill_controller(signal.SIGTERM), 0)
+
+        db = sqlite3.connect(os.path.join(c.data_dir, "dhp.db"))
+        def poison(sql, key, good, bad):  # same length: the protobuf lengths stay right
+            (blob,) = db.execute(sql, (key,)).fetchone()
+            self.assertIn(good, blob)
+            table = sql.split(" FROM ")[1].split()[0]
+            column = sql.split(" FROM ")[1].split()[2]
+            db.execute("UPDATE %s SET proto = ? WHERE %s = ?" % (table, column),
+                       (blob.replace(good, bad), key))
+        poison("SELECT proto FROM nodes WHERE id = ?", "node-p", b"hzost", b"h\xffost")
+        poison("SELECT proto FROM jobs WHERE id = ?", labelled, b"abcd", b"ab\xffd")
+        (event_id,) = db.execute("SELECT id FROM events WHERE reason = 'xzy' AND type = "
+                                 "'job.state'").fetchone()
+        poison("SELECT proto FROM events WHERE id = ?", event_id, b"xzy", b"x\xffy")
+        db.commit()
+        db.close()
+
+        c.start_controller()
+        time.sleep(3.5)  # the heartbeat check lists the nodes every 200 ms
+        self.assertIsNone(c.controller.poll(), c.controller_log())
+        ids = [j["id"] for j in c.dhpctl_json("list").get("jobs", [])]
+        self.assertEqual(ids, [cancelled, kept])
+        code, _, err = c.dhpctl("get", labelled)
+        self.assertEqual(code, 1)
+        self.assertIn("its stored record could not be read", err)
+        self.assertEqual(c.dhpctl_json("nodes").get("nodes", []), [])
+        status, body = c.http("GET", "/v1/events")
+        self.assertEqual(status, 200)
+        events = [json.loads(line) for line in body.splitlines()]
+        quarantined = [e["reason"] for e in events if e["type"] == "store.quarantine"]
+        self.assertEqual(len(quarantined), 3, quarantined)
+        self.assertTrue(any(r.startswith("nodes row node-p could not be read (the stored ") and
+                            "hostname: not valid UTF-8: byte 0xFF" in r for r in quarantined),
+                        quarantined)
+        self.assertTrue(any("spec.labels.owner: not valid UTF-8: byte 0xFF" in r
+                            for r in quarantined), quarantined)
+        status, text = c.http("GET", "/metrics")
+        for table in ("jobs", "nodes", "events"):
+            self.assertIn('dhp_store_quarantined_rows_total{table="%s"} 1\n' % table, text)
+        self.assertIn("moved it to the quarantine table", c.controller_log())
+
+        self.assertEqual(c.kill_controller(signal.SIGTERM), 0)
+        c.start_controller()
+        self.assertEqual([j["id"] for j in c.dhpctl_json("list").get("jobs", [])],
+                         [cancelled, kept])
+        status, text = c.http("GET", "/metrics")
+        self.assertIn('dhp_store_quarantined_rows_total{table="jobs"} 0\n', text)
+        self.assertIn('dhp_store_quarantine_rows{table="jobs"} 1\n', text)
+        self.assertIn('dhp_store_quarantine_rows{table="runs"} 1\n', text)  # the job's run
+        self.assertEqual(c.http("GET", "/v1/events")[0], 200)
 
     def test_silent_worker_is_marked_lost_and_comes_back(self):
         c = self.cluster
