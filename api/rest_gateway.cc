@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -14,8 +15,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "api/rest_body.h"
 #include "common/proto_enum.h"
 #include "common/proto_yaml.h"
+#include "common/utf8.h"
 
 namespace dhp::api {
 namespace {
@@ -60,10 +63,25 @@ void SendError(HttpResponder& responder, const absl::Status& status,
                     StatusToJson(status) + "\n", headers);
 }
 
-absl::Status ParseBody(std::string_view body, google::protobuf::Message* msg) {
-  absl::Status s = ParseProtoYaml(body, msg);
-  if (s.ok()) return s;
-  return absl::InvalidArgumentError("request body: " + std::string(s.message()));
+// The format of the request's body by its Content-Type (JSON when the body is empty); answers
+// 415 and returns nullopt when the type is refused.
+std::optional<BodyFormat> FormatOrRespond(const HttpRequest& request, HttpResponder& responder,
+                                          bool yaml_allowed) {
+  if (request.body().empty()) return BodyFormat::kJson;
+  const auto raw = request[http::field::content_type];
+  absl::StatusOr<BodyFormat> format =
+      BodyFormatOf(std::string_view(raw.data(), raw.size()), yaml_allowed);
+  if (format.ok()) return *format;
+  responder.Respond(http::status::unsupported_media_type, kJson,
+                    StatusToJson(format.status()) + "\n");
+  return std::nullopt;
+}
+
+// INVALID_ARGUMENT "<what>: not valid UTF-8: ..." for text from the path or the query.
+absl::Status CheckUtf8(const std::string& what, const std::string& text) {
+  const std::string bad = Utf8Error(text);
+  if (bad.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(what, ": ", bad));
 }
 
 absl::StatusOr<bool> ParseBoolParam(const std::string& name, const std::string& value) {
@@ -156,9 +174,13 @@ int HttpStatusFor(absl::StatusCode code) {
 }
 
 std::string StatusToJson(const absl::Status& status) {
+  // Bytes that are not UTF-8 (echoed from a request) are written as \xNN: the answer stays
+  // valid JSON.
+  const std::string message = EscapeInvalidUtf8(
+      std::string_view(status.message().data(), status.message().size()));
   return absl::StrCat("{\"code\": ", static_cast<int>(status.code()),
                       ", \"status\": ", JsonEscape(absl::StatusCodeToString(status.code())),
-                      ", \"message\": ", JsonEscape(status.message()), "}");
+                      ", \"message\": ", JsonEscape(message), "}");
 }
 
 // ---- routing -------------------------------------------------------------------------------
@@ -216,8 +238,9 @@ class RestGateway::Router {
   template <typename Req, typename Resp, typename SetId = decltype(kNoId)>
   void BodyCall(Call& call, absl::Status (DhpService::*method)(const Req&, Resp*),
                 SetId set_id = kNoId) {
+    if (!FormatOrRespond(call.request, call.responder, false)) return;
     Unary(call, method, [&](Req& req) {
-      absl::Status s = ParseBody(call.request.body(), &req);
+      absl::Status s = ParseJsonBody(call.request.body(), &req);
       if (s.ok()) set_id(req, call.id);
       return s;
     });
@@ -322,19 +345,21 @@ void RestGateway::Router::AddRoutes() {
 }
 
 void RestGateway::Router::SubmitJob(Call& c) {
+  const std::optional<BodyFormat> format = FormatOrRespond(c.request, c.responder, true);
+  if (!format) return;
   Unary(c, &DhpService::SubmitJob, [&](v1::SubmitJobRequest& req) {
     const std::string& body = c.request.body();
-    const auto raw_type = c.request[http::field::content_type];
-    absl::string_view content_type(raw_type.data(), raw_type.size());
-    content_type = absl::StripAsciiWhitespace(content_type.substr(0, content_type.find(';')));
-    const std::string type = absl::AsciiStrToLower(content_type);
-    const bool yaml_type = type == "application/yaml" || type == "text/yaml" ||
-                           type == "application/x-yaml" || type == "text/x-yaml";
-    const absl::string_view trimmed = absl::StripAsciiWhitespace(body);
-    if (yaml_type || (!trimmed.empty() && trimmed.front() != '{')) {
+    if (*format == BodyFormat::kYaml) {
+      // The spec is read where every spec is (spec_text); bytes that are not UTF-8 are
+      // refused here, naming the field, since gRPC could not carry them in spec_text.
+      if (!Utf8Error(body).empty()) {
+        v1::JobSpec spec;
+        const absl::Status s = ParseProtoYaml(body, &spec);
+        return absl::InvalidArgumentError(absl::StrCat("request body (YAML): ", s.message()));
+      }
       req.set_spec_text(body);
     } else {
-      absl::Status s = ParseBody(body, &req);
+      absl::Status s = ParseJsonBody(body, &req);
       if (!s.ok()) return s;
     }
     for (const auto& [key, value] : c.query) {
@@ -504,6 +529,13 @@ void RestGateway::Router::Handle(const HttpRequest& request, HttpResponder& resp
       if (status.ok() && !match->any_query) {  // /healthz and /metrics need no token
         const auto authorization = request[http::field::authorization];
         status = auth_.Check(std::string_view(authorization.data(), authorization.size()));
+      }
+      // Text from the path and the query becomes proto strings: UTF-8 only, as in bodies.
+      if (status.ok()) status = CheckUtf8("path: the id", call.id);
+      for (const auto& [key, value] : target->query) {
+        if (!status.ok() || match->any_query) break;
+        status = CheckUtf8("query parameter name", key);
+        if (status.ok()) status = CheckUtf8("query parameter " + key, value);
       }
       for (const auto& [key, value] : target->query) {
         if (!status.ok() || match->any_query) break;

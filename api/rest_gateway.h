@@ -1,13 +1,18 @@
 // RestGateway: the REST/JSON face of DhpService, served over HTTP/1.1 (api/http_server.h).
 //
 // Bodies and responses are the dhp.v1 request/response messages in the proto JSON mapping
-// (proto field names); bodies are parsed strictly by ParseProtoYaml, so an unknown key is a
-// 400 that names it. Ids in the path fill (and override) the id fields of the request.
+// (proto field names; bodies may also use the lowerCamelCase JSON names). Bodies are read by
+// protobuf's JSON parser (api/rest_body.h), as gRPC reads the binary form: an unknown key, a
+// wrong type or text that is not UTF-8 is a 400 naming the field. The Content-Type picks the
+// format: application/json (or none, or application/*+json) for JSON; YAML
+// (application/yaml, text/yaml) only for a job spec; anything else is 415. A body without
+// bytes needs no type. Text in the path and the query must be UTF-8 too (400 naming it).
+// Ids in the path fill (and override) the id fields of the request.
 //
 //   POST /v1/jobs                    SubmitJob   JSON SubmitJobRequest; a YAML body
-//                                                (Content-Type application/yaml or text/yaml,
-//                                                or anything but a JSON object) becomes
-//                                                spec_text. ?dry_run=true
+//                                                (Content-Type application/yaml or
+//                                                text/yaml) is the spec, as spec_text.
+//                                                ?dry_run=true
 //   GET  /v1/jobs                    ListJobs    ?state=running (repeatable, or comma-separated;
 //                                                short or full names) &label=team=vision
 //                                                (repeatable) &page_size=N &page_token=T
@@ -46,7 +51,9 @@
 // status of HttpStatusFor: INVALID_ARGUMENT 400, NOT_FOUND 404, ALREADY_EXISTS and
 // FAILED_PRECONDITION 409, RESOURCE_EXHAUSTED 429, UNAUTHENTICATED 401, PERMISSION_DENIED 403,
 // UNIMPLEMENTED 501, UNAVAILABLE 503, DEADLINE_EXCEEDED 504, others 500. An unknown path is
-// 404, a known path with the wrong method 405 (with Allow), a body over the limit 413.
+// 404, a known path with the wrong method 405 (with Allow), a body over the limit 413, a body
+// of another Content-Type 415 (code INVALID_ARGUMENT in the JSON). Messages stay valid UTF-8:
+// bytes echoed from a request that are not are written as \xNN.
 //
 // Thread-safety: requests are served concurrently (one thread per connection), so the
 // service and the observer are called from many threads at once. Start/Stop as HttpServer.

@@ -118,17 +118,80 @@ TEST_F(RestGatewayTest, SubmitJobYamlBodyGoesToSpecText) {
   EXPECT_TRUE(req.dry_run());
   EXPECT_FALSE(req.has_spec());
 
-  // Not a JSON object, whatever the content type says: also spec_text.
-  res = client_->Send(http::verb::post, "/v1/jobs", yaml, "text/plain");
-  EXPECT_EQ(res.result_int(), 200) << res.body();
-  req = service_.Last<v1::SubmitJobRequest>();
-  EXPECT_EQ(req.spec_text(), yaml);
-  EXPECT_FALSE(req.dry_run());
-
+  // A YAML Content-Type makes it a spec, even when it looks like JSON (YAML's flow style).
   res =
       client_->Send(http::verb::post, "/v1/jobs", "{\"name\": \"x\"}", "text/yaml; charset=utf-8");
   EXPECT_EQ(res.result_int(), 200) << res.body();
   EXPECT_EQ(service_.Last<v1::SubmitJobRequest>().spec_text(), "{\"name\": \"x\"}");
+}
+
+TEST_F(RestGatewayTest, ContentTypeChoosesTheFormatOrIs415) {
+  const int before = service_.calls();
+  // Neither JSON nor YAML: 415, naming what is accepted; the service is not called.
+  Response res = client_->Send(http::verb::post, "/v1/jobs", "name: demo\n", "text/plain");
+  EXPECT_EQ(res.result_int(), 415) << res.body();
+  EXPECT_EQ(ContentType(res), "application/json");
+  EXPECT_EQ(res.body(),
+            R"x({"code": 3, "status": "INVALID_ARGUMENT", "message": "Content-Type text/plain )x"
+            R"x(is not accepted here; send JSON (Content-Type: application/json) or a YAML job )x"
+            R"x(spec (Content-Type: application/yaml)"})x"
+            "\n");
+  res = client_->Send(http::verb::post, "/v1/jobs/j-1:cancel", R"({"reason": "x"})",
+                      "application/x-www-form-urlencoded");  // curl -d without -H
+  EXPECT_EQ(res.result_int(), 415) << res.body();
+  res = client_->Send(http::verb::post, "/v1/kv:get", "key: k\n", "application/yaml");
+  EXPECT_EQ(res.result_int(), 415) << res.body();
+  EXPECT_NE(res.body().find("YAML is taken only for job specs"), std::string::npos);
+  EXPECT_EQ(service_.calls(), before);
+  EXPECT_TRUE(Observed("SubmitJob", 415));
+  EXPECT_TRUE(Observed("CancelJob", 415));
+
+  // No body: nothing to read, whatever the type.
+  res = client_->Send(http::verb::post, "/v1/jobs/j-2:resume", "", "text/plain");
+  EXPECT_EQ(res.result_int(), 200) << res.body();
+  // A JSON body without a Content-Type is JSON.
+  http::request<http::string_body> raw{http::verb::post, "/v1/jobs/j-3:cancel", 11};
+  raw.set(http::field::host, "127.0.0.1");
+  raw.body() = R"({"reason": "no type"})";
+  raw.prepare_payload();
+  http::write(client_->socket(), raw);
+  res = Response();
+  http::read(client_->socket(), client_->buffer(), res);
+  EXPECT_EQ(res.result_int(), 200) << res.body();
+  EXPECT_EQ(service_.Last<v1::CancelJobRequest>().reason(), "no type");
+  // application/json takes only JSON: a YAML spec under it is a JSON error.
+  res = client_->Post("/v1/jobs", "name: demo\n");
+  EXPECT_EQ(res.result_int(), 400) << res.body();
+  EXPECT_NE(res.body().find("request body (JSON): malformed JSON: Unexpected token."),
+            std::string::npos)
+      << res.body();
+}
+
+TEST_F(RestGatewayTest, PathAndQueryTextMustBeUtf8) {
+  const int before = service_.calls();
+  Response res = client_->Get("/v1/jobs/a%FFb");
+  EXPECT_EQ(res.result_int(), 400) << res.body();
+  EXPECT_NE(res.body().find("path: the id: not valid UTF-8: byte 0xFF at line 1, column 2"),
+            std::string::npos)
+      << res.body();
+  res = client_->Get("/v1/jobs?label=team=%C3");
+  EXPECT_EQ(res.result_int(), 400) << res.body();
+  EXPECT_NE(res.body().find("query parameter label: not valid UTF-8: byte 0xC3"),
+            std::string::npos)
+      << res.body();
+  res = client_->Get("/v1/jobs?%FF=1");
+  EXPECT_EQ(res.result_int(), 400) << res.body();
+  EXPECT_NE(res.body().find("query parameter name: not valid UTF-8"), std::string::npos);
+  EXPECT_EQ(service_.calls(), before);
+  EXPECT_EQ(client_->Get("/metrics?%FF").result_int(), 200);  // /metrics ignores its query
+}
+
+TEST_F(RestGatewayTest, ErrorBodiesStayValidUtf8) {
+  service_.error = absl::NotFoundError("job a\xff" "b not found");
+  Response res = client_->Get("/v1/jobs/j-1");
+  EXPECT_EQ(res.result_int(), 404);
+  EXPECT_EQ(res.body(),
+            R"({"code": 5, "status": "NOT_FOUND", "message": "job a\\xFFb not found"})" "\n");
 }
 
 TEST_F(RestGatewayTest, ListJobsQueryParameters) {

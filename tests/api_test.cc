@@ -214,10 +214,12 @@ TEST_F(ApiTest, IllFormedUtf8Is400AndDamagesNothing) {
   yaml += "labels: {owner: \"a\xff" "b\"}\n";
   HttpResponse res = http_->Post("/v1/jobs", yaml, "application/yaml");
   EXPECT_EQ(res.status, 400) << res.body;
-  EXPECT_NE(res.body.find("not valid UTF-8: byte 0xFF"), std::string::npos) << res.body;
+  EXPECT_NE(res.body.find("request body (YAML): labels.owner: not valid UTF-8: byte 0xFF"),
+            std::string::npos)
+      << res.body;
   res = http_->Post("/v1/jobs", "{\"spec_text\": \"name: x\xc3\"}");
   EXPECT_EQ(res.status, 400) << res.body;
-  EXPECT_NE(res.body.find("request body: spec_text: not valid UTF-8: byte 0xC3"),
+  EXPECT_NE(res.body.find("request body (JSON): spec_text: not valid UTF-8: byte 0xC3"),
             std::string::npos)
       << res.body;
   res = http_->Post("/v1/jobs/" + kept.id() + ":cancel", "{\"reason\": \"\xed\xa0\x80\"}");
@@ -229,6 +231,150 @@ TEST_F(ApiTest, IllFormedUtf8Is400AndDamagesNothing) {
   EXPECT_EQ(list->jobs(0).id(), kept.id());
   EXPECT_EQ(list->jobs(0).state(), v1::JOB_STATE_QUEUED);
   EXPECT_EQ(http_->Get("/v1/jobs").status, 200);
+}
+
+// Every REST route that takes text refuses bytes that are not UTF-8 with a 400 naming the field
+// (or the path segment, or the query parameter), and nothing reaches the store: the issue found
+// a node hostname, a cancel reason and a label value that, once stored, crashed the controller
+// or failed every listing.
+TEST_F(ApiTest, EveryRestEntryPointRefusesTextThatIsNotUtf8) {
+  const std::string job = SubmitGrpc("kept").id();
+  const size_t events_before = Lines(http_->Get("/v1/events").body).size();
+  struct Case {
+    std::string path;
+    std::string body;
+    std::string field;  // as named in the message
+  };
+  const std::string x = "\xff";
+  const std::vector<Case> cases = {
+      {"/v1/jobs", "{\"spec_text\": \"name: a" + x + "\"}", "spec_text"},
+      {"/v1/jobs", "{\"spec\": {\"name\": \"x\", \"labels\": {\"team\": \"ab" + x + "cd\"}}}",
+       "spec.labels.team"},
+      {"/v1/jobs", "{\"spec\": {\"name\": \"n" + x + "\"}}", "spec.name"},
+      {"/v1/jobs/" + job + ":cancel", "{\"reason\": \"x" + x + "y\"}", "reason"},
+      {"/v1/jobs/" + job + ":resume", "{\"job_id\": \"" + x + "\"}", "job_id"},
+      {"/v1/jobs/" + job + "/progress", "{\"rank\": 0, \"metrics\": {\"lo" + x + "ss\": 1}}",
+       "metrics.lo\xEF\xBF\xBDss (the key)"},
+      {"/v1/jobs/" + job + "/progress", "{\"waiting_on\": \"all_reduce" + x + "\"}",
+       "waiting_on"},
+      {"/v1/jobs/" + job + "/checkpoints", "{\"attempt\": 1, \"path\": \"/c" + x + "k\"}",
+       "path"},
+      {"/v1/jobs/" + job + "/checkpoints", "{\"shard\": {\"file\": \"f" + x + "\"}}",
+       "shard.file"},
+      {"/v1/jobs/" + job + "/checkpoints:reject", "{\"reason\": \"bad" + x + "\"}", "reason"},
+      {"/v1/nodes:register", "{\"node\": {\"id\": \"n1\", \"hostname\": \"h" + x + "ost\"}}",
+       "node.hostname"},
+      {"/v1/nodes:register", "{\"node\": {\"id\": \"n" + x + "\"}}", "node.id"},
+      {"/v1/nodes/n1:heartbeat", "{\"ranks\": [{\"job_id\": \"j" + x + "\"}]}",
+       "ranks[0].job_id"},
+      {"/v1/nodes/n1:heartbeat", "{\"ranks\": [{\"log_tail\": \"t" + x + "\"}]}",
+       "ranks[0].log_tail"},
+      {"/v1/nodes/n1/logs", "{\"chunks\": [{\"job_id\": \"j" + x + "\"}]}", "chunks[0].job_id"},
+      {"/v1/kv:set", "{\"scope\": {\"job_id\": \"j" + x + "\"}, \"key\": \"k\"}",
+       "scope.job_id"},
+      {"/v1/kv:get", "{\"key\": \"k" + x + "\"}", "key"},
+      {"/v1/kv:add", "{\"key\": \"k" + x + "\"}", "key"},
+      {"/v1/kv:wait", "{\"keys\": [\"a\", \"k" + x + "\"]}", "keys[1]"},
+      {"/v1/kv:check", "{\"keys\": [\"k" + x + "\"]}", "keys[0]"},
+      {"/v1/kv:delete", "{\"key\": \"k" + x + "\"}", "key"},
+  };
+  for (const Case& c : cases) {
+    HttpResponse res = http_->Post(c.path, c.body);
+    EXPECT_EQ(res.status, 400) << c.path << " " << c.field << ": " << res.body;
+    EXPECT_NE(res.body.find("request body (JSON): " + c.field + ": not valid UTF-8: byte 0xFF"),
+              std::string::npos)
+        << c.path << ": " << res.body;
+  }
+  // A YAML spec, the path and the query.
+  HttpResponse res = http_->Post("/v1/jobs", SpecYaml("y") + "labels: {team: \"a" + x + "\"}\n",
+                                 "application/yaml");
+  EXPECT_EQ(res.status, 400);
+  EXPECT_NE(res.body.find("request body (YAML): labels.team: not valid UTF-8"), std::string::npos)
+      << res.body;
+  for (const std::string& path :
+       {std::string("/v1/jobs/%FF"), std::string("/v1/jobs/%FF:cancel"),
+        std::string("/v1/jobs/%FF/events"), std::string("/v1/nodes/n%C3:heartbeat")}) {
+    res = path.find(":") != std::string::npos ? http_->Post(path, "") : http_->Get(path);
+    EXPECT_EQ(res.status, 400) << path << ": " << res.body;
+    EXPECT_NE(res.body.find("path: the id: not valid UTF-8: byte 0x"), std::string::npos)
+        << path << ": " << res.body;
+  }
+  for (const std::string& query : {std::string("/v1/jobs?label=team=%FF"),
+                                   std::string("/v1/jobs?page_token=%FF"),
+                                   std::string("/v1/jobs/" + job + "/logs?rank=%FF")}) {
+    res = http_->Get(query);
+    EXPECT_EQ(res.status, 400) << query << ": " << res.body;
+    EXPECT_NE(res.body.find("not valid UTF-8: byte 0xFF"), std::string::npos) << res.body;
+    EXPECT_NE(res.body.find("query parameter "), std::string::npos) << res.body;
+  }
+
+  // Nothing was stored, and everything still reads.
+  absl::StatusOr<v1::ListJobsResponse> list = client_->ListJobs(v1::ListJobsRequest());
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->jobs_size(), 1);
+  EXPECT_EQ(list->jobs(0).state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(list->jobs(0).id(), job);
+  absl::StatusOr<v1::ListNodesResponse> nodes = client_->ListNodes(v1::ListNodesRequest());
+  ASSERT_TRUE(nodes.ok());
+  EXPECT_EQ(nodes->nodes_size(), 0);
+  EXPECT_EQ(Lines(http_->Get("/v1/events").body).size(), events_before);
+  EXPECT_EQ(http_->Get("/v1/jobs").status, 200);
+  EXPECT_TRUE(store_->ListQuarantined().empty());
+}
+
+// gRPC refuses such bytes on the wire (the message does not parse), so the transports agree.
+TEST_F(ApiTest, GrpcRefusesTextThatIsNotUtf8) {
+  v1::RegisterNodeRequest req;
+  req.mutable_node()->set_id("n1");
+  req.mutable_node()->set_hostname("h\xffost");
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel(target_, grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::CompletionQueue cq;
+  std::unique_ptr<grpc::GenericClientAsyncResponseReader> call = stub.PrepareUnaryCall(
+      &ctx, "/dhp.v1.WorkerService/RegisterNode", BytesBuffer(req.SerializeAsString()), &cq);
+  call->StartCall();
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  int tag = 1;
+  call->Finish(&response, &status, &tag);
+  ASSERT_TRUE(Step(cq, &tag));
+  EXPECT_FALSE(status.ok());
+  cq.Shutdown();
+  void* ignored_tag;
+  bool ignored_ok;
+  while (cq.Next(&ignored_tag, &ignored_ok)) {
+  }
+  absl::StatusOr<v1::ListNodesResponse> nodes = client_->ListNodes(v1::ListNodesRequest());
+  ASSERT_TRUE(nodes.ok());
+  EXPECT_EQ(nodes->nodes_size(), 0);
+}
+
+// JSON bodies go by the proto JSON mapping and the Content-Type; YAML is for job specs.
+TEST_F(ApiTest, BodiesFollowTheirContentType) {
+  const v1::Job job = SubmitGrpc("typed");
+  HttpResponse res = http_->Post("/v1/jobs/" + job.id() + ":cancel", "reason: x\n",
+                                 "application/yaml");
+  EXPECT_EQ(res.status, 415) << res.body;
+  EXPECT_NE(res.body.find("YAML is taken only for job specs"), std::string::npos) << res.body;
+  res = http_->Post("/v1/jobs/" + job.id() + ":cancel", "reason=x",
+                    "application/x-www-form-urlencoded");
+  EXPECT_EQ(res.status, 415) << res.body;
+  res = http_->Post("/v1/jobs", SpecYaml("plain"), "text/plain");
+  EXPECT_EQ(res.status, 415) << res.body;
+  // Enums by full name (the proto JSON mapping), not YAML's short names.
+  res = http_->Post("/v1/jobs?dry_run=true",
+                    R"({"spec": {"name": "j", "vision": {"parallelism": "sequence"}}})");
+  EXPECT_EQ(res.status, 400) << res.body;
+  EXPECT_NE(res.body.find("request body (JSON): spec.vision.parallelism: expected one of"),
+            std::string::npos)
+      << res.body;
+  EXPECT_EQ(Lines(http_->Get("/v1/jobs/" + job.id() + "/events").body).size(), 1u);
+  res = http_->Post("/v1/jobs/" + job.id() + ":cancel", R"({"reason": "typed"})",
+                    "application/json; charset=utf-8");
+  EXPECT_EQ(res.status, 200) << res.body;
 }
 
 TEST_F(ApiTest, CancelOverRestIsSeenOverGrpc) {

@@ -1,0 +1,207 @@
+#include "api/rest_body.h"
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/proto_utf8.h"
+#include "common/utf8.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace dhp::api {
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::EnumDescriptor;
+using google::protobuf::FieldDescriptor;
+
+constexpr char kPrefix[] = "request body (JSON): ";
+constexpr size_t kMaxMessageBytes = 4096;
+constexpr size_t kMaxSnippetBytes = 80;
+// Stands in for each ill-formed byte in a second parse that finds the field holding them.
+constexpr std::string_view kMark = "\xEF\xBF\xBD";  // U+FFFD
+
+absl::string_view A(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+std::string Cut(absl::string_view s, size_t max) {
+  if (s.size() <= max) return std::string(s);
+  size_t end = max;
+  while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
+  return absl::StrCat(s.substr(0, end), "...");
+}
+
+std::string Finish(const std::string& message) {
+  return EscapeInvalidUtf8(Cut(absl::StrCat(kPrefix, message), kMaxMessageBytes));
+}
+
+const FieldDescriptor* FindField(const Descriptor* type, absl::string_view name) {
+  for (int i = 0; i < type->field_count(); ++i) {
+    const FieldDescriptor* f = type->field(i);
+    if (f->name() == name || f->json_name() == name) return f;
+  }
+  return nullptr;
+}
+
+// The message type at `path` ("spec.data.registry[0].value") below `root`, or null.
+const Descriptor* TypeAt(const Descriptor* root, absl::string_view path) {
+  const Descriptor* type = root;
+  if (path.empty()) return type;
+  for (absl::string_view part : absl::StrSplit(path, '.')) {
+    part = part.substr(0, part.find('['));
+    const FieldDescriptor* f = type == nullptr ? nullptr : FindField(type, part);
+    if (f == nullptr || f->message_type() == nullptr) return nullptr;
+    type = f->message_type();  // for a map, its entry type (fields key and value)
+  }
+  return type;
+}
+
+std::string KnownKeys(const Descriptor* type) {
+  std::vector<std::string> names;
+  for (int i = 0; i < type->field_count(); ++i) names.push_back(type->field(i)->name());
+  return absl::StrJoin(names, ", ");
+}
+
+// "invalid value X for type T" in protobuf's words, as what was expected.
+std::string InvalidValue(absl::string_view text) {
+  const absl::string_view kInvalid = "invalid value ";
+  const absl::string_view kForType = " for type ";
+  const size_t for_type = text.rfind(kForType);
+  if (!absl::StartsWith(text, kInvalid) || for_type == absl::string_view::npos) {
+    return std::string(text);
+  }
+  const absl::string_view value = text.substr(kInvalid.size(), for_type - kInvalid.size());
+  absl::string_view type = text.substr(for_type + kForType.size());
+  if (absl::ConsumePrefix(&type, "type.googleapis.com/")) {
+    const EnumDescriptor* e =
+        google::protobuf::DescriptorPool::generated_pool()->FindEnumTypeByName(std::string(type));
+    if (e != nullptr) {
+      std::vector<std::string> names;
+      for (int i = 0; i < e->value_count(); ++i) names.push_back(e->value(i)->name());
+      return absl::StrCat("expected one of ", absl::StrJoin(names, ", "),
+                          " (JSON takes an enum's full name or number), got ", value);
+    }
+  }
+  if (absl::ConsumePrefix(&type, "TYPE_")) {
+    return absl::StrCat("expected a JSON value for a ", absl::AsciiStrToLower(type), ", got ",
+                        value);
+  }
+  return std::string(text);
+}
+
+// protobuf's JSON parse error, restated: the field's path first, as the YAML reader does.
+std::string Restate(absl::string_view error, const Descriptor* root) {
+  absl::string_view first = error.substr(0, error.find('\n'));
+  const absl::string_view kUnknown = ": Cannot find field.";
+  if (absl::EndsWith(first, kUnknown)) {  // "(spec.vision) degre" or "degre"
+    first.remove_suffix(kUnknown.size());
+    absl::string_view path;
+    absl::string_view key = first;
+    if (absl::StartsWith(first, "(") && first.find(") ") != absl::string_view::npos) {
+      path = first.substr(1, first.find(") ") - 1);
+      key = first.substr(first.find(") ") + 2);
+    }
+    const Descriptor* type = TypeAt(root, path);
+    return absl::StrCat(path, path.empty() ? "" : ".", Cut(key, kMaxSnippetBytes), ": unknown key",
+                        type == nullptr ? "" : absl::StrCat("; known keys: ", KnownKeys(type)));
+  }
+  if (absl::StartsWith(first, "(") && first.find("): ") != absl::string_view::npos) {
+    const size_t close = first.find("): ");
+    return absl::StrCat(first.substr(1, close - 1), ": ",
+                        InvalidValue(Cut(first.substr(close + 3), 2 * kMaxSnippetBytes)));
+  }
+  if (absl::StartsWith(first, ": ")) first.remove_prefix(2);  // ": Root element must be ..."
+  // Syntax errors come with up to 20 bytes either side of the place, then a line with a caret
+  // under it.
+  const size_t first_break = error.find('\n');
+  const size_t last_break = error.rfind('\n');
+  if (first_break != absl::string_view::npos && last_break > first_break) {
+    const absl::string_view around = error.substr(first_break + 1, last_break - first_break - 1);
+    const size_t at = std::min(error.substr(last_break + 1).find('^'), around.size());
+    if (!around.empty()) {
+      return absl::StrCat("malformed JSON: ", first, " At: \"",
+                          absl::Utf8SafeCEscape(around.substr(0, at)), "<here>",
+                          absl::Utf8SafeCEscape(around.substr(at)), "\"");
+    }
+  }
+  return absl::StrCat("malformed JSON: ", first);
+}
+
+absl::Status Parse(std::string_view body, google::protobuf::Message* msg) {
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  auto status = google::protobuf::util::JsonStringToMessage(
+      google::protobuf::StringPiece(body.data(), body.size()), msg, options);
+  if (status.ok()) return absl::OkStatus();
+  return absl::InvalidArgumentError(std::string(status.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<BodyFormat> BodyFormatOf(std::string_view content_type_in, bool yaml_allowed) {
+  const std::string content_type(content_type_in);  // a copy: an absent header has no data
+  std::vector<absl::string_view> parts = absl::StrSplit(content_type, ';');
+  const std::string type = absl::AsciiStrToLower(absl::StripAsciiWhitespace(parts[0]));
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const std::string param = absl::AsciiStrToLower(absl::StripAsciiWhitespace(parts[i]));
+    if (absl::StartsWith(param, "charset=")) {
+      std::string charset = param.substr(8);
+      absl::StripAsciiWhitespace(&charset);
+      if (charset.size() >= 2 && charset.front() == '"' && charset.back() == '"') {
+        charset = charset.substr(1, charset.size() - 2);
+      }
+      if (charset != "utf-8" && charset != "utf8") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Content-Type ", Cut(EscapeInvalidUtf8(content_type_in), 200),
+                         ": request bodies are UTF-8; send charset=utf-8 or no charset"));
+      }
+    }
+  }
+  if (type.empty() || type == "*/*" || type == "application/json" ||
+      (absl::StartsWith(type, "application/") && absl::EndsWith(type, "+json"))) {
+    return BodyFormat::kJson;
+  }
+  const bool yaml = type == "application/yaml" || type == "text/yaml" ||
+                    type == "application/x-yaml" || type == "text/x-yaml";
+  if (yaml && yaml_allowed) return BodyFormat::kYaml;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "Content-Type ", Cut(EscapeInvalidUtf8(type), 200), " is not accepted here; send JSON ",
+      "(Content-Type: application/json)",
+      yaml_allowed ? " or a YAML job spec (Content-Type: application/yaml)"
+                   : (yaml ? "; YAML is taken only for job specs (POST /v1/jobs)" : "")));
+}
+
+absl::Status ParseJsonBody(std::string_view body, google::protobuf::Message* msg) {
+  msg->Clear();
+  if (absl::StripAsciiWhitespace(A(body)).empty()) return absl::OkStatus();
+  if (const std::string bad = Utf8Error(body); !bad.empty()) {
+    std::string where;
+    if (body.find(kMark) == std::string_view::npos) {
+      std::unique_ptr<google::protobuf::Message> marked(msg->New());
+      if (Parse(ReplaceInvalidUtf8(body, kMark), marked.get()).ok()) {
+        where = FieldContaining(*marked, kMark);
+      }
+    }
+    return absl::InvalidArgumentError(Finish(where.empty() ? bad : where + ": " + bad));
+  }
+  absl::Status s = Parse(body, msg);
+  if (!s.ok()) {
+    msg->Clear();
+    return absl::InvalidArgumentError(Finish(Restate(s.message(), msg->GetDescriptor())));
+  }
+  // protobuf refuses ill-formed UTF-8 and lone surrogate escapes itself; stay sure.
+  if (const std::string bad = InvalidUtf8Field(*msg); !bad.empty()) {
+    msg->Clear();
+    return absl::InvalidArgumentError(Finish(bad));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dhp::api

@@ -1,0 +1,154 @@
+#include "api/rest_body.h"
+
+#include <chrono>
+#include <string>
+
+#include "dhp/v1/service.pb.h"
+#include "gtest/gtest.h"
+
+namespace dhp::api {
+namespace {
+
+// The message of a parse that must fail with INVALID_ARGUMENT.
+template <typename Message>
+std::string Error(const std::string& body) {
+  Message msg;
+  absl::Status s = ParseJsonBody(body, &msg);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << body;
+  return std::string(s.message());
+}
+
+std::string SubmitError(const std::string& body) { return Error<v1::SubmitJobRequest>(body); }
+
+TEST(BodyFormatTest, JsonYamlOrRefused) {
+  EXPECT_EQ(*BodyFormatOf("", false), BodyFormat::kJson);  // no Content-Type
+  EXPECT_EQ(*BodyFormatOf(std::string_view(), false), BodyFormat::kJson);
+  EXPECT_EQ(*BodyFormatOf("*/*", false), BodyFormat::kJson);
+  EXPECT_EQ(*BodyFormatOf("application/json", false), BodyFormat::kJson);
+  EXPECT_EQ(*BodyFormatOf("Application/JSON; charset=UTF-8", false), BodyFormat::kJson);
+  EXPECT_EQ(*BodyFormatOf("application/merge-patch+json", false), BodyFormat::kJson);
+  EXPECT_EQ(*BodyFormatOf("application/yaml", true), BodyFormat::kYaml);
+  EXPECT_EQ(*BodyFormatOf("text/yaml; charset=\"utf-8\"", true), BodyFormat::kYaml);
+  EXPECT_EQ(*BodyFormatOf("application/x-yaml", true), BodyFormat::kYaml);
+
+  absl::StatusOr<BodyFormat> f = BodyFormatOf("text/plain", true);
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().message(),
+            "Content-Type text/plain is not accepted here; send JSON (Content-Type: "
+            "application/json) or a YAML job spec (Content-Type: application/yaml)");
+  f = BodyFormatOf("application/x-www-form-urlencoded", false);  // curl -d without -H
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().message(),
+            "Content-Type application/x-www-form-urlencoded is not accepted here; send JSON "
+            "(Content-Type: application/json)");
+  f = BodyFormatOf("application/yaml", false);
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().message(),
+            "Content-Type application/yaml is not accepted here; send JSON (Content-Type: "
+            "application/json); YAML is taken only for job specs (POST /v1/jobs)");
+  f = BodyFormatOf("application/json; charset=latin1", false);
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().message(),
+            "Content-Type application/json; charset=latin1: request bodies are UTF-8; send "
+            "charset=utf-8 or no charset");
+}
+
+TEST(ParseJsonBodyTest, TheProtoJsonMapping) {
+  v1::SubmitJobRequest req;
+  ASSERT_TRUE(ParseJsonBody(R"({"spec": {"name": "x", "labels": {"a": "b"},
+      "vision": {"parallelism": "PARALLELISM_SEQUENCE", "degree": "2"},
+      "training": {"maxSteps": "9000000000"}}, "dryRun": true})",
+                            &req)
+                  .ok());
+  EXPECT_EQ(req.spec().name(), "x");
+  EXPECT_EQ(req.spec().labels().at("a"), "b");
+  EXPECT_EQ(req.spec().vision().parallelism(), v1::PARALLELISM_SEQUENCE);
+  EXPECT_EQ(req.spec().vision().degree(), 2);
+  EXPECT_EQ(req.spec().training().max_steps(), 9000000000LL);
+  EXPECT_TRUE(req.dry_run());
+
+  // Empty bodies are empty messages (POST :cancel, :resume, :heartbeat without a body).
+  ASSERT_TRUE(ParseJsonBody("", &req).ok());
+  EXPECT_FALSE(req.has_spec());
+  ASSERT_TRUE(ParseJsonBody(" \n", &req).ok());
+
+  v1::AppendLogsRequest logs;
+  ASSERT_TRUE(ParseJsonBody(R"({"chunks": [{"data": "/w=="}]})", &logs).ok());
+  EXPECT_EQ(logs.chunks(0).data(), "\xff");  // bytes are base64, and may be anything
+}
+
+TEST(ParseJsonBodyTest, ErrorsNameTheField) {
+  EXPECT_EQ(SubmitError(R"({"spec": {"name": "x", "vision": {"degre": 2}}})"),
+            "request body (JSON): spec.vision.degre: unknown key; known keys: parallelism, "
+            "degree, zero_stage, activation_checkpointing, dtype");
+  EXPECT_EQ(SubmitError(R"({"nam": 1})"),
+            "request body (JSON): nam: unknown key; known keys: spec, spec_text, dry_run");
+  EXPECT_EQ(SubmitError(R"({"spec": {"data": {"registry": {"k": {"bad": 1}}}}})"),
+            "request body (JSON): spec.data.registry[0].value.bad: unknown key; known keys: "
+            "annotation_path, image_root, weight");
+  EXPECT_EQ(SubmitError(R"({"spec": {"vision": {"degree": 3.5}}})"),
+            "request body (JSON): spec.vision.degree: expected a JSON value for a int32, got 3.5");
+  EXPECT_EQ(SubmitError(R"({"spec": {"vision": {"parallelism": "sequence"}}})"),
+            "request body (JSON): spec.vision.parallelism: expected one of "
+            "PARALLELISM_UNSPECIFIED, PARALLELISM_NONE, PARALLELISM_SEQUENCE, PARALLELISM_TENSOR "
+            "(JSON takes an enum's full name or number), got \"sequence\"");
+  EXPECT_EQ(SubmitError(R"({"spec": )"),
+            "request body (JSON): malformed JSON: Unexpected end of string. Expected a value.");
+  EXPECT_EQ(SubmitError("name: x\n"),
+            "request body (JSON): malformed JSON: Unexpected token. At: \"<here>name: x\\n\"");
+  EXPECT_EQ(SubmitError("[1]"),
+            "request body (JSON): malformed JSON: Root element must be a "
+            "message.");
+  EXPECT_EQ(SubmitError(R"({"spec_text": "a"} trailing)"),
+            "request body (JSON): malformed JSON: Parsing terminated before end of input. At: "
+            "\"{\\\"spec_text\\\": \\\"a\\\"} <here>trailing\"");
+}
+
+// protobuf's JSON parser refuses ill-formed UTF-8 and lone surrogates itself; the body's
+// bytes are checked first so that the message names the field and the byte.
+TEST(ParseJsonBodyTest, TextThatIsNotUtf8IsRefusedNamingTheField) {
+  EXPECT_EQ(Error<v1::RegisterNodeRequest>("{\"node\": {\"hostname\": \"h\xffost\"}}"),
+            "request body (JSON): node.hostname: not valid UTF-8: byte 0xFF at line 1, column 25 "
+            "(offset 24)");
+  EXPECT_EQ(Error<v1::CancelJobRequest>("{\"reason\": \"x\xffy\"}"),
+            "request body (JSON): reason: not valid UTF-8: byte 0xFF at line 1, column 14 "
+            "(offset 13)");
+  EXPECT_EQ(SubmitError("{\"spec\": {\"labels\": {\"team\": \"ab\xff"
+                        "cd\"}}}"),
+            "request body (JSON): spec.labels.team: not valid UTF-8: byte 0xFF at line 1, "
+            "column 33 (offset 32)");
+  EXPECT_EQ(SubmitError("{\"spec\": {\"labels\": {\"t\xc3\": \"v\"}}}"),
+            "request body (JSON): spec.labels.t\xEF\xBF\xBD (the key): not valid UTF-8: byte "
+            "0xC3 at line 1, column 24 (offset 23)");
+  EXPECT_EQ(SubmitError("{\"spec_text\": \"name: x\xed\xa0\x80\"}"),  // a surrogate
+            "request body (JSON): spec_text: not valid UTF-8: byte 0xED at line 1, column 23 "
+            "(offset 22)");
+  // Where the rest does not parse: the position alone.
+  EXPECT_EQ(SubmitError("{\"nope\": \"\xff\"}"),
+            "request body (JSON): not valid UTF-8: byte 0xFF at line 1, column 11 (offset 10)");
+  // Escapes that stand for no character.
+  EXPECT_EQ(SubmitError(R"({"spec_text": "a\udcffb"})")
+                .rfind("request body (JSON): malformed JSON: Invalid unicode code point.", 0),
+            0u);
+  EXPECT_EQ(SubmitError(R"({"spec_text": "a\ud800b"})")
+                .rfind("request body (JSON): malformed JSON: Missing low surrogate.", 0),
+            0u);
+  // Well-formed text of every length passes.
+  v1::CancelJobRequest cancel;
+  ASSERT_TRUE(
+      ParseJsonBody("{\"reason\": \"h\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x98\x80\"}", &cancel).ok());
+  EXPECT_EQ(cancel.reason(), "h\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x98\x80");
+}
+
+TEST(ParseJsonBodyTest, MessagesAreBounded) {
+  const std::string key(100000, 'k');
+  const std::string error = SubmitError("{\"" + key + "\": 1}");
+  EXPECT_EQ(error.rfind("request body (JSON): " + std::string(80, 'k') + "...: unknown key", 0),
+            0u);
+  EXPECT_LT(error.size(), 300u);
+  const std::string value(100000, '9');
+  EXPECT_LT(SubmitError("{\"spec\": {\"priority\": " + value + "}}").size(), 4200u);
+}
+
+}  // namespace
+}  // namespace dhp::api
