@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/utf8.h"
 #include "controller/sqlite_db.h"
@@ -156,21 +157,26 @@ absl::StatusOr<QuarantinedRow> Store::MoveToQuarantine(const UnreadableRow& row)
   out.id = db_->last_insert_rowid();
 
   // A job's runs and checkpoints go with it (the foreign keys would delete them).
-  int64_t dependents = 0;
+  std::string with;
   if (row.table == "jobs") {
     const std::string why =
         absl::StrCat("its job's row could not be read and was quarantined as id ", out.id);
-    for (const char* sql :
-         {"INSERT INTO quarantine (source, row_key, reason, time_us, proto) SELECT 'runs', "
-          "job_id || '#' || attempt, ?, ?, proto FROM runs WHERE job_id = ?",
-          "INSERT INTO quarantine (source, row_key, reason, time_us, proto) SELECT "
-          "'checkpoints', CAST(id AS TEXT), ?, ?, proto FROM checkpoints WHERE job_id = ?"}) {
+    std::vector<std::string> moved;
+    for (const auto& [what, sql] : std::vector<std::pair<const char*, const char*>>{
+             {"run",
+              "INSERT INTO quarantine (source, row_key, reason, time_us, proto) SELECT "
+              "'runs', job_id || '#' || attempt, ?, ?, proto FROM runs WHERE job_id = ?"},
+             {"checkpoint",
+              "INSERT INTO quarantine (source, row_key, reason, time_us, proto) SELECT "
+              "'checkpoints', CAST(id AS TEXT), ?, ?, proto FROM checkpoints WHERE job_id = ?"}}) {
       s = Run(*db_, sql, [&](Statement& st) {
         st.BindText(1, why).BindInt(2, out.time_us).BindText(3, row.key);
       });
       if (!s.ok()) return s;
-      dependents += db_->changes();
+      const int n = db_->changes();
+      if (n > 0) moved.push_back(absl::StrCat(n, " ", what, n == 1 ? "" : "s"));
     }
+    if (!moved.empty()) with = absl::StrCat(", with its ", absl::StrJoin(moved, " and "));
   }
   s = Run(*db_, absl::StrCat("DELETE FROM ", row.table, " WHERE rowid = ?"),
           [&](Statement& st) { st.BindInt(1, row.rowid); });
@@ -181,10 +187,8 @@ absl::StatusOr<QuarantinedRow> Store::MoveToQuarantine(const UnreadableRow& row)
   event.set_job_id(IfUtf8(row.job_id));
   event.set_node_id(IfUtf8(row.node_id));
   *event.mutable_time() = google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(out.time_us);
-  event.set_reason(absl::StrCat(
-      row.table, " row ", out.key, " could not be read (", out.reason,
-      ") and was moved to the quarantine table as id ", out.id,
-      dependents > 0 ? absl::StrCat(", with its ", dependents, " runs and checkpoints") : ""));
+  event.set_reason(absl::StrCat(row.table, " row ", out.key, " could not be read (", out.reason,
+                                ") and was moved to the quarantine table as id ", out.id, with));
   absl::StatusOr<std::vector<v1::Event>> added =
       store_internal::AppendEvents(*db_, {event}, "", "");
   if (!added.ok()) return added.status();

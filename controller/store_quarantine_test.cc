@@ -179,7 +179,7 @@ TEST_F(StoreQuarantineTest, UnreadableRowsAreMovedAndTheRestIsServed) {
   ASSERT_EQ(j2_events.size(), 2u);
   EXPECT_EQ(j2_events[1].type(), "store.quarantine");
   EXPECT_THAT(j2_events[1].reason(), HasSubstr("jobs row j2 could not be read (the stored "));
-  EXPECT_THAT(j2_events[1].reason(), HasSubstr(", with its 2 runs and checkpoints"));
+  EXPECT_THAT(j2_events[1].reason(), HasSubstr("as id 1, with its 1 run and 1 checkpoint"));
 
   // Reopening finds nothing more to move, and everything still there reads.
   store.reset();
