@@ -11,7 +11,8 @@
 // older build; a damaged blob) never fails a read or stops the process. The read skips the row
 // and moves it, in one transaction, from its table into the `quarantine` table (a job's runs and
 // checkpoints go with it), appends a "store.quarantine" event naming table, key and reason, logs
-// it, and tells the quarantine listener (the controller counts dhp_store_quarantined_rows_total).
+// it, and tells the quarantine listener (the controller counts dhp_store_quarantined_rows_total
+// {table} and exports what the table holds as dhp_store_quarantine_rows{table}).
 // The blob is kept byte for byte for an operator. Writes check every string field first, so the
 // store never writes a row it could not read back (INVALID_ARGUMENT naming the field).
 // A failing SQLite call on a read path that returns no Status (I/O error, a corrupt database
