@@ -61,6 +61,7 @@
 #include "api/grpc_status.h"
 #include "bench/bench_util.h"
 #include "bench/wire_counters.h"
+#include "common/child_wait.h"
 #include "dhp/v1/service.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "worker/comm/comm_stats.h"
@@ -292,30 +293,6 @@ pid_t SpawnRank(int rank, const std::string& target, const std::string& out_path
   return pid;
 }
 
-// Exit codes of `pids` (-1: killed after `limit`, or not a normal exit).
-std::vector<int> WaitAll(const std::vector<pid_t>& pids, std::chrono::seconds limit) {
-  std::vector<int> codes(pids.size(), -2);
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  size_t done = 0;
-  while (done < pids.size() && std::chrono::steady_clock::now() < deadline) {
-    for (size_t i = 0; i < pids.size(); ++i) {
-      int status = 0;
-      if (codes[i] == -2 && waitpid(pids[i], &status, WNOHANG) == pids[i]) {
-        codes[i] = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-        ++done;
-      }
-    }
-    std::this_thread::sleep_for(50ms);
-  }
-  for (size_t i = 0; i < pids.size(); ++i) {
-    if (codes[i] != -2) continue;
-    kill(pids[i], SIGKILL);
-    waitpid(pids[i], nullptr, 0);
-    codes[i] = -1;
-  }
-  return codes;
-}
-
 std::string InWorkspace(const std::string& path) {
   if (path.empty() || path[0] == '/') return path;
   const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY");
@@ -436,7 +413,7 @@ int ParentMain(const Options& o, char** argv) {
     outs.push_back(std::string(tmp) + "/rank" + std::to_string(r) + ".json");
     pids.push_back(SpawnRank(r, target, outs.back(), argv));
   }
-  const std::vector<int> codes = WaitAll(pids, 600s);
+  const std::vector<int> codes = WaitForChildren(pids, 600s);
   server->Shutdown(std::chrono::system_clock::now() + 1s);
   std::vector<Json> ranks;
   for (int r = 0; r < kRanks; ++r) {

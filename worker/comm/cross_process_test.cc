@@ -19,6 +19,7 @@
 
 #include "api/client.h"
 #include "api/grpc_status.h"
+#include "common/child_wait.h"
 #include "dhp/v1/service.grpc.pb.h"
 #include "worker/comm/grpc_kv_client.h"
 #include "worker/comm/in_memory_kv_client.h"
@@ -125,31 +126,6 @@ pid_t SpawnRank(int rank, const std::string& target, const std::string& mode) {
   return pid;
 }
 
-// Waits for every child up to `limit`; kills stragglers. Returns exit codes (-1: killed).
-std::vector<int> WaitAll(const std::vector<pid_t>& pids, std::chrono::seconds limit) {
-  std::vector<int> codes(pids.size(), -2);
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  size_t done = 0;
-  while (done < pids.size() && std::chrono::steady_clock::now() < deadline) {
-    for (size_t i = 0; i < pids.size(); ++i) {
-      if (codes[i] != -2) continue;
-      int status = 0;
-      if (waitpid(pids[i], &status, WNOHANG) == pids[i]) {
-        codes[i] = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-        ++done;
-      }
-    }
-    std::this_thread::sleep_for(20ms);
-  }
-  for (size_t i = 0; i < pids.size(); ++i) {
-    if (codes[i] != -2) continue;
-    kill(pids[i], SIGKILL);
-    waitpid(pids[i], nullptr, 0);
-    codes[i] = -1;
-  }
-  return codes;
-}
-
 class CrossProcessTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -173,14 +149,14 @@ class CrossProcessTest : public ::testing::Test {
 TEST_F(CrossProcessTest, RanksInSeparateProcessesBootstrapAndCommunicate) {
   std::vector<pid_t> pids;
   for (int r = 0; r < ChildLayout().WorldSize(); ++r) pids.push_back(SpawnRank(r, Target(), "ok"));
-  std::vector<int> codes = WaitAll(pids, 120s);
+  std::vector<int> codes = WaitForChildren(pids, 120s);
   for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
 }
 
 TEST_F(CrossProcessTest, AMissingProcessIsNamedByTheOthers) {
   // Only ranks 0 and 2 of the three start; the child test checks their error (see below).
   std::vector<pid_t> pids = {SpawnRank(0, Target(), "missing"), SpawnRank(2, Target(), "missing")};
-  std::vector<int> codes = WaitAll(pids, 120s);
+  std::vector<int> codes = WaitForChildren(pids, 120s);
   EXPECT_EQ(codes[0], 0);
   EXPECT_EQ(codes[1], 0);
 }

@@ -10,41 +10,12 @@
 #include <tuple>
 
 #include "common/model_presets.h"
-#include "worker/comm/communicator.h"
+#include "worker/comm/failing_communicator.h"
 #include "worker/model/text_model.h"
 #include "worker/parallel/text_tp_model.h"
 
 namespace dhp::tp {
 namespace {
-
-// A member of a group that building a TextTpModel asks only for its rank and size.
-class ShapeOnlyComm : public comm::Communicator {
- public:
-  ShapeOnlyComm(int rank, int size) : rank_(rank), size_(size) {}
-  const std::string& name() const override { return name_; }
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  absl::Status AllReduce(at::Tensor&, comm::ReduceOp) override { return Fail(); }
-  absl::StatusOr<at::Tensor> AllGatherV(const at::Tensor&, absl::Span<const int64_t>) override {
-    return Fail();
-  }
-  absl::StatusOr<at::Tensor> ReduceScatterV(const at::Tensor&, absl::Span<const int64_t>) override {
-    return Fail();
-  }
-  absl::StatusOr<at::Tensor> AllToAllV(const at::Tensor&, absl::Span<const int64_t>,
-                                       absl::Span<const int64_t>) override {
-    return Fail();
-  }
-  absl::Status Broadcast(at::Tensor&, int) override { return Fail(); }
-  absl::Status Send(const at::Tensor&, int, int) override { return Fail(); }
-  absl::Status Recv(at::Tensor&, int, int) override { return Fail(); }
-  absl::Status Barrier() override { return Fail(); }
-
- private:
-  static absl::Status Fail() { return absl::InternalError("unexpected collective"); }
-  std::string name_ = "text.tp0";
-  int rank_, size_;
-};
 
 std::string Describe(const ParamShard& s) {
   std::string out = "dim " + std::to_string(s.dim) + " of " + std::to_string(s.full_size) + ":";
@@ -66,7 +37,7 @@ TEST_P(TextTpLayoutTest, EqualsTheBuiltModelsLayout) {
   absl::StatusOr<std::map<std::string, ParamShard>> layout = TextTpShardLayout(c, tp);
   ASSERT_TRUE(layout.ok()) << layout.status();
   for (int r = 0; r < tp; ++r) {
-    ShapeOnlyComm comm(r, tp);
+    comm::FailingCommunicator comm("text.tp0", r, tp);  // building asks only rank and size
     absl::StatusOr<TextTpModel> m = CreateTextTpModel(c, FullTensorsOf(*ref), comm);
     ASSERT_TRUE(m.ok()) << m.status();
     const ShardLayout& built = (*m)->shard_layout();

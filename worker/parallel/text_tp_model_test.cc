@@ -18,6 +18,7 @@
 #include "common/model_presets.h"
 #include "worker/comm/comm_stats.h"
 #include "worker/comm/comm_test_util.h"
+#include "worker/comm/failing_communicator.h"
 #include "worker/comm/in_memory_kv_client.h"
 #include "worker/comm/rank_threads.h"
 #include "worker/model/layers.h"
@@ -308,37 +309,11 @@ TEST(TextTpModelTest, ParameterNamesAreTheCheckpointsAndShapesAreShards) {
   });
 }
 
-// A group of three that must never be used: the degree is refused before any collective.
-class UnusedComm : public comm::Communicator {
- public:
-  const std::string& name() const override { return name_; }
-  int rank() const override { return 0; }
-  int size() const override { return 3; }
-  absl::Status AllReduce(at::Tensor&, comm::ReduceOp) override { return Fail(); }
-  absl::StatusOr<at::Tensor> AllGatherV(const at::Tensor&, absl::Span<const int64_t>) override {
-    return Fail();
-  }
-  absl::StatusOr<at::Tensor> ReduceScatterV(const at::Tensor&, absl::Span<const int64_t>) override {
-    return Fail();
-  }
-  absl::StatusOr<at::Tensor> AllToAllV(const at::Tensor&, absl::Span<const int64_t>,
-                                       absl::Span<const int64_t>) override {
-    return Fail();
-  }
-  absl::Status Broadcast(at::Tensor&, int) override { return Fail(); }
-  absl::Status Send(const at::Tensor&, int, int) override { return Fail(); }
-  absl::Status Recv(at::Tensor&, int, int) override { return Fail(); }
-  absl::Status Barrier() override { return Fail(); }
-
- private:
-  static absl::Status Fail() { return absl::InternalError("unexpected collective"); }
-  std::string name_ = "text.tp0";
-};
-
 TEST(TextTpModelTest, UnsupportedDegreeIsAStatus) {
   const TextConfig c = Tiny(false);
   TextForCausalLM ref = MakeReference(c);
-  UnusedComm comm;
+  // A group of three that must never be used: the degree is refused before any collective.
+  comm::FailingCommunicator comm("text.tp0", 0, 3);
   auto m = CreateTextTpModel(c, FullTensorsOf(*ref), comm);
   ASSERT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(m.status().message().find("text.tp0"), std::string::npos) << m.status();
