@@ -88,11 +88,9 @@ Qwen2_5_VL MakeModel() {
 }
 
 PackedBatch MakeBatch(const std::vector<GridThw>& grids, int64_t seed) {
-  PackedBatch b = MakeSyntheticBatch(Tiny(), grids, seed);
-  absl::StatusOr<at::Tensor> pos = ComputePositionIds(b, Tiny());
-  EXPECT_TRUE(pos.ok()) << pos.status();
-  b.position_ids = *pos;
-  return b;
+  absl::StatusOr<PackedBatch> b = MakePositionedSyntheticBatch(Tiny(), grids, seed);
+  EXPECT_TRUE(b.ok()) << b.status();
+  return b.ok() ? *b : PackedBatch{};
 }
 
 // rm -rf `dir`. Not std::filesystem::remove_all: in a binary linked with the PyPI wheel's

@@ -42,11 +42,9 @@ Qwen2_5_VL MakeModel() {
 }
 
 PackedBatch MakeBatch() {
-  PackedBatch b = MakeSyntheticBatch(Tiny(), {{1, 4, 6}, {1, 10, 10}, {1, 8, 4}}, 3);
-  absl::StatusOr<at::Tensor> pos = ComputePositionIds(b, Tiny());
-  EXPECT_TRUE(pos.ok()) << pos.status();
-  b.position_ids = *pos;
-  return b;
+  absl::StatusOr<PackedBatch> b = MakePositionedSyntheticBatch(Tiny(), {{1, 4, 6}, {1, 10, 10}, {1, 8, 4}}, 3);
+  EXPECT_TRUE(b.ok()) << b.status();
+  return b.ok() ? *b : PackedBatch{};
 }
 
 struct Pass {

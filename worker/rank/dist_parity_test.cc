@@ -74,11 +74,9 @@ Qwen2_5_VL MakeModel() {
 
 // One packed sequence: one sample per grid, with position ids.
 PackedBatch MakeBatch(const std::vector<GridThw>& grids, int64_t seed) {
-  PackedBatch b = MakeSyntheticBatch(Tiny(), grids, seed);
-  absl::StatusOr<at::Tensor> pos = ComputePositionIds(b, Tiny());
-  EXPECT_TRUE(pos.ok()) << pos.status();
-  b.position_ids = *pos;
-  return b;
+  absl::StatusOr<PackedBatch> b = MakePositionedSyntheticBatch(Tiny(), grids, seed);
+  EXPECT_TRUE(b.ok()) << b.status();
+  return b.ok() ? *b : PackedBatch{};
 }
 
 // The global batch: one packed sequence per replica, 2-3 images of different grids each.

@@ -38,6 +38,16 @@ PackedBatch MakeSyntheticBatch(const ModelPreset& preset, const std::vector<Grid
   return b;
 }
 
+absl::StatusOr<PackedBatch> MakePositionedSyntheticBatch(const ModelPreset& preset,
+                                                         const std::vector<GridThw>& grids,
+                                                         int64_t seed) {
+  PackedBatch b = MakeSyntheticBatch(preset, grids, seed);
+  absl::StatusOr<at::Tensor> pos = ComputePositionIds(b, preset);
+  if (!pos.ok()) return pos.status();
+  b.position_ids = *pos;
+  return b;
+}
+
 PackedBatch BatchOnDevice(const PackedBatch& batch, const at::Device& device,
                           at::ScalarType pixel_dtype) {
   PackedBatch out = batch;

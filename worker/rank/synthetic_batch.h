@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "common/model_presets.h"
 #include "worker/model/qwen2_5_vl.h"
 #include "worker/model/vision_window.h"
@@ -18,6 +19,11 @@ namespace dhp {
 // them); pixels come from at::manual_seed(1000 + seed).
 PackedBatch MakeSyntheticBatch(const ModelPreset& preset, const std::vector<GridThw>& grids,
                                int64_t seed);
+
+// The same with its M-RoPE position ids filled in (ComputePositionIds), as the ranks use it.
+absl::StatusOr<PackedBatch> MakePositionedSyntheticBatch(const ModelPreset& preset,
+                                                         const std::vector<GridThw>& grids,
+                                                         int64_t seed);
 
 // A copy of `batch` whose tensors are on `device`, pixels in `pixel_dtype` (tests that run the
 // model on a GPU or in bf16).
