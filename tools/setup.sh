@@ -10,7 +10,7 @@ PACKAGES=(
   libboost-dev libboost-system-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libtorch-dev libopenblas0-pthread libgloo-dev
-  libpng-dev libturbojpeg0-dev libpcre2-dev libicu-dev
+  libpng-dev libturbojpeg0-dev libpcre2-dev libicu-dev prometheus-cpp-dev
   bazel-bootstrap prometheus python3-yaml
 )
 
