@@ -15,6 +15,7 @@
 #include "common/utf8.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/json_util.h"
+#include "nlohmann/json.hpp"
 
 namespace dhp::api {
 namespace {
@@ -26,6 +27,7 @@ using google::protobuf::FieldDescriptor;
 constexpr char kPrefix[] = "request body (JSON): ";
 constexpr size_t kMaxMessageBytes = 4096;
 constexpr size_t kMaxSnippetBytes = 80;
+constexpr int kMaxDepth = 64;  // dhp.v1 messages nest at most ~8 deep
 // Stands in for each ill-formed byte in a second parse that finds the field holding them.
 constexpr std::string_view kMark = "\xEF\xBF\xBD";  // U+FFFD
 
@@ -134,6 +136,86 @@ std::string Restate(absl::string_view error, const Descriptor* root) {
   return absl::StrCat("malformed JSON: ", first);
 }
 
+// How deep arrays and objects nest in `body` (a scan of the text, strings skipped).
+int NestingDepth(std::string_view body) {
+  int depth = 0, max_depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      max_depth = std::max(max_depth, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+
+const char* JsonKind(const nlohmann::json& v) {
+  return v.is_array()     ? "an array"
+         : v.is_object()  ? "an object"
+         : v.is_string()  ? "a string"
+         : v.is_boolean() ? "a boolean"
+                          : "a number";
+}
+
+bool IsPlainMessage(const FieldDescriptor* f) {
+  return f->message_type() != nullptr &&
+         f->message_type()->file()->package() != "google.protobuf";  // not a well-known type
+}
+
+// protobuf's parser is lenient where the proto JSON mapping is not: it reads an object or a
+// scalar given for a repeated field as one element, and a list inside a list as its elements.
+// This checks that repeated fields hold arrays, maps and messages objects, and that no element
+// is itself an array, naming the field ("ranks[0]: expected an object, got an array"). Keys it
+// does not know are left to protobuf, which names them.
+std::string ShapeError(const nlohmann::json& object, const Descriptor* type,
+                       const std::string& path) {
+  for (const auto& [key, value] : object.items()) {
+    const FieldDescriptor* f = FindField(type, key);
+    if (f == nullptr || value.is_null()) continue;
+    const std::string where = path + key;
+    auto element = [&](const nlohmann::json& v, const std::string& at) -> std::string {
+      if (v.is_array()) return absl::StrCat(at, ": expected a single value, got an array");
+      if (!IsPlainMessage(f) || v.is_null()) return "";
+      if (!v.is_object()) return absl::StrCat(at, ": expected an object, got ", JsonKind(v));
+      return ShapeError(v, f->message_type(), at + ".");
+    };
+    if (f->is_map()) {
+      if (!value.is_object())
+        return absl::StrCat(where, ": expected an object, got ", JsonKind(value));
+      const FieldDescriptor* map_value = f->message_type()->map_value();
+      for (const auto& [k, v] : value.items()) {
+        if (v.is_array())
+          return absl::StrCat(where, ".", k, ": expected a single value, got an array");
+        if (IsPlainMessage(map_value) && v.is_object()) {
+          std::string e = ShapeError(v, map_value->message_type(), where + "." + k + ".");
+          if (!e.empty()) return e;
+        }
+      }
+    } else if (f->is_repeated()) {
+      if (!value.is_array()) {
+        return absl::StrCat(where, ": expected an array, got ", JsonKind(value));
+      }
+      for (size_t i = 0; i < value.size(); ++i) {
+        std::string e = element(value[i], absl::StrCat(where, "[", i, "]"));
+        if (!e.empty()) return e;
+      }
+    } else if (std::string e = element(value, where); !e.empty()) {
+      return e;
+    }
+  }
+  return "";
+}
+
 absl::Status Parse(std::string_view body, google::protobuf::Message* msg) {
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
@@ -190,6 +272,17 @@ absl::Status ParseJsonBody(std::string_view body, google::protobuf::Message* msg
       }
     }
     return absl::InvalidArgumentError(Finish(where.empty() ? bad : where + ": " + bad));
+  }
+  // protobuf reads arrays nested any depth as one flat list, so depth is bounded here.
+  if (const int depth = NestingDepth(body); depth > kMaxDepth) {
+    return absl::InvalidArgumentError(Finish(absl::StrCat(
+        "arrays and objects nest ", depth, " deep; at most ", kMaxDepth, " are read")));
+  }
+  const nlohmann::json doc = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_object()) {
+    if (std::string e = ShapeError(doc, msg->GetDescriptor(), ""); !e.empty()) {
+      return absl::InvalidArgumentError(Finish(e));
+    }
   }
   absl::Status s = Parse(body, msg);
   if (!s.ok()) {

@@ -168,5 +168,38 @@ TEST(ParseJsonBodyTest, MessagesAreBounded) {
   EXPECT_LT(SubmitError("{\"spec\": {\"priority\": " + value + "}}").size(), 4200u);
 }
 
+// Found by schemathesis: protobuf's parser read {"ranks": {}} as one element, and
+// {"ranks": [[null, null]]} as a list. Repeated fields take arrays, messages and maps objects,
+// and no element is an array; brackets inside strings are text.
+TEST(ParseJsonBodyTest, ShapesTheMappingDoesNotAllowAreRefused) {
+  EXPECT_EQ(Error<v1::HeartbeatRequest>(R"({"ranks": {}})"),
+            "request body (JSON): ranks: expected an array, got an object");
+  EXPECT_EQ(Error<v1::HeartbeatRequest>(R"({"ranks": [[null, null]]})"),
+            "request body (JSON): ranks[0]: expected a single value, got an array");
+  EXPECT_EQ(Error<v1::KvWaitRequest>(R"({"keys": ["a", ["b"]]})"),
+            "request body (JSON): keys[1]: expected a single value, got an array");
+  EXPECT_EQ(Error<v1::KvWaitRequest>(R"({"keys": "a"})"),
+            "request body (JSON): keys: expected an array, got a string");
+  EXPECT_EQ(Error<v1::RegisterNodeRequest>(R"({"node": {"resources": {"gpus": [1]}}})"),
+            "request body (JSON): node.resources.gpus[0]: expected an object, got a number");
+  EXPECT_EQ(SubmitError(R"({"spec": {"labels": []}})"),
+            "request body (JSON): spec.labels: expected an object, got an array");
+  EXPECT_EQ(SubmitError(R"({"spec": [{}]})"),
+            "request body (JSON): spec: expected a single value, got an array");
+  v1::KvWaitRequest wait;
+  ASSERT_TRUE(ParseJsonBody(R"({"keys": ["[[", "\"[[", "]{["]})", &wait).ok());
+  ASSERT_EQ(wait.keys_size(), 3);
+  EXPECT_EQ(wait.keys(1), "\"[[");
+  // protobuf skips a null element (the OpenAPI document allows null elements, so).
+  v1::HeartbeatRequest beat;
+  ASSERT_TRUE(ParseJsonBody(R"({"ranks": [null, {"job_id": "j"}]})", &beat).ok());
+  ASSERT_EQ(beat.ranks_size(), 1);
+  EXPECT_EQ(beat.ranks(0).job_id(), "j");
+  // protobuf took 100,000 nested arrays in a repeated string field as an empty list.
+  const std::string deep = R"({"keys": )" + std::string(200, '[') + std::string(200, ']') + "}";
+  EXPECT_EQ(Error<v1::KvWaitRequest>(deep),
+            "request body (JSON): arrays and objects nest 201 deep; at most 64 are read");
+}
+
 }  // namespace
 }  // namespace dhp::api

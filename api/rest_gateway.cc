@@ -10,15 +10,18 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "api/openapi.h"
 #include "api/rest_body.h"
 #include "common/proto_enum.h"
 #include "common/proto_yaml.h"
 #include "common/utf8.h"
+#include "google/protobuf/descriptor.h"
 
 namespace dhp::api {
 namespace {
@@ -50,6 +53,15 @@ std::string JsonEscape(absl::string_view s) {
     }
   }
   return out + "\"";
+}
+
+// The RPC of dhp.v1's services with this name, or nullptr.
+const google::protobuf::MethodDescriptor* FindRpc(const std::string& name) {
+  const google::protobuf::FileDescriptor* file = v1::SubmitJobRequest::descriptor()->file();
+  for (int i = 0; i < file->service_count(); ++i) {
+    if (const auto* rpc = file->service(i)->FindMethodByName(name)) return rpc;
+  }
+  return nullptr;
 }
 
 std::string VerbName(http::verb verb) {
@@ -190,6 +202,9 @@ class RestGateway::Router {
   Router(DhpService& service, TokenAuth auth, RestRequestObserver observer)
       : service_(service), auth_(std::move(auth)), observer_(std::move(observer)) {
     AddRoutes();
+    std::vector<RestOperation> ops;
+    for (const Route& route : routes_) ops.push_back(route.op);
+    openapi_ = OpenApiJson(ops, auth_.enabled());
   }
 
   void Handle(const HttpRequest& request, HttpResponder& responder);
@@ -212,15 +227,15 @@ class RestGateway::Router {
   struct Route {
     http::verb method;
     std::vector<Segment> segments;
-    std::string name;
-    std::vector<std::string> params;  // accepted query parameters besides "pretty"
-    bool any_query = false;           // /healthz, /metrics: ignore query parameters
+    RestOperation op;                 // what /openapi.json says of it
+    std::vector<std::string> params;  // accepted query parameters (op.query's names)
     std::function<void(Call&)> handle;
   };
+  using Q = QueryParam::Type;
 
   void AddRoutes();
-  void Add(http::verb method, absl::string_view pattern, std::string name,
-           std::vector<std::string> params, std::function<void(Call&)> handle);
+  void Add(http::verb method, absl::string_view pattern, std::string name, std::string summary,
+           std::vector<QueryParam> query, std::function<void(Call&)> handle);
   static bool Match(const Route& route, const std::vector<absl::string_view>& parts,
                     absl::string_view* captured);
 
@@ -254,18 +269,38 @@ class RestGateway::Router {
   const TokenAuth auth_;
   const RestRequestObserver observer_;
   std::vector<Route> routes_;  // immutable after construction
+  std::string openapi_;        // the document of routes_, built once after them
 };
 
 void RestGateway::Router::Add(http::verb method, absl::string_view pattern, std::string name,
-                              std::vector<std::string> params, std::function<void(Call&)> handle) {
-  Route route{method, {}, std::move(name), std::move(params), false, std::move(handle)};
+                              std::string summary, std::vector<QueryParam> query,
+                              std::function<void(Call&)> handle) {
+  RestOperation op;
+  op.method = absl::AsciiStrToLower(VerbName(method));
+  op.path = std::string(pattern);
+  op.rpc = std::move(name);
+  op.summary = std::move(summary);
+  if (absl::StrContains(pattern, "{id}")) {
+    op.id_field = absl::StartsWith(pattern, "/v1/nodes/") ? "node_id" : "job_id";
+  }
+  if (const google::protobuf::MethodDescriptor* rpc = FindRpc(op.rpc)) {
+    if (method == http::verb::post) op.body = rpc->input_type();
+    op.response = rpc->output_type();
+    op.response_kind = rpc->server_streaming() ? ResponseKind::kNdjson : ResponseKind::kJson;
+    query.push_back({"pretty", Q::kBool, "Indented JSON"});
+  } else {  // /healthz, /metrics, /openapi.json: no token, query parameters ignored
+    op.needs_auth = false;
+    op.response_kind = op.rpc == "OpenApi" ? ResponseKind::kOpenApi : ResponseKind::kText;
+  }
+  Route route{method, {}, std::move(op), {}, std::move(handle)};
+  for (const QueryParam& p : query) route.params.push_back(p.name);
+  route.op.query = std::move(query);
   for (absl::string_view part : absl::StrSplit(pattern.substr(1), '/')) {
     Segment seg;
     if (absl::ConsumePrefix(&part, "{id}")) seg.capture = true;
     seg.literal = std::string(part);
     route.segments.push_back(std::move(seg));
   }
-  route.any_query = route.name == "Healthz" || route.name == "Metrics";
   routes_.push_back(std::move(route));
 }
 
@@ -288,48 +323,74 @@ bool RestGateway::Router::Match(const Route& route, const std::vector<absl::stri
 
 void RestGateway::Router::AddRoutes() {
   using V = http::verb;
-  Add(V::post, "/v1/jobs", "SubmitJob", {"dry_run"}, [this](Call& c) { SubmitJob(c); });
-  Add(V::get, "/v1/jobs", "ListJobs", {"state", "label", "page_size", "page_token"},
+  const QueryParam after{"after", Q::kInt64, "Only events with a larger id", 0};
+  const QueryParam follow{"follow", Q::kBool, "Keep the stream open for new events"};
+  Add(V::post, "/v1/jobs", "SubmitJob", "Validate and submit a job",
+      {{"dry_run", Q::kBool, "Validate and normalise only; store nothing"}},
+      [this](Call& c) { SubmitJob(c); });
+  routes_.back().op.provides_id_field = "job_id";
+  routes_.back().op.provides_id_pointer = "/job/id";
+  Add(V::get, "/v1/jobs", "ListJobs", "Jobs, newest first",
+      {{"state", Q::kEnumList, "Only jobs in these states", -1, v1::JobState_descriptor()},
+       {"label", Q::kLabels, "Only jobs with this label (key=value)"},
+       {"page_size", Q::kInt32, "At most this many (0: the default)", 0},
+       {"page_token", Q::kString, "next_page_token of the previous page"}},
       [this](Call& c) { ListJobs(c); });
-  Add(V::get, "/v1/jobs/{id}", "GetJob", {}, [this](Call& c) {
-    Unary(c, &DhpService::GetJob, [&](v1::GetJobRequest& r) {
-      r.set_job_id(c.id);
-      return absl::OkStatus();
-    });
-  });
-  Add(V::post, "/v1/jobs/{id}:cancel", "CancelJob", {},
+  Add(V::get, "/v1/jobs/{id}", "GetJob", "A job with its runs and checkpoints", {},
+      [this](Call& c) {
+        Unary(c, &DhpService::GetJob, [&](v1::GetJobRequest& r) {
+          r.set_job_id(c.id);
+          return absl::OkStatus();
+        });
+      });
+  Add(V::post, "/v1/jobs/{id}:cancel", "CancelJob", "Cancel a job", {},
       [this](Call& c) { BodyCall(c, &DhpService::CancelJob, kSetJobId); });
-  Add(V::post, "/v1/jobs/{id}:resume", "ResumeJob", {},
+  Add(V::post, "/v1/jobs/{id}:resume", "ResumeJob", "A new run from the latest checkpoint", {},
       [this](Call& c) { BodyCall(c, &DhpService::ResumeJob, kSetJobId); });
-  Add(V::get, "/v1/jobs/{id}/events", "WatchJob", {"after", "follow"},
+  Add(V::get, "/v1/jobs/{id}/events", "WatchJob", "A job's events", {after, follow},
       [this](Call& c) { Watch(c, c.id); });
-  Add(V::get, "/v1/events", "WatchJob", {"after", "follow"}, [this](Call& c) { Watch(c, ""); });
-  Add(V::get, "/v1/jobs/{id}/logs", "GetLogs", {"attempt", "rank", "offset", "max_bytes"},
+  Add(V::get, "/v1/events", "WatchJob", "The events of all jobs and nodes", {after, follow},
+      [this](Call& c) { Watch(c, ""); });
+  routes_.back().op.operation_id = "WatchEvents";
+  Add(V::get, "/v1/jobs/{id}/logs", "GetLogs", "Rank output of an attempt",
+      {{"attempt", Q::kInt32, "The attempt (0: the current one)", 0},
+       {"rank", Q::kInt32List, "These ranks (none: every rank with output)", 0},
+       {"offset", Q::kInt64List, "Per rank, in the order of rank: start at this byte", 0},
+       {"max_bytes", Q::kInt32, "At most this many bytes per rank", 0}},
       [this](Call& c) { GetLogs(c); });
-  Add(V::post, "/v1/jobs/{id}/progress", "ReportProgress", {},
+  Add(V::post, "/v1/jobs/{id}/progress", "ReportProgress", "Worker-facing: a rank's progress", {},
       [this](Call& c) { BodyCall(c, &DhpService::ReportProgress, kSetJobId); });
-  Add(V::post, "/v1/jobs/{id}/checkpoints", "ReportCheckpoint", {},
+  Add(V::post, "/v1/jobs/{id}/checkpoints", "ReportCheckpoint",
+      "Worker-facing: a checkpoint shard written", {},
       [this](Call& c) { BodyCall(c, &DhpService::ReportCheckpoint, kSetJobId); });
-  Add(V::post, "/v1/jobs/{id}/checkpoints:reject", "RejectCheckpoint", {},
+  Add(V::post, "/v1/jobs/{id}/checkpoints:reject", "RejectCheckpoint",
+      "Worker-facing: a checkpoint that failed verification", {},
       [this](Call& c) { BodyCall(c, &DhpService::RejectCheckpoint, kSetJobId); });
-  Add(V::get, "/v1/nodes", "ListNodes", {}, [this](Call& c) {
-    Unary(c, &DhpService::ListNodes, [](v1::ListNodesRequest&) { return absl::OkStatus(); });
-  });
-  Add(V::post, "/v1/nodes:register", "RegisterNode", {},
+  Add(V::get, "/v1/nodes", "ListNodes", "Worker nodes with their GPUs or CPU slots", {},
+      [this](Call& c) {
+        Unary(c, &DhpService::ListNodes, [](v1::ListNodesRequest&) { return absl::OkStatus(); });
+      });
+  Add(V::post, "/v1/nodes:register", "RegisterNode", "Worker-facing: an agent registers", {},
       [this](Call& c) { BodyCall(c, &DhpService::RegisterNode); });
-  Add(V::post, "/v1/nodes/{id}:heartbeat", "Heartbeat", {},
+  routes_.back().op.provides_id_field = "node_id";
+  routes_.back().op.provides_id_pointer = "/node_id";
+  Add(V::post, "/v1/nodes/{id}:heartbeat", "Heartbeat", "Worker-facing: an agent's heartbeat", {},
       [this](Call& c) { BodyCall(c, &DhpService::Heartbeat, kSetNodeId); });
-  Add(V::post, "/v1/nodes/{id}/logs", "AppendLogs", {},
+  Add(V::post, "/v1/nodes/{id}/logs", "AppendLogs", "Worker-facing: rank output", {},
       [this](Call& c) { BodyCall(c, &DhpService::AppendLogs, kSetNodeId); });
-  Add(V::post, "/v1/kv:set", "KvSet", {}, [this](Call& c) { BodyCall(c, &DhpService::KvSet); });
-  Add(V::post, "/v1/kv:get", "KvGet", {}, [this](Call& c) { BodyCall(c, &DhpService::KvGet); });
-  Add(V::post, "/v1/kv:add", "KvAdd", {}, [this](Call& c) { BodyCall(c, &DhpService::KvAdd); });
-  Add(V::post, "/v1/kv:wait", "KvWait", {}, [this](Call& c) { BodyCall(c, &DhpService::KvWait); });
-  Add(V::post, "/v1/kv:check", "KvCheck", {},
+  Add(V::post, "/v1/kv:set", "KvSet", "Rendezvous: set a key", {},
+      [this](Call& c) { BodyCall(c, &DhpService::KvSet); });
+  Add(V::post, "/v1/kv:get", "KvGet", "Rendezvous: get a key", {},
+      [this](Call& c) { BodyCall(c, &DhpService::KvGet); });
+  Add(V::post, "/v1/kv:add", "KvAdd", "Rendezvous: add to a counter", {},
+      [this](Call& c) { BodyCall(c, &DhpService::KvAdd); });
+  Add(V::post, "/v1/kv:wait", "KvWait", "Rendezvous: wait for keys", {},
+      [this](Call& c) { BodyCall(c, &DhpService::KvWait); });
+  Add(V::post, "/v1/kv:check", "KvCheck", "Rendezvous: whether keys exist", {},
       [this](Call& c) { BodyCall(c, &DhpService::KvCheck); });
-  Add(V::post, "/v1/kv:delete", "KvDelete", {},
+  Add(V::post, "/v1/kv:delete", "KvDelete", "Rendezvous: delete a key", {},
       [this](Call& c) { BodyCall(c, &DhpService::KvDelete); });
-  Add(V::get, "/healthz", "Healthz", {}, [this](Call& c) {
+  Add(V::get, "/healthz", "Healthz", "200 ok, or 503 and the reason", {}, [this](Call& c) {
     const absl::Status health = service_.Health();
     if (health.ok()) {
       c.responder.Respond(http::status::ok, "text/plain; charset=utf-8", "ok\n");
@@ -338,10 +399,12 @@ void RestGateway::Router::AddRoutes() {
                           std::string(health.message()) + "\n");
     }
   });
-  Add(V::get, "/metrics", "Metrics", {}, [this](Call& c) {
+  Add(V::get, "/metrics", "Metrics", "Prometheus text format 0.0.4", {}, [this](Call& c) {
     c.responder.Respond(http::status::ok, "text/plain; version=0.0.4; charset=utf-8",
                         service_.MetricsText());
   });
+  Add(V::get, "/openapi.json", "OpenApi", "This document (OpenAPI 3.0)", {},
+      [this](Call& c) { c.responder.Respond(http::status::ok, kJson, openapi_); });
 }
 
 void RestGateway::Router::SubmitJob(Call& c) {
@@ -517,7 +580,7 @@ void RestGateway::Router::Handle(const HttpRequest& request, HttpResponder& resp
               "\n",
           {{"Allow", allow}});
     } else {
-      route_name = match->name;
+      route_name = match->op.rpc;
       Call call{request, responder, "", target->query};
       absl::Status status;
       absl::StatusOr<std::string> id =
@@ -526,19 +589,19 @@ void RestGateway::Router::Handle(const HttpRequest& request, HttpResponder& resp
         status = id.status();
       else
         call.id = *std::move(id);
-      if (status.ok() && !match->any_query) {  // /healthz and /metrics need no token
+      if (status.ok() && match->op.needs_auth) {  // /healthz, /metrics, /openapi.json: no token
         const auto authorization = request[http::field::authorization];
         status = auth_.Check(std::string_view(authorization.data(), authorization.size()));
       }
       // Text from the path and the query becomes proto strings: UTF-8 only, as in bodies.
       if (status.ok()) status = CheckUtf8("path: the id", call.id);
       for (const auto& [key, value] : target->query) {
-        if (!status.ok() || match->any_query) break;
+        if (!status.ok() || !match->op.needs_auth) break;
         status = CheckUtf8("query parameter name", key);
         if (status.ok()) status = CheckUtf8("query parameter " + key, value);
       }
       for (const auto& [key, value] : target->query) {
-        if (!status.ok() || match->any_query) break;
+        if (!status.ok() || !match->op.needs_auth) break;
         if (key == "pretty") {
           absl::StatusOr<bool> pretty = ParseBoolParam(key, value);
           if (!pretty.ok())
@@ -547,11 +610,10 @@ void RestGateway::Router::Handle(const HttpRequest& request, HttpResponder& resp
             call.pretty = *pretty;
         } else if (std::find(match->params.begin(), match->params.end(), key) ==
                    match->params.end()) {
-          std::vector<std::string> known = match->params;
-          known.push_back("pretty");
+          const std::vector<std::string>& known = match->params;
           status = absl::InvalidArgumentError(
-              absl::StrCat("unknown query parameter \"", key, "\" for ", match->name, " (", method,
-                           " ", target->path, "); known: ", absl::StrJoin(known, ", ")));
+              absl::StrCat("unknown query parameter \"", key, "\" for ", match->op.rpc, " (",
+                           method, " ", target->path, "); known: ", absl::StrJoin(known, ", ")));
         }
       }
       if (status.ok()) {

@@ -36,6 +36,9 @@
 //   POST /v1/kv:set|get|add|wait|check|delete   KvSet ... KvDelete
 //   GET  /healthz                    Healthz     200 "ok", or 503 and the reason
 //   GET  /metrics                    Metrics     Prometheus text, version 0.0.4
+//   GET  /openapi.json               OpenApi     the OpenAPI 3.0 document of these routes,
+//                                                built from this table and the dhp.v1
+//                                                descriptors (api/openapi.h)
 //
 // Every /v1 route also takes ?pretty for indented JSON; other query parameters are refused
 // (400 naming them), as are malformed values (page_size=abc, state=bogus, rank=x, more
@@ -85,8 +88,9 @@ struct RestGatewayOptions {
 };
 
 // Called once per request after it is answered (for streams: when the stream ends), with the
-// route's RPC name ("SubmitJob", "WatchJob", ..., "Healthz", "Metrics"; "Unknown" for 404/405
-// on unmatched routes), the HTTP status sent and the seconds spent. Called concurrently.
+// route's RPC name ("SubmitJob", "WatchJob", ..., "Healthz", "Metrics", "OpenApi"; "Unknown"
+// for 404/405 on unmatched routes), the HTTP status sent and the seconds spent. Called
+// concurrently.
 using RestRequestObserver =
     std::function<void(std::string_view route_name, int http_status, double seconds)>;
 

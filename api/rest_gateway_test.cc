@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "boost/beast/http.hpp"
 #include "common/proto_yaml.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace dhp::api {
 namespace {
@@ -235,6 +237,45 @@ TEST_F(RestGatewayTest, BadQueryParametersAre400NamingTheParameter) {
   EXPECT_EQ(res.result_int(), 400);
   EXPECT_NE(res.body().find("after"), std::string::npos) << res.body();
   EXPECT_EQ(service_.calls(), before);  // none reached the service
+}
+
+TEST_F(RestGatewayTest, OpenApiDocumentIsTheRouteTable) {
+  gateway_->Stop();
+  RestGatewayOptions options;
+  options.auth = TokenAuth("s3cret");
+  StartGateway(options);
+  Response res = client_->Get("/openapi.json");  // no token needed
+  ASSERT_EQ(res.result_int(), 200) << res.body();
+  EXPECT_EQ(res[http::field::content_type], "application/json");
+  EXPECT_TRUE(Observed("OpenApi", 200));
+  const nlohmann::json doc = nlohmann::json::parse(res.body());
+  EXPECT_EQ(doc["openapi"], "3.0.3");
+  EXPECT_EQ(doc["paths"].size(), 23u);  // 24 routes: GET and POST /v1/jobs share a path
+  std::set<std::string> ids;
+  for (const auto& [path, item] : doc["paths"].items()) {
+    for (const auto& [method, op] : item.items()) ids.insert(op["operationId"]);
+  }
+  EXPECT_EQ(ids.size(), 24u);
+  EXPECT_TRUE(ids.count("WatchJob") && ids.count("WatchEvents") && ids.count("KvDelete"));
+  // The query parameters are the ones the router accepts.
+  std::vector<std::string> names;
+  for (const auto& p : doc["paths"]["/v1/jobs/{id}/logs"]["get"]["parameters"]) {
+    names.push_back(p["name"]);
+  }
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"id", "attempt", "rank", "offset", "max_bytes", "pretty"}));
+  const auto& cancel = doc["paths"]["/v1/jobs/{id}:cancel"]["post"];
+  EXPECT_EQ(cancel["requestBody"]["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/dhp.v1.CancelJobRequest");
+  EXPECT_TRUE(cancel["responses"].contains("401"));
+  EXPECT_EQ(doc["paths"]["/metrics"]["get"]["security"], nlohmann::json::array());
+  EXPECT_EQ(doc["security"][0].count("bearerAuth"), 1u);
+  // Without auth the document declares none.
+  gateway_->Stop();
+  StartGateway({});
+  const nlohmann::json open = nlohmann::json::parse(client_->Get("/openapi.json").body());
+  EXPECT_FALSE(open.contains("security"));
+  EXPECT_FALSE(open["paths"]["/v1/jobs/{id}:cancel"]["post"]["responses"].contains("401"));
 }
 
 TEST_F(RestGatewayTest, PrettyJson) {

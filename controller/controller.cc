@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <future>
 
+#include "absl/strings/str_cat.h"
 #include "boost/asio/post.hpp"
 #include "common/logging.h"
 #include "common/proto_enum.h"
@@ -232,6 +233,10 @@ absl::Status Controller::ResumeJob(const v1::ResumeJobRequest& req, v1::ResumeJo
 absl::Status Controller::WatchJob(const v1::WatchJobRequest& req, api::EventSink& sink) {
   const std::string& job_id = req.job_id();
   int64_t after = req.after_event_id();
+  if (after < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "after_event_id: ", after, " is negative; event ids start at 1 (0: from the first)"));
+  }
   while (true) {
     bool final = false;
     int64_t seen_last = 0;

@@ -201,6 +201,18 @@ TEST_F(ControllerTest, WatchWithoutFollowReplaysTheHistory) {
   EXPECT_EQ(s.message(), "job j-missing not found");
 }
 
+// Found by schemathesis (GET /v1/events?after=-1 was a 200).
+TEST_F(ControllerTest, WatchRefusesANegativeAfter) {
+  v1::WatchJobRequest req;
+  req.set_after_event_id(-1);
+  CollectingSink sink;
+  const absl::Status s = controller_->WatchJob(req, sink);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "after_event_id: -1 is negative; event ids start at 1 (0: from the first)");
+  EXPECT_TRUE(sink.events().empty());
+}
+
 TEST_F(ControllerTest, WatchStopsWhenTheSinkRefusesAWrite) {
   const v1::Job job = Submit();
   ASSERT_TRUE(Cancel(job.id()).ok());

@@ -4,7 +4,9 @@
 #   2. the test environment .venv is installed (tools/setup_venv.sh: pinned PyTorch 2.x with
 #      CUDA, Hugging Face transformers, tokenizers, safetensors, Pillow, NumPy);
 #   3. Bazel against Debian's LibTorch 1.13 (CPU): unit tests, in-process API tests and the
-#      multi-process end-to-end tests; then dhp's image preprocessing against transformers'
+#      multi-process end-to-end tests; then the REST API against its OpenAPI document
+#      (/openapi.json) with schemathesis (tests/openapi_conformance_test.py: no 5xx, every
+#      response as documented); then dhp's image preprocessing against transformers'
 #      (tests/hf_preprocess_parity.py), the chat template against the official one rendered by
 #      transformers (tests/hf_chat_template_parity.py), the tokenizer against Hugging Face
 #      tokenizers (tests/hf_tokenizer_parity.py: ids and decoded text of 10,000 strings, NFC
@@ -34,6 +36,9 @@ tools/setup_venv.sh
 if [ "$only" != "--cmake" ]; then
   echo "== bazel test //... (LibTorch 1.13, Debian) =="
   bazel test --jobs="$jobs" //...
+  echo "== the REST API vs its OpenAPI document: schemathesis against a live controller (.venv) =="
+  .venv/bin/python tests/openapi_conformance_test.py bazel-bin/controller/dhp-controller \
+    bazel-bin/worker/agent/dhp-worker bazel-bin/api/dhpctl/dhpctl configs
   echo "== image preprocessing vs Hugging Face's processor (.venv) =="
   .venv/bin/python tests/hf_preprocess_parity.py bazel-bin/worker/data/dhp-preprocess
   echo "== chat template vs the official Qwen2.5-VL template in transformers (.venv) =="
