@@ -30,11 +30,14 @@ namespace http = boost::beast::http;
 using tcp = boost::asio::ip::tcp;
 
 // Sends a small plain-text response and marks the connection for closing.
-void WriteSimple(tcp::socket& socket, HttpStatus status, std::string body) {
+void WriteSimple(tcp::socket& socket, HttpStatus status, const std::string& message,
+                 const HttpServerOptions& options) {
+  HttpRejection answer{"text/plain; charset=utf-8", message + "\n"};
+  if (options.rejection) answer = options.rejection(status, message);
   http::response<http::string_body> res{status, 11};
-  res.set(http::field::content_type, "text/plain; charset=utf-8");
+  res.set(http::field::content_type, answer.content_type);
   res.keep_alive(false);
-  res.body() = std::move(body);
+  res.body() = std::move(answer.body);
   res.prepare_payload();
   beast::error_code ec;
   http::write(socket, res, ec);
@@ -310,14 +313,15 @@ bool HttpServer::ServeOne(Connection* conn, beast::flat_buffer& buffer) {
   }
   if (ec) {
     if (ec == http::error::body_limit) {
-      WriteSimple(socket, HttpStatus::payload_too_large,
-                  "request body exceeds the limit of " + std::to_string(options_.max_body_bytes) +
-                      " bytes\n");
+      WriteSimple(
+          socket, HttpStatus::payload_too_large,
+          "request body exceeds the limit of " + std::to_string(options_.max_body_bytes) + " bytes",
+          options_);
       LingeringClose(socket);
     } else if (ec.category() == http::make_error_code(http::error::bad_target).category() &&
                ec != http::error::end_of_stream && ec != http::error::partial_message) {
-      WriteSimple(socket, HttpStatus::bad_request,
-                  "malformed HTTP request: " + ec.message() + "\n");
+      WriteSimple(socket, HttpStatus::bad_request, "malformed HTTP request: " + ec.message(),
+                  options_);
       LingeringClose(socket);
     }
     return false;  // end_of_stream (client closed between requests) lands here too

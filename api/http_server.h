@@ -99,12 +99,23 @@ class HttpResponder {
 
 using HttpHandler = std::function<void(const HttpRequest&, HttpResponder&)>;
 
+// What the server sends for a request it refuses itself (see HttpServerOptions::rejection).
+struct HttpRejection {
+  std::string content_type;
+  std::string body;
+};
+
 struct HttpServerOptions {
   std::string address = "0.0.0.0";
   uint16_t port = 0;                // 0: an ephemeral port (see HttpServer::port)
   size_t max_body_bytes = 4 << 20;  // larger bodies get 413
   size_t max_connections = 4096;
   std::chrono::milliseconds idle_timeout{std::chrono::minutes(2)};
+  // The server answers some requests itself, before any handler sees them: 400 for a request
+  // that is not HTTP, 413 for a body over max_body_bytes. `rejection` formats those answers
+  // (content type and body from the status and a message) and is told of each one; empty:
+  // text/plain with the message. Called from connection threads, concurrently.
+  std::function<HttpRejection(HttpStatus status, const std::string& message)> rejection;
 };
 
 class HttpServer {

@@ -208,6 +208,15 @@ class RestGateway::Router {
   }
 
   void Handle(const HttpRequest& request, HttpResponder& responder);
+  // A request the HTTP server refused before routing (400 not HTTP, 413 body too large): the
+  // JSON error to send; the observer is told (route "Unrouted").
+  HttpRejection Rejected(HttpStatus status, const std::string& message) const {
+    const absl::Status error = status == HttpStatus::payload_too_large
+                                   ? absl::ResourceExhaustedError(message)
+                                   : absl::InvalidArgumentError(message);
+    if (observer_) observer_("Unrouted", static_cast<int>(status), 0.0);
+    return {kJson, StatusToJson(error) + "\n"};
+  }
 
  private:
   // One path segment of a pattern: a literal ("jobs", "nodes:register"), or a capture
@@ -641,6 +650,9 @@ RestGateway::RestGateway(DhpService& service, RestGatewayOptions options,
   http.max_connections = options.max_connections;
   http.idle_timeout = options.idle_timeout;
   Router* router = router_.get();
+  http.rejection = [router](HttpStatus status, const std::string& message) {
+    return router->Rejected(status, message);
+  };
   server_ = std::make_unique<HttpServer>(
       std::move(http), [router](const HttpRequest& request, HttpResponder& responder) {
         router->Handle(request, responder);

@@ -54,8 +54,9 @@
 // status of HttpStatusFor: INVALID_ARGUMENT 400, NOT_FOUND 404, ALREADY_EXISTS and
 // FAILED_PRECONDITION 409, RESOURCE_EXHAUSTED 429, UNAUTHENTICATED 401, PERMISSION_DENIED 403,
 // UNIMPLEMENTED 501, UNAVAILABLE 503, DEADLINE_EXCEEDED 504, others 500. An unknown path is
-// 404, a known path with the wrong method 405 (with Allow), a body over the limit 413, a body
-// of another Content-Type 415 (code INVALID_ARGUMENT in the JSON). Messages stay valid UTF-8:
+// 404, a known path with the wrong method 405 (with Allow), a body over the limit 413 (code
+// RESOURCE_EXHAUSTED in the JSON), a body of another Content-Type 415 (INVALID_ARGUMENT), a
+// request that is not HTTP 400. Messages stay valid UTF-8:
 // bytes echoed from a request that are not are written as \xNN.
 //
 // Thread-safety: requests are served concurrently (one thread per connection), so the
@@ -89,7 +90,7 @@ struct RestGatewayOptions {
 
 // Called once per request after it is answered (for streams: when the stream ends), with the
 // route's RPC name ("SubmitJob", "WatchJob", ..., "Healthz", "Metrics", "OpenApi"; "Unknown"
-// for 404/405 on unmatched routes), the HTTP status sent and the seconds spent. Called
+// for 404/405 on unmatched routes; "Unrouted" for 400 and 413 from the HTTP server itself), the HTTP status sent and the seconds spent. Called
 // concurrently.
 using RestRequestObserver =
     std::function<void(std::string_view route_name, int http_status, double seconds)>;

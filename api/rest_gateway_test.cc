@@ -657,9 +657,30 @@ TEST_F(RestGatewayTest, BodyOverLimitIs413) {
   StartGateway(options);
   Response res = client_->Post("/v1/jobs", "{\"spec_text\": \"" + std::string(4000, 'x') + "\"}");
   EXPECT_EQ(res.result_int(), 413);
+  EXPECT_EQ(res[http::field::content_type], "application/json");  // the Error shape
+  EXPECT_EQ(res.body(),
+            "{\"code\": 8, \"status\": \"RESOURCE_EXHAUSTED\", \"message\": \"request body exceeds "
+            "the limit of 1024 bytes\"}\n");
+  EXPECT_TRUE(Observed("Unrouted", 413));
   EXPECT_EQ(service_.calls(), 0);
   Client again(gateway_->port());
   EXPECT_EQ(again.Post("/v1/jobs", R"({"spec_text": "small"})").result_int(), 200);
+}
+
+TEST_F(RestGatewayTest, BytesThatAreNotHttpAre400InTheErrorShape) {
+  const std::string garbage = "GET /v1/jobs HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n";
+  boost::asio::write(client_->socket(), boost::asio::buffer(garbage));
+  http::response<http::string_body> res;
+  http::read(client_->socket(), client_->buffer(), res);
+  EXPECT_EQ(res.result_int(), 400);
+  EXPECT_EQ(res[http::field::content_type], "application/json");
+  EXPECT_EQ(res.body().rfind("{\"code\": 3, \"status\": \"INVALID_ARGUMENT\", \"message\": "
+                             "\"malformed HTTP request: ",
+                             0),
+            0u)
+      << res.body();
+  EXPECT_TRUE(Observed("Unrouted", 400));
+  EXPECT_EQ(service_.calls(), 0);
 }
 
 TEST_F(RestGatewayTest, ExpectContinueIsHonoured) {
