@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +29,12 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = boost::beast::http;
 using tcp = boost::asio::ip::tcp;
+
+int64_t SteadyNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 // Sends a small plain-text response and marks the connection for closing.
 void WriteSimple(tcp::socket& socket, HttpStatus status, const std::string& message,
@@ -201,7 +208,7 @@ bool HttpResponder::keep_alive() const {
 // ---- HttpServer ----------------------------------------------------------------------------
 
 HttpServer::HttpServer(HttpServerOptions options, HttpHandler handler)
-    : options_(std::move(options)), handler_(std::move(handler)), acceptor_(io_) {}
+    : options_(std::move(options)), handler_(std::move(handler)), acceptor_(io_), watchdog_(io_) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -228,6 +235,7 @@ absl::Status HttpServer::Start() {
   port_.store(acceptor_.local_endpoint(ec).port());
   started_ = true;
   AcceptNext();
+  ArmWatchdog();
   accept_thread_ = std::thread([this] { io_.run(); });
   return absl::OkStatus();
 }
@@ -243,6 +251,26 @@ void HttpServer::AcceptNext() {
     }
     AcceptNext();
   });
+}
+
+void HttpServer::ArmWatchdog() {
+  watchdog_.expires_after(std::chrono::milliseconds(100));
+  watchdog_.async_wait([this](boost::system::error_code ec) {
+    if (ec || stopping_.load()) return;
+    EnforceDeadlines();
+    ArmWatchdog();
+  });
+}
+
+void HttpServer::EnforceDeadlines() {
+  const int64_t now = SteadyNanos();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::unique_ptr<Connection>& conn : connections_) {
+    const int64_t deadline = conn->deadline_ns.load();
+    if (conn->done || deadline == 0 || now < deadline || conn->timed_out.exchange(true)) continue;
+    // Ends the blocked read with end-of-file; the connection's thread answers 408.
+    ::shutdown(conn->socket.native_handle(), SHUT_RD);
+  }
 }
 
 void HttpServer::ReapLocked(std::vector<std::thread>* finished) {
@@ -261,11 +289,12 @@ void HttpServer::OnAccept(tcp::socket socket) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     ReapLocked(&finished);
-    if (connections_.size() >= options_.max_connections) {
+    const size_t open = connections_.size();
+    if (open >= options_.max_connections + options_.reserved_connections) {
       boost::system::error_code ignored;
       socket.close(ignored);
     } else {
-      auto conn = std::make_unique<Connection>(std::move(socket));
+      auto conn = std::make_unique<Connection>(std::move(socket), open >= options_.max_connections);
       Connection* raw = conn.get();
       connections_.push_back(std::move(conn));
       raw->thread = std::thread([this, raw] { Serve(raw); });
@@ -278,7 +307,7 @@ void HttpServer::Serve(Connection* conn) {
   boost::system::error_code ignored;
   conn->socket.set_option(tcp::no_delay(true), ignored);
   beast::flat_buffer buffer;
-  while (!stopping_.load() && ServeOne(conn, buffer)) {
+  for (bool first = true; !stopping_.load() && ServeOne(conn, buffer, first); first = false) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   conn->socket.shutdown(tcp::socket::shutdown_both, ignored);
@@ -286,48 +315,90 @@ void HttpServer::Serve(Connection* conn) {
   conn->done = true;
 }
 
-bool HttpServer::ServeOne(Connection* conn, beast::flat_buffer& buffer) {
+bool HttpServer::ReadRequest(Connection* conn, beast::flat_buffer& buffer,
+                             http::request_parser<http::string_body>& parser) {
   tcp::socket& socket = conn->socket;
-  if (buffer.size() == 0) {
-    // Between requests: wait for the next one at most idle_timeout.
-    pollfd p{socket.native_handle(), POLLIN, 0};
-    int r;
-    do {
-      r = ::poll(&p, 1, static_cast<int>(options_.idle_timeout.count()));
-    } while (r < 0 && errno == EINTR);
-    if (r <= 0 || stopping_.load()) return false;
-  }
-
-  http::request_parser<http::string_body> parser;
+  auto set_deadline = [&](std::chrono::milliseconds within) {
+    conn->deadline_ns.store(within.count() == 0 ? 0 : SteadyNanos() + within.count() * 1000000);
+  };
   parser.body_limit(options_.max_body_bytes);
   parser.header_limit(64 * 1024);
   beast::error_code ec;
+  set_deadline(options_.header_timeout);
   http::read_header(socket, buffer, parser, ec);
   if (!ec && !parser.is_done()) {
+    if (options_.check_headers) {
+      if (std::optional<HttpRefusal> refusal = options_.check_headers(parser.get())) {
+        set_deadline(std::chrono::milliseconds(0));
+        WriteSimple(socket, refusal->status, refusal->message, options_);
+        LingeringClose(socket);
+        return false;
+      }
+    }
     const auto expect = parser.get()[http::field::expect];
     if (beast::iequals(expect, "100-continue")) {
       static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
       asio::write(socket, asio::const_buffer(kContinue, sizeof(kContinue) - 1), ec);
     }
+    set_deadline(options_.body_timeout);
     if (!ec) http::read(socket, buffer, parser, ec);
   }
-  if (ec) {
-    if (ec == http::error::body_limit) {
-      WriteSimple(
-          socket, HttpStatus::payload_too_large,
-          "request body exceeds the limit of " + std::to_string(options_.max_body_bytes) + " bytes",
-          options_);
-      LingeringClose(socket);
-    } else if (ec.category() == http::make_error_code(http::error::bad_target).category() &&
-               ec != http::error::end_of_stream && ec != http::error::partial_message) {
-      WriteSimple(socket, HttpStatus::bad_request, "malformed HTTP request: " + ec.message(),
-                  options_);
-      LingeringClose(socket);
-    }
-    return false;  // end_of_stream (client closed between requests) lands here too
+  set_deadline(std::chrono::milliseconds(0));
+  if (!ec) return true;
+  if (conn->timed_out.load()) {
+    WriteSimple(socket, HttpStatus::request_timeout,
+                std::string("the request did not arrive in time (") +
+                    (parser.is_header_done() ? "body" : "headers") + " within " +
+                    std::to_string(
+                        (parser.is_header_done() ? options_.body_timeout : options_.header_timeout)
+                            .count()) +
+                    " ms)",
+                options_);
+  } else if (ec == http::error::body_limit) {
+    WriteSimple(
+        socket, HttpStatus::payload_too_large,
+        "request body exceeds the limit of " + std::to_string(options_.max_body_bytes) + " bytes",
+        options_);
+    LingeringClose(socket);
+  } else if (ec.category() == http::make_error_code(http::error::bad_target).category() &&
+             ec != http::error::end_of_stream && ec != http::error::partial_message) {
+    WriteSimple(socket, HttpStatus::bad_request, "malformed HTTP request: " + ec.message(),
+                options_);
+    LingeringClose(socket);
+  }
+  return false;  // end_of_stream (client closed between requests) lands here too
+}
+
+bool HttpServer::ServeOne(Connection* conn, beast::flat_buffer& buffer, bool first) {
+  tcp::socket& socket = conn->socket;
+  if (buffer.size() == 0) {
+    // Between requests: wait for the next one at most idle_timeout (1 s when reserved); a new
+    // connection that sends nothing is closed after header_timeout.
+    auto idle = conn->reserved ? std::chrono::milliseconds(1000) : options_.idle_timeout;
+    if (first) idle = std::min(idle, options_.header_timeout);
+    pollfd p{socket.native_handle(), POLLIN, 0};
+    int r;
+    do {
+      r = ::poll(&p, 1, static_cast<int>(idle.count()));
+    } while (r < 0 && errno == EINTR);
+    if (r <= 0 || stopping_.load()) return false;
   }
 
+  http::request_parser<http::string_body> parser;
+  if (!ReadRequest(conn, buffer, parser)) return false;
   const HttpRequest request = parser.release();
+  if (conn->reserved) {
+    const std::string_view target(request.target().data(), request.target().size());
+    const std::string_view path = target.substr(0, target.find('?'));
+    if (std::find(options_.reserved_paths.begin(), options_.reserved_paths.end(), path) ==
+        options_.reserved_paths.end()) {
+      WriteSimple(socket, HttpStatus::service_unavailable,
+                  "too many connections (" + std::to_string(options_.max_connections) +
+                      "); this one may only ask for health and metrics",
+                  options_);
+      return false;
+    }
+  }
   HttpResponder responder(socket, request, stopping_);
   try {
     handler_(request, responder);
@@ -352,6 +423,7 @@ void HttpServer::Stop() {
   asio::post(io_, [this] {
     boost::system::error_code ignored;
     acceptor_.close(ignored);
+    watchdog_.cancel();
   });
   accept_thread_.join();
 

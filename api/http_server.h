@@ -27,6 +27,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -37,8 +38,10 @@
 #include "absl/status/statusor.h"
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/ip/tcp.hpp"
+#include "boost/asio/steady_timer.hpp"
 #include "boost/beast/core/flat_buffer.hpp"
 #include "boost/beast/http/message.hpp"
+#include "boost/beast/http/parser.hpp"
 #include "boost/beast/http/status.hpp"
 #include "boost/beast/http/string_body.hpp"
 
@@ -105,14 +108,35 @@ struct HttpRejection {
   std::string body;
 };
 
+// A request the server refuses before reading its body (see HttpServerOptions::check_headers).
+struct HttpRefusal {
+  HttpStatus status;
+  std::string message;
+};
+
 struct HttpServerOptions {
   std::string address = "0.0.0.0";
   uint16_t port = 0;                // 0: an ephemeral port (see HttpServer::port)
   size_t max_body_bytes = 4 << 20;  // larger bodies get 413
-  size_t max_connections = 4096;
-  std::chrono::milliseconds idle_timeout{std::chrono::minutes(2)};
+  // Connections served at once. Past it, up to `reserved_connections` more are accepted for
+  // `reserved_paths` only (health and metrics stay reachable while clients hog the rest); any
+  // other request on them is 503, and they idle at most 1 s. Past both, connections are
+  // closed at once.
+  size_t max_connections = 1024;
+  size_t reserved_connections = 16;
+  std::vector<std::string> reserved_paths;
+  std::chrono::milliseconds idle_timeout{std::chrono::minutes(2)};  // between requests
+  // From the first byte of a request to its last header line, and from there to its body's
+  // last byte. Past either the request is answered 408 and the connection closed.
+  std::chrono::milliseconds header_timeout{std::chrono::seconds(10)};
+  std::chrono::milliseconds body_timeout{std::chrono::seconds(60)};
+  // Called with a request's headers before its body is read (and before 100 Continue): a
+  // refusal is answered without reading the body (e.g. 401 for a missing token, so that
+  // unauthenticated uploads cost nothing). Called from connection threads, concurrently.
+  std::function<std::optional<HttpRefusal>(const HttpRequest& headers)> check_headers;
   // The server answers some requests itself, before any handler sees them: 400 for a request
-  // that is not HTTP, 413 for a body over max_body_bytes. `rejection` formats those answers
+  // that is not HTTP, 408 for one too slow, 413 for a body over max_body_bytes, 503 on a
+  // reserved connection, and check_headers' refusals. `rejection` formats those answers
   // (content type and body from the status and a message) and is told of each one; empty:
   // text/plain with the message. Called from connection threads, concurrently.
   std::function<HttpRejection(HttpStatus status, const std::string& message)> rejection;
@@ -135,18 +159,31 @@ class HttpServer {
 
  private:
   struct Connection {
-    explicit Connection(boost::asio::ip::tcp::socket s) : socket(std::move(s)) {}
+    Connection(boost::asio::ip::tcp::socket s, bool r) : socket(std::move(s)), reserved(r) {}
     boost::asio::ip::tcp::socket socket;
+    const bool reserved;  // accepted past max_connections: reserved_paths only
     std::thread thread;
     bool done = false;  // guarded by HttpServer::mu_; socket closed, thread about to exit
+    // Steady-clock nanoseconds by which the request being read must be in; 0: none. Past it
+    // the watchdog shuts the socket for reading, which ends the blocked read, and sets
+    // timed_out.
+    std::atomic<int64_t> deadline_ns{0};
+    std::atomic<bool> timed_out{false};
   };
 
   void AcceptNext();
   void OnAccept(boost::asio::ip::tcp::socket socket);
   void Serve(Connection* conn);
   // Returns false when the connection must close.
-  bool ServeOne(Connection* conn, boost::beast::flat_buffer& buffer);
+  // `first`: the connection's first request, which must start within header_timeout.
+  bool ServeOne(Connection* conn, boost::beast::flat_buffer& buffer, bool first);
   void ReapLocked(std::vector<std::thread>* finished);
+  // Reads one request (headers, the check_headers hook, the body) within the deadlines. False
+  // when the connection must close; the client has been answered where it could be.
+  bool ReadRequest(Connection* conn, boost::beast::flat_buffer& buffer,
+                   boost::beast::http::request_parser<boost::beast::http::string_body>& parser);
+  void ArmWatchdog();  // on io_: every 100 ms, EnforceDeadlines
+  void EnforceDeadlines();
 
   const HttpServerOptions options_;
   const HttpHandler handler_;
@@ -156,6 +193,7 @@ class HttpServer {
 
   boost::asio::io_context io_;
   boost::asio::ip::tcp::acceptor acceptor_;  // used only on accept_thread_ after Start
+  boost::asio::steady_timer watchdog_;       // likewise
   std::thread accept_thread_;
 
   std::mutex mu_;  // guards connections_ (membership and each Connection::done)

@@ -188,6 +188,7 @@ Json Responses(const RestOperation& op, bool bearer_auth, Schemas& schemas) {
   r["400"] = ErrorResponse("A bad argument: the message names the field or parameter");
   if (bearer_auth && op.needs_auth) r["401"] = ErrorResponse("No token, or a wrong one");
   r["404"] = ErrorResponse("No such job, node, key or route");
+  r["408"] = ErrorResponse("The headers (10 s) or the body (60 s) did not arrive in time");
   r["409"] = ErrorResponse(
       "Not possible in the current state (FAILED_PRECONDITION, "
       "ALREADY_EXISTS)");

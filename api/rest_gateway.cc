@@ -208,12 +208,28 @@ class RestGateway::Router {
   }
 
   void Handle(const HttpRequest& request, HttpResponder& responder);
-  // A request the HTTP server refused before routing (400 not HTTP, 413 body too large): the
-  // JSON error to send; the observer is told (route "Unrouted").
+  // Before a body is read: 401 when a token is needed and missing or wrong, so that an
+  // unauthenticated upload is not read (nor 100 Continue sent).
+  std::optional<HttpRefusal> CheckHeaders(const HttpRequest& request) const {
+    if (!auth_.enabled()) return std::nullopt;
+    const std::string_view target(request.target().data(), request.target().size());
+    const std::string_view path = target.substr(0, target.find('?'));
+    if (path == "/healthz" || path == "/metrics" || path == "/openapi.json") return std::nullopt;
+    const auto authorization = request[http::field::authorization];
+    const absl::Status s =
+        auth_.Check(std::string_view(authorization.data(), authorization.size()));
+    if (s.ok()) return std::nullopt;
+    return HttpRefusal{http::status::unauthorized, std::string(s.message())};
+  }
+  // A request the HTTP server refused before routing (400 not HTTP, 401 before the body, 408
+  // too slow, 413 body too large, 503 on a reserved connection): the JSON error to send; the
+  // observer is told (route "Unrouted").
   HttpRejection Rejected(HttpStatus status, const std::string& message) const {
-    const absl::Status error = status == HttpStatus::payload_too_large
-                                   ? absl::ResourceExhaustedError(message)
-                                   : absl::InvalidArgumentError(message);
+    absl::Status error = absl::InvalidArgumentError(message);
+    if (status == HttpStatus::payload_too_large) error = absl::ResourceExhaustedError(message);
+    if (status == HttpStatus::unauthorized) error = absl::UnauthenticatedError(message);
+    if (status == HttpStatus::request_timeout) error = absl::DeadlineExceededError(message);
+    if (status == HttpStatus::service_unavailable) error = absl::UnavailableError(message);
     if (observer_) observer_("Unrouted", static_cast<int>(status), 0.0);
     return {kJson, StatusToJson(error) + "\n"};
   }
@@ -648,8 +664,14 @@ RestGateway::RestGateway(DhpService& service, RestGatewayOptions options,
   http.port = options.port;
   http.max_body_bytes = options.max_body_bytes;
   http.max_connections = options.max_connections;
+  http.reserved_paths = {"/healthz", "/metrics"};
   http.idle_timeout = options.idle_timeout;
+  http.header_timeout = options.header_timeout;
+  http.body_timeout = options.body_timeout;
   Router* router = router_.get();
+  http.check_headers = [router](const HttpRequest& request) {
+    return router->CheckHeaders(request);
+  };
   http.rejection = [router](HttpStatus status, const std::string& message) {
     return router->Rejected(status, message);
   };

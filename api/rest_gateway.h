@@ -59,6 +59,11 @@
 // request that is not HTTP 400. Messages stay valid UTF-8:
 // bytes echoed from a request that are not are written as \xNN.
 //
+// Limits (HttpServer): a request's headers must arrive within header_timeout (10 s; also a new
+// connection's first byte) and its body within body_timeout (60 s), else 408; with auth on, a
+// request without the token is 401 before its body is read or 100 Continue is sent; past
+// max_connections (1024), 16 more connections serve /healthz and /metrics only (503 else).
+//
 // Thread-safety: requests are served concurrently (one thread per connection), so the
 // service and the observer are called from many threads at once. Start/Stop as HttpServer.
 #ifndef DHP_API_REST_GATEWAY_H_
@@ -83,9 +88,12 @@ struct RestGatewayOptions {
   std::string address = "0.0.0.0";
   uint16_t port = 0;                // 0: ephemeral; RestGateway::port() tells which
   size_t max_body_bytes = 4 << 20;  // 413 beyond
-  size_t max_connections = 4096;
+  // Past max_connections, 16 more are served for /healthz and /metrics only (HttpServer).
+  size_t max_connections = 1024;
   std::chrono::milliseconds idle_timeout{std::chrono::minutes(2)};
-  TokenAuth auth;                     // when enabled, /v1 routes need the bearer token (401)
+  std::chrono::milliseconds header_timeout{std::chrono::seconds(10)};  // 408 beyond
+  std::chrono::milliseconds body_timeout{std::chrono::seconds(60)};    // 408 beyond
+  TokenAuth auth;  // when enabled, /v1 routes need the bearer token (401, before any body)
 };
 
 // Called once per request after it is answered (for streams: when the stream ends), with the

@@ -56,6 +56,7 @@ v1::ControllerConfig DefaultControllerConfig() {
   c.mutable_listen()->set_bind("127.0.0.1");  // loopback: nothing is exposed by accident
   c.mutable_listen()->set_grpc_port(7070);
   c.mutable_listen()->set_http_port(7080);
+  c.mutable_listen()->set_http_max_connections(1024);
   c.set_data_dir("/var/lib/dhp");
   c.mutable_heartbeat()->set_interval_ms(2000);
   c.mutable_heartbeat()->set_timeout_ms(10000);
@@ -96,6 +97,9 @@ absl::Status ValidateControllerConfig(const v1::ControllerConfig& config) {
     errors.Add("listen.http_port", absl::StrCat(c.listen().http_port(),
                                                 " is also listen.grpc_port; give each its own "
                                                 "port (or 0 for a free one)"));
+  }
+  if (const int n = c.listen().http_max_connections(); n < 1 || n > 65536) {
+    errors.Add("listen.http_max_connections", absl::StrCat(n, " must be in 1..65536"));
   }
   if (c.data_dir().empty()) errors.Add("data_dir", "must not be empty");
   if (!c.auth().token_file().empty()) CheckTokenFile(c.auth().token_file(), errors);
@@ -161,6 +165,12 @@ void AddControllerFlags(CLI::App& app, ControllerCommandLine* command_line) {
   number("--http-port", [](auto* c, int v) { c->mutable_listen()->set_http_port(v); },
          "REST/metrics port (listen.http_port; 0: pick a free one)")
       ->default_str(std::to_string(d.listen().http_port()));
+  number(
+      "--http-max-connections",
+      [](auto* c, int v) { c->mutable_listen()->set_http_max_connections(v); },
+      "REST connections served at once; past it, 16 more serve /healthz and /metrics only "
+      "(listen.http_max_connections)")
+      ->default_str(std::to_string(d.listen().http_max_connections()));
   text("--port-file", [](auto* c, const std::string& v) { c->set_port_file(v); },
        "Write {\"grpc_port\":N,\"http_port\":M} here once listening (port_file)");
   number("--heartbeat-interval-ms",

@@ -114,6 +114,7 @@ int main(int argc, char** argv) {
   dhp::api::RestGatewayOptions rest_options;
   rest_options.address = bind;
   rest_options.port = static_cast<uint16_t>(config.listen().http_port());
+  rest_options.max_connections = static_cast<size_t>(config.listen().http_max_connections());
   rest_options.auth = auth;
   dhp::api::RestGateway rest(rest_service, rest_options);
   if (absl::Status s = rest.Start(); !s.ok()) return Fail(std::string(s.message()));
