@@ -324,7 +324,11 @@ bool HttpServer::ReadRequest(Connection* conn, beast::flat_buffer& buffer,
   parser.body_limit(options_.max_body_bytes);
   parser.header_limit(64 * 1024);
   beast::error_code ec;
-  set_deadline(options_.header_timeout);
+  // A reserved connection that stalls gives its slot back after 1 s.
+  const std::chrono::milliseconds header_timeout =
+      conn->reserved ? std::min(options_.header_timeout, std::chrono::milliseconds(1000))
+                     : options_.header_timeout;
+  set_deadline(header_timeout);
   http::read_header(socket, buffer, parser, ec);
   if (!ec && !parser.is_done()) {
     if (options_.check_headers) {
@@ -346,14 +350,14 @@ bool HttpServer::ReadRequest(Connection* conn, beast::flat_buffer& buffer,
   set_deadline(std::chrono::milliseconds(0));
   if (!ec) return true;
   if (conn->timed_out.load()) {
-    WriteSimple(socket, HttpStatus::request_timeout,
-                std::string("the request did not arrive in time (") +
-                    (parser.is_header_done() ? "body" : "headers") + " within " +
-                    std::to_string(
-                        (parser.is_header_done() ? options_.body_timeout : options_.header_timeout)
-                            .count()) +
-                    " ms)",
-                options_);
+    WriteSimple(
+        socket, HttpStatus::request_timeout,
+        std::string("the request did not arrive in time (") +
+            (parser.is_header_done() ? "body" : "headers") + " within " +
+            std::to_string(
+                (parser.is_header_done() ? options_.body_timeout : header_timeout).count()) +
+            " ms)",
+        options_);
   } else if (ec == http::error::body_limit) {
     WriteSimple(
         socket, HttpStatus::payload_too_large,

@@ -120,8 +120,8 @@ struct HttpServerOptions {
   size_t max_body_bytes = 4 << 20;  // larger bodies get 413
   // Connections served at once. Past it, up to `reserved_connections` more are accepted for
   // `reserved_paths` only (health and metrics stay reachable while clients hog the rest); any
-  // other request on them is 503, and they idle at most 1 s. Past both, connections are
-  // closed at once.
+  // other request on them is 503, and they idle, or wait for headers, at most 1 s. Past both,
+  // connections are closed at once.
   size_t max_connections = 1024;
   size_t reserved_connections = 16;
   std::vector<std::string> reserved_paths;
