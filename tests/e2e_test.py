@@ -95,6 +95,13 @@ class ControlPlaneTest(unittest.TestCase):
         self.assertEqual(code, 0)
         transitions = [l.split("  ")[4] for l in out.splitlines() if " job.state " in l]
         self.assertEqual(transitions, ["QUEUED", "QUEUED -> CANCELLED", "CANCELLED -> QUEUED"])
+        # `dhpctl events JOB`: that job's events only (the alert texts name it).
+        other = self.submit(spec_with(c, "other-job"))
+        code, out, _ = c.dhpctl("-o", "json", "events", job)
+        self.assertEqual(code, 0)
+        ids = {json.loads(l).get("job_id") for l in out.splitlines()}
+        self.assertEqual(ids, {job})
+        self.assertIn(other, c.dhpctl("events")[1])
 
         # A node too small for the job's tensor-parallel pair: the job keeps waiting, and says so.
         c.start_worker("node-a", cpu_slots=1)

@@ -280,6 +280,20 @@ class RulesTest(unittest.TestCase):
                       "DhpRankMemoryNearCapacity"]:
             self.assertIn(alert, names)
 
+    def test_the_commands_alerts_name_exist(self):
+        """Each `dhpctl CMD` in a rule's annotations is a dhpctl command (DhpJobRestartLoop
+        once named `dhpctl events JOB`, which did not take a job)."""
+        with open(ALERTS, encoding="utf-8") as f:
+            text = f.read()
+        commands = set(re.findall(r"`dhpctl ([a-z]+)([^`]*)`", text))
+        self.assertGreaterEqual(len(commands), 4)
+        for cmd, args in commands:
+            out = subprocess.run([BINS.dhpctl, cmd, "--help"], capture_output=True, text=True,
+                                 timeout=30)
+            self.assertEqual(out.returncode, 0, "dhpctl %s: %s" % (cmd, out.stderr))
+            if "{{ $labels.job }}" in args:  # takes a job id
+                self.assertRegex(out.stdout, r"(?m)^\s+job\b", "dhpctl %s takes no JOB" % cmd)
+
     def test_each_alert_fires_on_its_condition_only(self):
         need_promtool(self)
         with tempfile.TemporaryDirectory(prefix="dhp-rules-") as tmp:

@@ -344,7 +344,9 @@ int main(int argc, char** argv) {
   resume->add_flag("--follow", follow, "Stream the job's events until it ends");
   CLI::App* watch = app.add_subcommand("watch", "Stream a job's events until it ends");
   watch->add_option("job", job_id, "Job id")->required();
-  CLI::App* events = app.add_subcommand("events", "Print the event history of all jobs/nodes");
+  CLI::App* events = app.add_subcommand(
+      "events", "Print the event history of one job, or of all jobs and nodes");
+  events->add_option("job", job_id, "Job id (default: all jobs and nodes)");
   events->add_option("--after", after, "Only events after this id");
   events->add_flag("--follow", follow, "Keep streaming new events");
   CLI::App* nodes = app.add_subcommand("nodes", "List worker nodes");
@@ -468,6 +470,7 @@ int main(int argc, char** argv) {
   if (watch->parsed()) return Follow(client, poll_client, job_id, g);
   if (events->parsed()) {
     v1::WatchJobRequest req;
+    req.set_job_id(job_id);
     req.set_after_event_id(after);
     req.set_follow(follow);
     absl::Status s = client.WatchJob(req, [&](const v1::Event& e) {
