@@ -556,8 +556,19 @@ void EmitMap(YAML::Emitter& out, const Message& msg, const FieldDescriptor* f) {
 }
 
 void EmitMessage(YAML::Emitter& out, const Message& msg) {
+  // The set fields, and the scalars without presence that are zero (rank: 0), as JSON prints
+  // them; unset optional and message fields, and empty lists and maps, stay out.
   std::vector<const FieldDescriptor*> fields;
-  msg.GetReflection()->ListFields(msg, &fields);  // set fields only, respecting presence
+  const google::protobuf::Descriptor* type = msg.GetDescriptor();
+  const Reflection* reflection = msg.GetReflection();
+  for (int i = 0; i < type->field_count(); ++i) {
+    const FieldDescriptor* f = type->field(i);
+    const bool zero_scalar = !f->is_repeated() && !f->has_presence();
+    if (zero_scalar || (f->is_repeated() ? reflection->FieldSize(msg, f) > 0
+                                         : reflection->HasField(msg, f))) {
+      fields.push_back(f);
+    }
+  }
   if (fields.empty()) {
     out << YAML::Flow << YAML::BeginMap << YAML::EndMap;
     return;
@@ -655,6 +666,9 @@ std::string ProtoToJson(const google::protobuf::Message& msg, bool pretty) {
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
   options.add_whitespace = pretty;
+  // Fields without presence are printed also when zero: rank 0 has "rank": 0, an empty list
+  // is []. Unset optional and message fields stay out.
+  options.always_print_primitive_fields = true;
   std::string out;
   if (!google::protobuf::util::MessageToJsonString(msg, &out, options).ok()) return "{}";
   return out;

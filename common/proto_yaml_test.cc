@@ -83,9 +83,11 @@ TEST(ProtoYamlTest, YamlOutputIsShortAndReadable) {
   EXPECT_NE(yaml.find("learning_rate: 1e-05\n"), std::string::npos) << yaml;
   EXPECT_NE(yaml.find("tier: \"true\""), std::string::npos) << yaml;
   EXPECT_NE(yaml.find("- \"123\""), std::string::npos) << yaml;
-  EXPECT_NE(yaml.find("checkpoint: {}"), std::string::npos) << yaml;
-  EXPECT_EQ(yaml.find("batch_size"), std::string::npos) << yaml;          // unset optional
-  EXPECT_EQ(yaml.find("epochs"), std::string::npos) << yaml;              // default scalar
+  EXPECT_NE(yaml.find("checkpoint:\n"), std::string::npos) << yaml;
+  EXPECT_EQ(yaml.find("batch_size"), std::string::npos) << yaml;  // unset optional
+  EXPECT_EQ(yaml.find("restart"), std::string::npos) << yaml;     // unset message
+  // A scalar without presence is printed also when zero, as in JSON (rank 0 has "rank: 0").
+  EXPECT_NE(yaml.find("epochs: 0\n"), std::string::npos) << yaml;
   EXPECT_EQ(yaml.find("PARALLELISM_"), std::string::npos) << yaml;
   // Map keys come out sorted.
   EXPECT_LT(yaml.find("empty:"), yaml.find("team:")) << yaml;
@@ -115,8 +117,21 @@ TEST(ProtoYamlTest, TrickyStringsAndDoublesRoundTrip) {
   EXPECT_TRUE(MessageDifferencer::Equals(spec, back)) << yaml << "\n" << back.DebugString();
 }
 
+// Rank 0 had no rank field in either output: a reader could not tell it from a missing one.
+TEST(ProtoYamlTest, ZeroValuedFieldsArePrinted) {
+  v1::RankProgress rank;
+  rank.set_node_id("n-1");
+  EXPECT_EQ(ProtoToJson(rank),
+            R"({"rank":0,"node_id":"n-1","step":"0","report_age_seconds":0,"waiting_on":"",)"
+            R"("metrics":{},"has_vision":false,"has_text":false})");
+  const std::string yaml = ProtoToYaml(rank);
+  EXPECT_EQ(yaml.rfind("rank: 0\nnode_id: n-1\nstep: 0\n", 0), 0u) << yaml;
+}
+
 TEST(ProtoYamlTest, EmptyMessageAndEmptyDocument) {
-  EXPECT_EQ(ProtoToYaml(v1::JobSpec()), "{}\n");
+  EXPECT_EQ(ProtoToYaml(v1::JobSpec()), "name: \"\"\npriority: 0\nplacement: unspecified\n");
+  EXPECT_EQ(ProtoToYaml(v1::GetJobRequest()), "job_id: \"\"\n");
+  EXPECT_EQ(ProtoToYaml(v1::KvWaitResponse()), "{}\n");
   v1::JobSpec spec;
   spec.set_name("stale");
   ASSERT_TRUE(ParseProtoYaml("", &spec).ok());
