@@ -120,7 +120,14 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string&
     return absl::UnavailableError("cannot listen for gRPC on " + address +
                                   " (address in use or not local?)");
   }
-  s->server_->GetHealthCheckService()->SetServingStatus(true);
+  // The server as a whole ("") and each service by its full name, as probes ask for them.
+  grpc::HealthCheckServiceInterface* health = s->server_->GetHealthCheckService();
+  health->SetServingStatus(true);
+  for (const char* name :
+       {v1::JobService::service_full_name(), v1::NodeService::service_full_name(),
+        v1::WorkerService::service_full_name()}) {
+    health->SetServingStatus(name, true);
+  }
   return s;
 }
 

@@ -464,14 +464,19 @@ TEST_F(ApiTest, RestWatchSeesTheEventsOfGrpcCalls) {
   EXPECT_EQ(last.to_state(), "CANCELLED");
 }
 
-TEST_F(ApiTest, GrpcHealthCheckIsServing) {
+// grpc.health.v1.Health/Check for `service` ("" is the server): the status and the response.
+std::pair<grpc::Status, std::string> HealthCheck(const std::string& target,
+                                                 const std::string& service) {
   std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateChannel(target_, grpc::InsecureChannelCredentials());
+      grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
   grpc::GenericStub stub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   grpc::CompletionQueue cq;
-  grpc::ByteBuffer request = BytesBuffer("");
+  // HealthCheckRequest {string service = 1;}
+  std::string bytes;
+  if (!service.empty()) bytes = std::string("\x0a") + static_cast<char>(service.size()) + service;
+  grpc::ByteBuffer request = BytesBuffer(bytes);
   std::unique_ptr<grpc::GenericClientAsyncResponseReader> call =
       stub.PrepareUnaryCall(&ctx, "/grpc.health.v1.Health/Check", request, &cq);
   call->StartCall();
@@ -479,14 +484,24 @@ TEST_F(ApiTest, GrpcHealthCheckIsServing) {
   grpc::Status status;
   int tag = 1;
   call->Finish(&response, &status, &tag);
-  ASSERT_TRUE(Step(cq, &tag));
-  ASSERT_TRUE(status.ok()) << status.error_message();
-  EXPECT_EQ(BufferBytes(response), std::string("\x08\x01", 2));  // status: SERVING
+  EXPECT_TRUE(Step(cq, &tag));
   cq.Shutdown();
   void* ignored_tag;
   bool ignored_ok;
   while (cq.Next(&ignored_tag, &ignored_ok)) {
   }
+  return {status, status.ok() ? BufferBytes(response) : ""};
+}
+
+TEST_F(ApiTest, GrpcHealthCheckIsServing) {
+  for (const std::string service :
+       {"", "dhp.v1.JobService", "dhp.v1.NodeService", "dhp.v1.WorkerService"}) {
+    auto [status, response] = HealthCheck(target_, service);
+    ASSERT_TRUE(status.ok()) << service << ": " << status.error_message();
+    EXPECT_EQ(response, std::string("\x08\x01", 2)) << service;  // status: SERVING
+  }
+  EXPECT_EQ(HealthCheck(target_, "dhp.v1.NoSuchService").first.error_code(),
+            grpc::StatusCode::NOT_FOUND);
 
   // REST's health check agrees.
   HttpResponse res = http_->Get("/healthz");
