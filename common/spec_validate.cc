@@ -349,6 +349,62 @@ absl::StatusOr<ModelPreset> ResolveSpecModel(const v1::JobSpec& spec, const Spec
       "'s config.json: ", absl::StrJoin(diff, ", "), " (preset vs config.json)"));
 }
 
+// Upper bounds of a spec's numbers: far above any real job, and low enough that nothing built
+// from a spec (placement demands, rank tables, schedules) overflows or takes long. Checked
+// after the other checks, so that a value is reported once.
+constexpr int64_t kMaxDegree = 1024;
+constexpr int64_t kMaxDataParallel = 4096;
+constexpr int64_t kMaxRanks = 65536;
+constexpr int64_t kMaxLabels = 64;
+constexpr size_t kMaxLabelValueBytes = 256;
+
+void CheckAtMost(const std::string& field, int64_t value, int64_t max, Errors& errors) {
+  if (value > max) errors.Add(field, absl::StrCat(value, " is over the limit of ", max));
+}
+
+void CheckLimits(const v1::JobSpec& spec, Errors& errors) {
+  if (spec.labels_size() > kMaxLabels) {
+    errors.Add("labels", absl::StrCat(spec.labels_size(), " labels; at most ", kMaxLabels));
+  }
+  for (const auto& [key, value] : spec.labels()) {
+    if (key.size() > kMaxNameLength || value.size() > kMaxLabelValueBytes) {
+      errors.Add("labels", absl::StrCat("label ", Quote(key.substr(0, 80)), ": keys take at most ",
+                                        kMaxNameLength, " bytes and values ", kMaxLabelValueBytes));
+    }
+  }
+  if (spec.priority() < -1000000 || spec.priority() > 1000000) {
+    errors.Add("priority", absl::StrCat(spec.priority(), " is outside -1000000..1000000"));
+  }
+  const int64_t vision = spec.vision().degree(), text = spec.text().degree();
+  const int64_t dp = spec.data_parallel_size();
+  CheckAtMost("vision.degree", vision, kMaxDegree, errors);
+  CheckAtMost("text.degree", text, kMaxDegree, errors);
+  CheckAtMost("data_parallel_size", dp, kMaxDataParallel, errors);
+  const int64_t per_replica =
+      spec.placement() == v1::PLACEMENT_SEPARATE ? vision + text : std::max(vision, text);
+  if (vision <= kMaxDegree && text <= kMaxDegree && dp <= kMaxDataParallel && dp >= 1 &&
+      dp * per_replica > kMaxRanks) {
+    errors.Add("data_parallel_size",
+               absl::StrCat(dp, " replicas of ", per_replica, " ranks make ", dp * per_replica,
+                            " ranks, over the limit of ", kMaxRanks));
+  }
+  const v1::TrainingSpec& t = spec.training();
+  CheckAtMost("training.batch_size", t.batch_size(), 1 << 20, errors);
+  CheckAtMost("training.warmup_steps", t.warmup_steps(), 1000000000, errors);
+  CheckAtMost("training.max_steps", t.max_steps(), 1000000000000, errors);
+  CheckAtMost("training.epochs", t.epochs(), 1000000, errors);
+  const v1::DataSpec& d = spec.data();
+  CheckAtMost("data.min_pixels", d.min_pixels(), 1 << 30, errors);
+  CheckAtMost("data.max_pixels", d.max_pixels(), 1 << 30, errors);
+  CheckAtMost("data.max_seq_len", d.max_seq_len(), 1 << 22, errors);
+  CheckAtMost("data.registry", d.registry_size(), 1024, errors);
+  CheckAtMost("data.datasets", d.datasets_size(), 1024, errors);
+  CheckAtMost("checkpoint.every_steps", spec.checkpoint().every_steps(), 1000000000000, errors);
+  CheckAtMost("checkpoint.keep_latest", spec.checkpoint().keep_latest(), 1000, errors);
+  CheckAtMost("restart.max_restarts", spec.restart().max_restarts(), 10000, errors);
+  CheckAtMost("restart.stall_timeout_s", spec.restart().stall_timeout_s(), 7 * 24 * 3600, errors);
+}
+
 absl::Status NormalizeAndValidateSpec(v1::JobSpec* spec, const SpecOptions& options) {
   Errors errors;
   const bool name_ok = CheckName(spec->name(), errors);
@@ -396,6 +452,7 @@ absl::Status NormalizeAndValidateSpec(v1::JobSpec* spec, const SpecOptions& opti
     errors.Add("restart.stall_timeout_s",
                absl::StrCat(spec->restart().stall_timeout_s(), " must be at least 1 (seconds)"));
   }
+  CheckLimits(*spec, errors);
   return errors.ToStatus();
 }
 
