@@ -90,6 +90,7 @@ void Controller::Stop() {
   work_.reset();
   io_.stop();
   if (loop_.joinable()) loop_.join();
+  files_.Stop();
 }
 
 absl::Status Controller::OnLoop(const std::function<absl::Status()>& fn) {
@@ -146,14 +147,21 @@ void Controller::Settle(std::vector<v1::Event>& events) {
   std::vector<std::pair<std::string, std::string>> manifests = supervisor_.TakeManifests();
   if (!doomed.empty() || !manifests.empty()) {
     // File work can take long: never on the loop. Both are idempotent if cut short.
-    std::thread([doomed, manifests] {
+    files_.Post([doomed = std::move(doomed), manifests = std::move(manifests)] {
       for (const auto& [dir, json] : manifests) WriteManifest(dir, json);
       for (const std::string& path : doomed) {
         std::error_code ec;
         std::filesystem::remove_all(path, ec);
         if (ec) DHP_LOG(WARNING) << "deleting checkpoint " << path << ": " << ec.message();
       }
-    }).detach();
+    });
+  }
+  // A run that ended needs its rendezvous keys no more (a new attempt gets a new scope).
+  for (const v1::Event& e : events) {
+    if (e.type() == "run.state" &&
+        (e.to_state() == "SUCCEEDED" || e.to_state() == "FAILED" || e.to_state() == "CANCELLED")) {
+      kv_.DropScope(KvScopeKey{e.job_id(), e.attempt()});
+    }
   }
   Publish(events);
 }

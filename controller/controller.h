@@ -27,6 +27,7 @@
 #include "controller/node_tracker.h"
 #include "controller/rendezvous_kv.h"
 #include "controller/run_metrics.h"
+#include "controller/serial_worker.h"
 #include "controller/store.h"
 #include "controller/supervisor.h"
 
@@ -48,8 +49,13 @@ class Controller : public api::DhpService {
 
   // Starts the loop thread and the heartbeat check. Call once.
   void Start();
-  // Ends open watch streams, stops the loop and joins it. Calls arriving later get UNAVAILABLE.
+  // Ends open watch streams, stops the loop and joins it, then finishes the queued file work
+  // (manifests, checkpoint deletions). Calls arriving later get UNAVAILABLE.
   void Stop();
+  // Keys the rendezvous store holds for a job's attempt (0 once its run ended). For tests.
+  size_t KvKeyCount(const std::string& job_id, int attempt) {
+    return kv_.KeyCount(KvScopeKey{job_id, attempt});
+  }
 
   absl::Status SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJobResponse* resp) override;
   absl::Status GetJob(const v1::GetJobRequest& req, v1::GetJobResponse* resp) override;
@@ -87,7 +93,7 @@ class Controller : public api::DhpService {
   void WaitForEventsAfter(int64_t seen, int ms);
   void ScheduleHeartbeatCheck();
   // Loop thread, after any change: a scheduling pass, checkpoint directories deleted off the
-  // loop, and the events published.
+  // loop (on files_), the rendezvous keys of runs that ended dropped, and the events published.
   void Settle(std::vector<v1::Event>& events);
   // Tells the supervisor about node state changes among `events` (LOST / READY again).
   absl::Status ApplyNodeEvents(const std::vector<v1::Event>& events,
@@ -107,6 +113,7 @@ class Controller : public api::DhpService {
   Supervisor supervisor_;
   std::unique_ptr<LogStore> logs_;  // thread-safe; used off the loop
   RendezvousKv kv_;
+  SerialWorker files_{"checkpoint files"};  // manifests and deletions, off the loop
   GaugeFamily& jobs_by_state_;
   GaugeFamily& nodes_by_state_;
   CounterFamily& events_total_;

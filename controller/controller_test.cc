@@ -297,7 +297,9 @@ TEST_F(ControllerTest, KvIsScopedToTheCurrentAttemptOfARealJob) {
   EXPECT_EQ(s.message(), "job j-missing not found");
 
   // A new attempt: the old one is refused, the new one starts empty.
+  EXPECT_EQ(controller_->KvKeyCount(job.id(), 1), 2u);
   ASSERT_TRUE(Cancel(job.id()).ok());
+  EXPECT_EQ(controller_->KvKeyCount(job.id(), 1), 0u);  // dropped when the run ended
   v1::ResumeJobRequest resume;
   resume.set_job_id(job.id());
   v1::ResumeJobResponse resumed;

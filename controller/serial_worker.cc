@@ -1,0 +1,52 @@
+#include "controller/serial_worker.h"
+
+#include <utility>
+
+namespace dhp::controller {
+
+SerialWorker::SerialWorker(std::string name) : name_(std::move(name)), thread_([this] { Run(); }) {}
+
+SerialWorker::~SerialWorker() { Stop(); }
+
+void SerialWorker::Post(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopping_) {
+      queue_.push_back(std::move(task));
+      cv_.notify_one();
+      return;
+    }
+  }
+  task();
+}
+
+size_t SerialWorker::Pending() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size() + (running_ ? 1 : 0);
+}
+
+void SerialWorker::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    cv_.notify_one();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void SerialWorker::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and everything has run
+    std::function<void()> task = std::move(queue_.front());
+    queue_.pop_front();
+    running_ = true;
+    lock.unlock();
+    task();
+    lock.lock();
+    running_ = false;
+  }
+}
+
+}  // namespace dhp::controller
