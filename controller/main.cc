@@ -10,6 +10,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "api/auth.h"
@@ -17,6 +18,7 @@
 #include "api/instrumented_service.h"
 #include "api/rest_gateway.h"
 #include "common/clock.h"
+#include "common/lock_file.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/proto_yaml.h"
@@ -72,9 +74,18 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   std::error_code ec;
+  std::filesystem::create_directories(config.data_dir(), ec);
   std::filesystem::create_directories(std::filesystem::path(db).parent_path(), ec);
   std::filesystem::create_directories(checkpoint_root, ec);
   if (ec) return Fail("cannot create " + checkpoint_root + ": " + ec.message());
+  // One controller per data directory, and per database when it lives elsewhere.
+  std::vector<dhp::LockFile> locks;
+  for (const std::string& path :
+       {config.data_dir() + "/dhp-controller.lock", db + ".controller.lock"}) {
+    absl::StatusOr<dhp::LockFile> lock = dhp::LockFile::Acquire(path);
+    if (!lock.ok()) return Fail(std::string(lock.status().message()));
+    locks.push_back(*std::move(lock));
+  }
 
   absl::StatusOr<std::unique_ptr<dhp::controller::Store>> store =
       dhp::controller::Store::Open(db);

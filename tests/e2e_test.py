@@ -185,6 +185,21 @@ class ControlPlaneTest(unittest.TestCase):
         last = json.loads(c.dhpctl("-o", "json", "events")[1].splitlines()[-1])
         self.assertGreater(int(last["id"]), len(events_before.splitlines()))
 
+    def test_a_second_controller_on_the_same_data_directory_is_refused(self):
+        c = self.cluster
+        job = self.submit(spec_with(c, "locked"))
+        second = subprocess.run(
+            [c.bins.controller, "--data-dir", c.data_dir, "--grpc-port", "0",
+             "--http-port", "0"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(second.returncode, 1, second.stderr)
+        self.assertIn("dhp-controller.lock is locked by another process (pid %d)"
+                      % c.controller.pid, second.stderr)
+        self.assertEqual(c.dhpctl_json("get", job)["job"]["id"], job)  # the first serves on
+        # kill -9 releases the lock (the kernel drops it): a restart takes the directory.
+        c.kill_controller(signal.SIGKILL)
+        c.start_controller()
+        self.assertEqual(c.dhpctl_json("get", job)["job"]["id"], job)
+
     def test_unreadable_rows_are_quarantined_and_restarts_work(self):
         """The issue's poison rows, as an older build stored them: a node hostname, a cancel
         reason and a label value holding a \\xff byte. They crashed the controller within 3 s
