@@ -103,6 +103,7 @@ absl::Status ValidateControllerConfig(const v1::ControllerConfig& config) {
   }
   if (c.data_dir().empty()) errors.Add("data_dir", "must not be empty");
   if (!c.auth().token_file().empty()) CheckTokenFile(c.auth().token_file(), errors);
+
   const int interval = c.heartbeat().interval_ms();
   const int timeout = c.heartbeat().timeout_ms();
   if (interval < 1) {
@@ -185,6 +186,11 @@ void AddControllerFlags(CLI::App& app, ControllerCommandLine* command_line) {
        [](auto* c, const std::string& v) { c->mutable_auth()->set_token_file(v); },
        "Require 'authorization: Bearer <token>' (the file's content) on every API call "
        "except /healthz and /metrics (auth.token_file)");
+  app.add_flag_function(
+      "--allow-unauthenticated",
+      [f](std::int64_t) { f->mutable_auth()->set_allow_unauthenticated(true); },
+      "Serve a non-loopback --bind without a token (auth.allow_unauthenticated); refused "
+      "otherwise");
 }
 
 absl::StatusOr<v1::ControllerConfig> ResolveControllerConfig(
@@ -202,6 +208,16 @@ absl::StatusOr<v1::ControllerConfig> ResolveControllerConfig(
   }
   v1::ControllerConfig merged = MergeControllerConfig(file, command_line.flags);
   if (absl::Status s = ValidateControllerConfig(merged); !s.ok()) return s;
+  // Checked on the merged settings only: the file may leave the token to a flag.
+  const std::string& bind = merged.listen().bind();
+  const bool loopback = bind == "127.0.0.1" || bind == "localhost" || bind == "::1";
+  if (!loopback && merged.auth().token_file().empty() && !merged.auth().allow_unauthenticated()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "listen.bind: ", bind,
+        " is not loopback and auth.token_file is unset: anyone who reaches the port could act "
+        "as any user, node or rank; set auth.token_file (--auth-token-file), or "
+        "auth.allow_unauthenticated (--allow-unauthenticated) to accept that"));
+  }
   return merged;
 }
 

@@ -186,6 +186,25 @@ TEST(ControllerConfigTest, FlagsOverrideTheFileWhichOverridesDefaults) {
   EXPECT_EQ(c->log_dir(), "/srv/dhp/logs");
 }
 
+TEST(ControllerConfigTest, ANonLoopbackBindNeedsATokenOrAnExplicitFlag) {
+  absl::StatusOr<v1::ControllerConfig> c = Resolve({"--bind", "0.0.0.0"});
+  ASSERT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.status().message(),
+            "listen.bind: 0.0.0.0 is not loopback and auth.token_file is unset: anyone who "
+            "reaches the port could act as any user, node or rank; set auth.token_file "
+            "(--auth-token-file), or auth.allow_unauthenticated (--allow-unauthenticated) to "
+            "accept that");
+  c = Resolve({"--bind", "0.0.0.0", "--allow-unauthenticated"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->auth().allow_unauthenticated());
+  // The file may bind and leave the token to a flag.
+  const std::string token = WriteFile("token", "t0k3n\n");
+  const std::string path = WriteFile("exposed.yaml", "listen: {bind: 0.0.0.0}\n");
+  c = Resolve({"--config", path, "--auth-token-file", token});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(Resolve({"--bind", "::1"}).ok());
+}
+
 TEST(ControllerConfigTest, DerivedPathsFollowTheEffectiveDataDir) {
   const std::string path =
       WriteFile("paths.yaml", "data_dir: /srv/dhp\ncheckpoint_root: /shared/ckpt\n");
