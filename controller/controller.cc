@@ -2,11 +2,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <future>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "boost/asio/post.hpp"
@@ -331,8 +333,32 @@ absl::Status Controller::GetLogs(const v1::GetLogsRequest& req, v1::GetLogsRespo
 absl::Status Controller::AppendLogs(const v1::AppendLogsRequest& req,
                                     v1::AppendLogsResponse* resp) {
   if (logs_ == nullptr) return absl::FailedPreconditionError("this controller keeps no logs");
+  // Only output of a rank the run placed on this node is stored: not of jobs or attempts that
+  // do not exist, nor of another node's ranks.
+  std::map<std::pair<std::string, int>, v1::Run> runs;
+  absl::Status loaded = OnLoop([&] {
+    for (const v1::LogChunk& chunk : req.chunks()) {
+      auto key = std::make_pair(chunk.job_id(), chunk.attempt());
+      if (runs.count(key) != 0) continue;
+      runs[key];  // stays empty (attempt 0) when the job has no such attempt
+      for (v1::Run& run : store_.ListRuns(chunk.job_id())) {
+        if (run.attempt() == chunk.attempt()) runs[key] = std::move(run);
+      }
+    }
+    return absl::OkStatus();
+  });
+  if (!loaded.ok()) return loaded;
   for (const v1::LogChunk& chunk : req.chunks()) {
-    absl::StatusOr<int64_t> size = logs_->Append(chunk);
+    const v1::Run& run = runs[std::make_pair(chunk.job_id(), chunk.attempt())];
+    const bool placed_here =
+        std::any_of(run.placement().begin(), run.placement().end(), [&](const auto& p) {
+          return p.world_rank() == chunk.world_rank() && p.node_id() == req.node_id();
+        });
+    absl::StatusOr<int64_t> size =
+        placed_here ? logs_->Append(chunk)
+                    : absl::InvalidArgumentError(absl::StrCat(
+                          "rank ", chunk.world_rank(), " of attempt ", chunk.attempt(), " of job ",
+                          chunk.job_id(), " does not run on node ", req.node_id()));
     if (!size.ok() && size.status().code() != absl::StatusCode::kInvalidArgument) {
       return size.status();  // the store failed: the agent retries the whole batch
     }

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <filesystem>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -322,6 +323,43 @@ TEST_F(ControllerTest, KvIsScopedToTheCurrentAttemptOfARealJob) {
   s = controller_->KvGet(get, &got);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), "scope.job_id: must not be empty");
+}
+
+// Logs were once stored for any job id, attempt and rank a caller named.
+TEST_F(ControllerTest, LogsAreStoredOnlyForARankPlacedOnTheSendingNode) {
+  StopController();
+  options_.log_root = ::testing::TempDir() + "/logs-" + std::to_string(getpid());
+  StartController();
+  const v1::Job job = Submit();
+  ASSERT_TRUE(Register("n1").ok());  // places the job's one rank on n1
+  auto append = [&](const std::string& node, const std::string& job_id, int attempt, int rank,
+                    int64_t offset) {
+    v1::AppendLogsRequest req;
+    req.set_node_id(node);
+    v1::LogChunk* chunk = req.add_chunks();
+    chunk->set_job_id(job_id);
+    chunk->set_attempt(attempt);
+    chunk->set_world_rank(rank);
+    chunk->set_offset(offset);
+    chunk->set_data("hello\n");
+    v1::AppendLogsResponse resp;
+    EXPECT_TRUE(controller_->AppendLogs(req, &resp).ok());
+    return resp.sizes(0);
+  };
+  EXPECT_EQ(append("n1", job.id(), 1, 0, 0), 6);
+  // Refused, each acknowledged so that an agent does not resend it forever:
+  EXPECT_EQ(append("n2", job.id(), 1, 0, 6), 12);  // another node's rank
+  EXPECT_EQ(append("n1", job.id(), 1, 3, 0), 6);   // no such rank
+  EXPECT_EQ(append("n1", job.id(), 2, 0, 0), 6);   // no such attempt
+  EXPECT_EQ(append("n1", "j-missing", 1, 0, 0), 6);
+  v1::GetLogsRequest get;
+  get.set_job_id(job.id());
+  v1::GetLogsResponse logs;
+  ASSERT_TRUE(controller_->GetLogs(get, &logs).ok());
+  ASSERT_EQ(logs.chunks_size(), 1);
+  EXPECT_EQ(logs.chunks(0).world_rank(), 0);
+  EXPECT_EQ(logs.chunks(0).data(), "hello\n");  // not the n2 copy
+  EXPECT_FALSE(std::filesystem::exists(options_.log_root + "/j-missing"));
 }
 
 TEST_F(ControllerTest, MetricsCountJobsAndNodesByState) {
