@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "boost/asio/post.hpp"
 #include "common/logging.h"
+#include "common/path_inside.h"
 #include "common/proto_enum.h"
 #include "controller/job_state_machine.h"
 #include "controller/time_util.h"
@@ -149,9 +150,14 @@ void Controller::Settle(std::vector<v1::Event>& events) {
   std::vector<std::pair<std::string, std::string>> manifests = supervisor_.TakeManifests();
   if (!doomed.empty() || !manifests.empty()) {
     // File work can take long: never on the loop. Both are idempotent if cut short.
-    files_.Post([doomed = std::move(doomed), manifests = std::move(manifests)] {
+    files_.Post([doomed = std::move(doomed), manifests = std::move(manifests),
+                 root = options_.spec.checkpoint_root] {
       for (const auto& [dir, json] : manifests) WriteManifest(dir, json);
       for (const std::string& path : doomed) {
+        if (!PathInside(path, root) || PathInside(root, path)) {  // never the root or outside
+          DHP_LOG(ERROR) << "not deleting checkpoint " << path << ": outside " << root;
+          continue;
+        }
         std::error_code ec;
         std::filesystem::remove_all(path, ec);
         if (ec) DHP_LOG(WARNING) << "deleting checkpoint " << path << ": " << ec.message();

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "common/job_layout.h"
 #include "common/logging.h"
+#include "common/path_inside.h"
 #include "common/proto_enum.h"
 #include "common/proto_yaml.h"
 #include "controller/job_events.h"
@@ -194,8 +195,9 @@ absl::Status Supervisor::OnCheckpointShard(const v1::ReportCheckpointRequest& re
     return absl::InvalidArgumentError("shard.file: \"" + shard.file() +
                                       "\" must be a plain file name");
   }
-  const std::string prefix = run.checkpoint_dir() + "/";
-  if (req.path().rfind(prefix, 0) != 0 || req.path().find("..") != std::string::npos) {
+  // Resolved, links followed: a link inside the run's directory pointing out does not pass.
+  if (req.path().empty() || !PathInside(req.path(), run.checkpoint_dir()) ||
+      PathInside(run.checkpoint_dir(), req.path())) {  // the directory itself
     return absl::InvalidArgumentError("path: \"" + req.path() + "\" is not inside the run's " +
                                       "checkpoint directory " + run.checkpoint_dir());
   }

@@ -410,6 +410,13 @@ TEST_F(SupervisorTest, OnlyTheNewestCompleteCheckpointsAreKept) {
   absl::Status s = sup_->OnCheckpointShard(bad, &resp, &events);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr("is not inside the run's checkpoint directory"));
+  // Resolved before comparing (common/path_inside: links too): ".." out, or the directory
+  // itself, which keep-latest would delete whole.
+  for (const std::string& path : {dir + "/../../x/step-20", dir, dir + "/."}) {
+    bad.set_path(path);
+    s = sup_->OnCheckpointShard(bad, &resp, &events);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << path;
+  }
 }
 
 TEST_F(SupervisorTest, ACorruptCheckpointIsSkippedWithoutUsingARestart) {
