@@ -14,6 +14,42 @@ ApiMetrics::ApiMetrics(MetricsRegistry& registry)
                                     "API request latency by transport, method and status code.",
                                     {"transport", "method", "code"})) {}
 
+void CountGatewayAnswer(ApiMetrics& metrics, std::string_view route, int http_status,
+                        double seconds) {
+  if (http_status < 400) return;
+  absl::StatusCode code = absl::StatusCode::kUnknown;
+  switch (http_status) {
+    case 400:
+    case 415:
+      code = absl::StatusCode::kInvalidArgument;
+      break;
+    case 401:
+      code = absl::StatusCode::kUnauthenticated;
+      break;
+    case 404:
+      code = absl::StatusCode::kNotFound;
+      break;
+    case 405:
+      code = absl::StatusCode::kUnimplemented;
+      break;
+    case 408:
+      code = absl::StatusCode::kDeadlineExceeded;
+      break;
+    case 413:
+      code = absl::StatusCode::kResourceExhausted;
+      break;
+    case 503:
+      code = absl::StatusCode::kUnavailable;
+      break;
+    default:
+      code = http_status >= 500 ? absl::StatusCode::kInternal : absl::StatusCode::kUnknown;
+  }
+  const std::string name = absl::StatusCodeToString(code);
+  const std::string method(route);
+  metrics.requests.WithLabels({"rest", method, name}).Inc();
+  metrics.latency.WithLabels({"rest", method, name}).Observe(seconds);
+}
+
 InstrumentedService::InstrumentedService(DhpService& inner, ApiMetrics& metrics,
                                          std::string transport)
     : inner_(inner), metrics_(metrics), transport_(std::move(transport)) {}

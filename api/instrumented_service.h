@@ -9,6 +9,7 @@
 #define DHP_API_INSTRUMENTED_SERVICE_H_
 
 #include <string>
+#include <string_view>
 
 #include "api/service.h"
 #include "common/metrics.h"
@@ -20,6 +21,15 @@ struct ApiMetrics {
   CounterFamily& requests;
   HistogramFamily& latency;
 };
+
+// Counts a REST request the gateway answered without calling the service (a bad query
+// parameter, a body that does not parse, no token, an unknown route, a body too large; see
+// RestRequestObserver) as transport "rest", method `route`, and the code of its HTTP status
+// (400 INVALID_ARGUMENT, 401 UNAUTHENTICATED, 404 NOT_FOUND, 405 UNIMPLEMENTED,
+// 408 DEADLINE_EXCEEDED, 413 RESOURCE_EXHAUSTED, 415 INVALID_ARGUMENT, 503 UNAVAILABLE).
+// Answers below 400 are not counted (health, metrics and the OpenAPI document).
+void CountGatewayAnswer(ApiMetrics& metrics, std::string_view route, int http_status,
+                        double seconds);
 
 class InstrumentedService : public DhpService {
  public:

@@ -230,7 +230,7 @@ class RestGateway::Router {
     if (status == HttpStatus::unauthorized) error = absl::UnauthenticatedError(message);
     if (status == HttpStatus::request_timeout) error = absl::DeadlineExceededError(message);
     if (status == HttpStatus::service_unavailable) error = absl::UnavailableError(message);
-    if (observer_) observer_("Unrouted", static_cast<int>(status), 0.0);
+    if (observer_) observer_("Unrouted", static_cast<int>(status), 0.0, false);
     return {kJson, StatusToJson(error) + "\n"};
   }
 
@@ -248,6 +248,7 @@ class RestGateway::Router {
     std::string id;  // the captured path id, decoded
     const QueryParams& query;
     bool pretty = false;
+    bool* reached_service;  // set when the request is handed to the service
   };
   struct Route {
     http::verb method;
@@ -270,7 +271,10 @@ class RestGateway::Router {
     Req req;
     absl::Status status = build(req);
     Resp resp;
-    if (status.ok()) status = (service_.*method)(req, &resp);
+    if (status.ok()) {
+      *call.reached_service = true;
+      status = (service_.*method)(req, &resp);
+    }
     if (!status.ok()) return SendError(call.responder, status);
     call.responder.Respond(http::status::ok, kJson, ProtoToJson(resp, call.pretty) + "\n");
   }
@@ -563,6 +567,7 @@ void RestGateway::Router::Watch(Call& c, const std::string& job_id) {
     }
   }
   NdjsonSink sink(c.responder);
+  *c.reached_service = true;
   const absl::Status status = service_.WatchJob(req, sink);
   sink.Finish(status);
 }
@@ -570,6 +575,7 @@ void RestGateway::Router::Watch(Call& c, const std::string& job_id) {
 void RestGateway::Router::Handle(const HttpRequest& request, HttpResponder& responder) {
   const Clock::time_point start = Clock::now();
   std::string_view route_name = "Unknown";
+  bool reached_service = false;
   const std::string_view raw_target(request.target().data(), request.target().size());
   absl::StatusOr<RequestTarget> target = ParseRequestTarget(raw_target);
   if (!target.ok()) {
@@ -606,7 +612,7 @@ void RestGateway::Router::Handle(const HttpRequest& request, HttpResponder& resp
           {{"Allow", allow}});
     } else {
       route_name = match->op.rpc;
-      Call call{request, responder, "", target->query};
+      Call call{request, responder, "", target->query, false, &reached_service};
       absl::Status status;
       absl::StatusOr<std::string> id =
           PercentDecode(std::string_view(captured.data(), captured.size()), false);
@@ -650,7 +656,7 @@ void RestGateway::Router::Handle(const HttpRequest& request, HttpResponder& resp
   }
   if (observer_) {
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    observer_(route_name, responder.status_code(), seconds);
+    observer_(route_name, responder.status_code(), seconds, reached_service);
   }
 }
 

@@ -98,10 +98,12 @@ struct RestGatewayOptions {
 
 // Called once per request after it is answered (for streams: when the stream ends), with the
 // route's RPC name ("SubmitJob", "WatchJob", ..., "Healthz", "Metrics", "OpenApi"; "Unknown"
-// for 404/405 on unmatched routes; "Unrouted" for 400 and 413 from the HTTP server itself), the HTTP status sent and the seconds spent. Called
-// concurrently.
-using RestRequestObserver =
-    std::function<void(std::string_view route_name, int http_status, double seconds)>;
+// for 404/405 on unmatched routes; "Unrouted" for what the HTTP server refuses itself: 400,
+// 401 before the body, 408, 413, 503), the HTTP status sent, the seconds spent, and whether
+// the request reached the service (false: the gateway answered it, e.g. a bad query
+// parameter, a body that does not parse, a missing token). Called concurrently.
+using RestRequestObserver = std::function<void(std::string_view route_name, int http_status,
+                                               double seconds, bool reached_service)>;
 
 class RestGateway {
  public:

@@ -48,9 +48,11 @@ class RestGatewayTest : public ::testing::Test {
     options.address = "127.0.0.1";
     options.port = 0;
     gateway_ = std::make_unique<RestGateway>(
-        service_, options, [this](std::string_view route, int status, double seconds) {
+        service_, options,
+        [this](std::string_view route, int status, double seconds, bool reached_service) {
           std::lock_guard<std::mutex> lock(observed_mu_);
           observed_.emplace_back(std::string(route), status);
+          if (!reached_service) unserved_.emplace_back(std::string(route), status);
           EXPECT_GE(seconds, 0);
         });
     ASSERT_TRUE(gateway_->Start().ok());
@@ -76,6 +78,7 @@ class RestGatewayTest : public ::testing::Test {
   FakeService service_;
   std::mutex observed_mu_;  // guards observed_
   std::vector<std::pair<std::string, int>> observed_;
+  std::vector<std::pair<std::string, int>> unserved_;  // answered without the service
   std::unique_ptr<RestGateway> gateway_;
   std::unique_ptr<Client> client_;
 };
@@ -276,6 +279,17 @@ TEST_F(RestGatewayTest, OpenApiDocumentIsTheRouteTable) {
   const nlohmann::json open = nlohmann::json::parse(client_->Get("/openapi.json").body());
   EXPECT_FALSE(open.contains("security"));
   EXPECT_FALSE(open["paths"]["/v1/jobs/{id}:cancel"]["post"]["responses"].contains("401"));
+}
+
+TEST_F(RestGatewayTest, TheObserverTellsWhatTheGatewayAnsweredItself) {
+  EXPECT_EQ(client_->Get("/v1/jobs/j-1").result_int(), 200);
+  EXPECT_EQ(client_->Get("/v1/jobs?colour=red").result_int(), 400);
+  EXPECT_EQ(client_->Get("/v1/nope").result_int(), 404);
+  EXPECT_EQ(client_->Send(http::verb::delete_, "/v1/jobs").result_int(), 405);
+  ASSERT_TRUE(Observed("Unknown", 405));
+  std::lock_guard<std::mutex> lock(observed_mu_);
+  EXPECT_EQ(unserved_, (std::vector<std::pair<std::string, int>>{
+                           {"ListJobs", 400}, {"Unknown", 404}, {"Unknown", 405}}));
 }
 
 TEST_F(RestGatewayTest, PrettyJson) {

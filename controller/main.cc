@@ -10,6 +10,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -127,7 +128,13 @@ int main(int argc, char** argv) {
   rest_options.port = static_cast<uint16_t>(config.listen().http_port());
   rest_options.max_connections = static_cast<size_t>(config.listen().http_max_connections());
   rest_options.auth = auth;
-  dhp::api::RestGateway rest(rest_service, rest_options);
+  // Requests the gateway answers itself (no route, bad arguments, no token) never reach
+  // rest_service's counters: count them too.
+  dhp::api::RestGateway rest(
+      rest_service, rest_options,
+      [&api_metrics](std::string_view route, int status, double seconds, bool reached_service) {
+        if (!reached_service) dhp::api::CountGatewayAnswer(api_metrics, route, status, seconds);
+      });
   if (absl::Status s = rest.Start(); !s.ok()) return Fail(std::string(s.message()));
 
   DHP_LOG(INFO) << "dhp-controller: gRPC on " << bind << ":" << (*grpc)->port()

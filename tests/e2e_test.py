@@ -288,8 +288,16 @@ class ControlPlaneTest(unittest.TestCase):
         c.start_worker("node-m", cpu_slots=1)  # too small for the job: it stays QUEUED
         c.dhpctl("list")
         c.http("GET", "/v1/jobs")
+        # Answered by the gateway itself, counted all the same:
+        self.assertEqual(c.http("GET", "/v1/jobs?colour=red")[0], 400)
+        self.assertEqual(c.http("GET", "/v1/nope")[0], 404)
+        self.assertEqual(c.http("POST", "/v1/jobs", "x: 1", "text/plain")[0], 415)
         wait_for(lambda: c.dhpctl_json("nodes").get("nodes"), what="registration")
         status, text = c.http("GET", "/metrics")
+        for labels in ('method="ListJobs",code="INVALID_ARGUMENT"',
+                       'method="Unknown",code="NOT_FOUND"',
+                       'method="SubmitJob",code="INVALID_ARGUMENT"'):
+            self.assertIn('dhp_api_requests_total{transport="rest",%s} 1\n' % labels, text)
         self.assertEqual(status, 200)
         self.assertIn('dhp_jobs{state="QUEUED"} 1\n', text)
         self.assertIn('dhp_nodes{state="READY"} 1\n', text)
