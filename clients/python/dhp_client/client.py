@@ -1,0 +1,197 @@
+"""dhp_client.Client: jobs, events, logs and nodes over the controller's gRPC API."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
+
+import grpc
+
+from dhp_client.errors import DhpError, from_rpc_error
+from dhp_client._gen.dhp.v1 import job_pb2, job_spec_pb2, node_pb2, service_pb2
+from dhp_client._gen.dhp.v1 import service_pb2_grpc
+
+JobState = job_pb2.JobState
+_FINAL = {job_pb2.JOB_STATE_SUCCEEDED, job_pb2.JOB_STATE_FAILED, job_pb2.JOB_STATE_CANCELLED}
+
+SpecLike = Union[str, "os.PathLike[str]", Mapping, job_spec_pb2.JobSpec]
+
+
+def is_final(state: int) -> bool:
+    """Whether a job state is final (SUCCEEDED, FAILED or CANCELLED)."""
+    return state in _FINAL
+
+
+def _state(value: Union[int, str]) -> int:
+    """A JobState from its number, its full name or its short name ("running")."""
+    if isinstance(value, int):
+        return value
+    name = value.upper()
+    return job_pb2.JobState.Value(name if name.startswith("JOB_STATE_") else "JOB_STATE_" + name)
+
+
+class Client:
+    """A connection to one dhp controller (its gRPC address, as dhpctl's --server).
+
+    Args:
+      server: "host:port" of the controller's gRPC API; default $DHP_SERVER or 127.0.0.1:7070.
+      token: the API token, when the controller requires one; default $DHP_TOKEN, or the
+        content of ``token_file`` (dhpctl's --token-file).
+      token_file: a file holding the token.
+      ca_file: PEM file of the CA that signed the controller's certificate: connect with TLS.
+        Without it the channel is plain text (loopback, or a trusted network).
+      timeout: seconds each unary call may take.
+
+    Every method raises a :class:`dhp_client.DhpError` subclass when the controller answers
+    with an error (InvalidArgument, NotFound, FailedPrecondition, Unauthenticated, ...).
+    """
+
+    def __init__(self, server: Optional[str] = None, *, token: Optional[str] = None,
+                 token_file: Optional[str] = None, ca_file: Optional[str] = None,
+                 timeout: float = 30.0) -> None:
+        self.server = server or os.environ.get("DHP_SERVER") or "127.0.0.1:7070"
+        if token is None and token_file:
+            with open(token_file, encoding="utf-8") as f:
+                token = f.read().strip()
+        if token is None:
+            token = os.environ.get("DHP_TOKEN") or None
+        self._metadata = (("authorization", "Bearer " + token),) if token else ()
+        if ca_file:
+            with open(ca_file, "rb") as f:
+                credentials = grpc.ssl_channel_credentials(root_certificates=f.read())
+            self._channel = grpc.secure_channel(self.server, credentials)
+        else:
+            self._channel = grpc.insecure_channel(self.server)
+        self.timeout = timeout
+        self._jobs = service_pb2_grpc.JobServiceStub(self._channel)
+        self._nodes = service_pb2_grpc.NodeServiceStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method, request, timeout: Optional[float] = None):
+        try:
+            return method(request, timeout=timeout or self.timeout, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+
+    # ---- jobs -----------------------------------------------------------------------------
+
+    def submit(self, spec: SpecLike, *, dry_run: bool = False) -> job_pb2.Job:
+        """Validates and submits a job; returns it as stored (QUEUED), with its id.
+
+        ``spec`` is a path to a YAML or JSON spec file, a dict (the spec's fields, as in the
+        file), or a dhp.v1.JobSpec. ``dry_run`` validates and normalises only: nothing is
+        stored, and the returned job shows every default filled in.
+        """
+        request = service_pb2.SubmitJobRequest(dry_run=dry_run)
+        if isinstance(spec, job_spec_pb2.JobSpec):
+            request.spec.CopyFrom(spec)
+        elif isinstance(spec, Mapping):
+            request.spec_text = json.dumps(spec)  # JSON is YAML: read by the same parser
+        else:
+            with open(os.fspath(spec), encoding="utf-8") as f:
+                request.spec_text = f.read()
+        return self._call(self._jobs.SubmitJob, request).job
+
+    def get(self, job_id: str) -> service_pb2.GetJobResponse:
+        """A job with its runs (attempts, placement), checkpoints and live rank progress."""
+        return self._call(self._jobs.GetJob, service_pb2.GetJobRequest(job_id=job_id))
+
+    def list(self, *, states: Sequence[Union[int, str]] = (),
+             labels: Optional[Mapping[str, str]] = None,
+             limit: Optional[int] = None) -> List[job_pb2.Job]:
+        """Jobs, newest first: in any of ``states`` ("running", JobState.JOB_STATE_QUEUED...)
+        and carrying every label of ``labels``; at most ``limit`` (all when None)."""
+        jobs: List[job_pb2.Job] = []
+        token = ""
+        while limit is None or len(jobs) < limit:
+            page = 1000 if limit is None else min(1000, limit - len(jobs))
+            request = service_pb2.ListJobsRequest(states=[_state(s) for s in states],
+                                                  labels=dict(labels or {}), page_size=page,
+                                                  page_token=token)
+            response = self._call(self._jobs.ListJobs, request)
+            jobs.extend(response.jobs)
+            token = response.next_page_token
+            if not token:
+                break
+        return jobs
+
+    def cancel(self, job_id: str, reason: str = "") -> job_pb2.Job:
+        """Cancels a job from any live state; returns it (CANCELLING or CANCELLED)."""
+        request = service_pb2.CancelJobRequest(job_id=job_id, reason=reason)
+        return self._call(self._jobs.CancelJob, request).job
+
+    def resume(self, job_id: str) -> service_pb2.ResumeJobResponse:
+        """A new run of a CANCELLED or FAILED job from its newest complete checkpoint."""
+        return self._call(self._jobs.ResumeJob, service_pb2.ResumeJobRequest(job_id=job_id))
+
+    def watch(self, job_id: str = "", *, after: int = 0,
+              follow: bool = True) -> Iterator[job_pb2.Event]:
+        """Events of a job (of all jobs and nodes when ``job_id`` is empty) after event id
+        ``after``. With ``follow`` the iterator waits for new events and ends when the job is
+        final; without, it ends after the history."""
+        request = service_pb2.WatchJobRequest(job_id=job_id, after_event_id=after, follow=follow)
+        try:
+            for event in self._jobs.WatchJob(request, metadata=self._metadata):
+                yield event
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+
+    def wait(self, job_id: str, timeout: Optional[float] = None) -> job_pb2.Job:
+        """Waits until the job is final and returns it. DeadlineExceeded after ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = self.get(job_id).job
+            if is_final(job.state):
+                return job
+            if deadline is not None and time.monotonic() > deadline:
+                raise DhpError("job %s is still %s after %.0f s" % (
+                    job_id, job_pb2.JobState.Name(job.state), timeout),
+                    grpc.StatusCode.DEADLINE_EXCEEDED)
+            time.sleep(0.2)
+
+    def logs(self, job_id: str, *, ranks: Iterable[int] = (), attempt: int = 0,
+             follow: bool = False, poll_interval: float = 0.5) -> Iterator[service_pb2.LogChunk]:
+        """Rank output of an attempt (0: the current one), as chunks of bytes per rank.
+
+        Without ``follow``: what is stored now. With it: also what comes later, until the
+        attempt has ended and everything it wrote was read.
+        """
+        offsets: Dict[int, int] = {r: 0 for r in ranks}
+        if not offsets:  # every rank of the attempt, also those that have written nothing yet
+            runs = self.get(job_id).runs
+            run = next((r for r in runs if r.attempt == attempt), runs[-1] if runs else None)
+            if run is not None:
+                attempt = run.attempt
+                offsets = {r: 0 for r in range(run.world_size)}
+        while True:
+            request = service_pb2.GetLogsRequest(job_id=job_id, attempt=attempt,
+                                                 ranks=list(offsets), offsets=list(offsets.values()))
+            response = self._call(self._jobs.GetLogs, request)
+            attempt = response.attempt  # stay on the attempt first read
+            got = 0
+            for chunk in response.chunks:
+                if chunk.data:
+                    got += len(chunk.data)
+                    yield chunk
+                offsets[chunk.world_rank] = chunk.offset + len(chunk.data)
+            if got:
+                continue  # more may be stored already
+            if not follow or response.final:
+                return
+            time.sleep(poll_interval)
+
+    # ---- nodes ----------------------------------------------------------------------------
+
+    def nodes(self) -> List[node_pb2.Node]:
+        """Registered worker nodes with their GPUs or CPU slots and state."""
+        return list(self._call(self._nodes.ListNodes, service_pb2.ListNodesRequest()).nodes)

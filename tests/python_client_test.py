@@ -1,0 +1,147 @@
+"""The Python client (clients/python, installed into .venv) against real dhp processes.
+
+A dhp-controller and a dhp-worker agent with real dhp-rank processes on loopback; everything
+below goes through dhp_client only (no dhpctl): the tiny job trains to SUCCEEDED with its
+checkpoints, events, logs and listing; a long job is cancelled and resumed; errors come back
+as the exceptions of the controller's codes.
+
+Usage (tools/test.sh, after `pip install clients/python` into .venv):
+  .venv/bin/python tests/python_client_test.py CONTROLLER WORKER DHPCTL CONFIGS RANK GEN_SHAPES
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dhp_cluster import Binaries, Cluster, wait_for  # noqa: E402
+from runs_test import spec_text  # noqa: E402
+
+import dhp_client  # noqa: E402
+from dhp_client.pb import job_pb2, node_pb2  # noqa: E402
+
+BINS = RANK = GEN_SHAPES = None
+
+
+def names(events):
+    return [(e.type, e.to_state) for e in events]
+
+
+class PythonClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.data = tempfile.TemporaryDirectory(prefix="dhp-pyclient-data-")
+        subprocess.run([GEN_SHAPES, "--out", os.path.join(cls.data.name, "data", "shapes"),
+                        "--count", "64", "--size", "112", "--seed", "7"],
+                       check=True, capture_output=True)
+        cls.cluster = Cluster(BINS, heartbeat_timeout_ms=3000, heartbeat_interval_ms=200)
+        cls.cluster.start_controller()
+        cls.cluster.start_worker("node-a", cpu_slots=2, extra_args=[
+            "--rank-binary", RANK, "--data-root", cls.data.name, "--stop-grace-ms", "3000"])
+        cls.client = dhp_client.Client("127.0.0.1:%d" % cls.cluster.grpc_port)
+        wait_for(lambda: [n for n in cls.client.nodes() if n.state == node_pb2.NODE_STATE_READY], timeout=20,
+                 what="node-a READY")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.cluster.close()
+        cls.data.cleanup()
+
+    def test_1_the_tiny_job_trains_to_success(self):
+        c = self.client
+        job = c.submit(spec_text(self.cluster, "py-tiny", steps=12, every=4))
+        self.assertIn(job.state, (job_pb2.JOB_STATE_QUEUED, job_pb2.JOB_STATE_SCHEDULED))
+        self.assertTrue(job.id.startswith("j-"))
+        events = list(c.watch(job.id))  # follows until the job is final
+        self.assertIn(("job.state", "SUCCEEDED"), names(events), names(events))
+        self.assertIn(("run.state", "RUNNING"), names(events))
+        got = c.get(job.id)
+        self.assertEqual(got.job.state, job_pb2.JOB_STATE_SUCCEEDED)
+        self.assertEqual(len(got.runs), 1)
+        self.assertEqual(got.runs[0].last_step, 12)
+        self.assertGreater(got.runs[0].last_loss, 0)
+        complete = [k for k in got.checkpoints if k.state == job_pb2.CHECKPOINT_STATE_COMPLETE]
+        self.assertTrue(complete)
+        self.assertEqual(max(k.step for k in complete), 12)
+        self.assertEqual({s.rank for s in complete[-1].shards}, {0, 1})
+        # Logs: both ranks wrote, and following a finished attempt ends.
+        chunks = list(c.logs(job.id, follow=True))
+        self.assertEqual({ch.world_rank for ch in chunks}, {0, 1})
+        text = b"".join(ch.data for ch in chunks if ch.world_rank == 0).decode()
+        self.assertIn("step", text)
+        # Listing and filters.
+        self.assertIn(job.id, [j.id for j in c.list(states=["succeeded"])])
+        self.assertNotIn(job.id, [j.id for j in c.list(states=[job_pb2.JOB_STATE_RUNNING])])
+        self.assertIn(job.id, [j.id for j in c.list(labels={"purpose": "demo"})])
+        self.assertEqual(c.list(labels={"purpose": "none"}), [])
+        self.assertEqual(len(c.list(limit=1)), 1)
+        # History replay without follow ends at once, and `after` skips what was seen.
+        replay = list(c.watch(job.id, follow=False))
+        self.assertEqual(names(replay), names(events))
+        self.assertEqual(list(c.watch(job.id, after=events[-1].id, follow=False)), [])
+        node = c.nodes()[0]
+        self.assertEqual((node.id, node.resources.cpu_slots), ("node-a", 2))
+
+    def test_2_cancel_and_resume(self):
+        c = self.client
+        job = c.submit(spec_text(self.cluster, "py-long", steps=100000, every=0))
+        for e in c.watch(job.id):
+            if (e.type, e.to_state) == ("run.state", "RUNNING"):
+                break
+        self.assertEqual(c.cancel(job.id, reason="from python").state,
+                         job_pb2.JOB_STATE_CANCELLING)
+        self.assertEqual(c.wait(job.id, timeout=60).state, job_pb2.JOB_STATE_CANCELLED)
+        resumed = c.resume(job.id)
+        self.assertEqual(resumed.run.attempt, 2)
+        self.assertIn(resumed.job.state,
+                      (job_pb2.JOB_STATE_QUEUED, job_pb2.JOB_STATE_SCHEDULED))
+        c.cancel(job.id)
+        self.assertEqual(c.wait(job.id, timeout=60).state, job_pb2.JOB_STATE_CANCELLED)
+        runs = c.get(job.id).runs
+        self.assertEqual([r.reason for r in runs][0], "from python")
+        self.assertTrue(dhp_client.is_final(c.get(job.id).job.state))
+
+    def test_3_errors_are_exceptions_with_the_controllers_code_and_message(self):
+        c = self.client
+        with self.assertRaises(dhp_client.InvalidArgument) as bad:
+            c.submit({"name": "x", "model": {"preset": "tiny"}, "vision": {"degre": 2}})
+        self.assertIn("vision.degre: unknown key", bad.exception.message)
+        with self.assertRaises(dhp_client.NotFound) as missing:
+            c.get("j-000000000000")
+        self.assertEqual(str(missing.exception), "NOT_FOUND: job j-000000000000 not found")
+        done = c.list(states=["succeeded"])[0]
+        with self.assertRaises(dhp_client.FailedPrecondition):
+            c.cancel(done.id)
+        # A spec as a dict, validated only: every default filled in, nothing stored.
+        spec = {"name": "py-dry", "model": {"preset": "tiny"}, "training": {"max_steps": 3},
+                "data": {"datasets": ["s"], "registry": {"s": {"annotation_path": "a.jsonl"}}}}
+        before = len(c.list())
+        dry = c.submit(spec, dry_run=True)
+        self.assertEqual(dry.spec.vision.degree, 1)
+        self.assertEqual(dry.spec.checkpoint.directory, "py-dry")
+        self.assertEqual(len(c.list()), before)
+        # Auth: a controller with a token refuses a client without it, accepts one with it.
+        secured = Cluster(BINS)
+        try:
+            token_file = os.path.join(secured.tmp.name, "token")
+            with open(token_file, "w") as f:
+                f.write("py-s3cret\n")
+            secured.start_controller(extra_args=["--auth-token-file", token_file])
+            address = "127.0.0.1:%d" % secured.grpc_port
+            with self.assertRaises(dhp_client.Unauthenticated):
+                dhp_client.Client(address, token="wrong").list()
+            self.assertEqual(dhp_client.Client(address, token_file=token_file).list(), [])
+        finally:
+            secured.close()
+        with self.assertRaises(dhp_client.Unavailable):
+            dhp_client.Client("127.0.0.1:1", timeout=2).list()
+
+
+if __name__ == "__main__":
+    BINS = Binaries(*sys.argv[1:5])
+    RANK = os.path.abspath(sys.argv[5])
+    GEN_SHAPES = os.path.abspath(sys.argv[6])
+    unittest.main(argv=sys.argv[:1] + sys.argv[7:], verbosity=2)
