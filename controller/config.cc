@@ -60,6 +60,7 @@ v1::ControllerConfig DefaultControllerConfig() {
   c.set_data_dir("/var/lib/dhp");
   c.mutable_heartbeat()->set_interval_ms(2000);
   c.mutable_heartbeat()->set_timeout_ms(10000);
+  c.mutable_retention()->set_days(90);
   return c;
 }
 
@@ -100,6 +101,10 @@ absl::Status ValidateControllerConfig(const v1::ControllerConfig& config) {
   }
   if (const int n = c.listen().http_max_connections(); n < 1 || n > 65536) {
     errors.Add("listen.http_max_connections", absl::StrCat(n, " must be in 1..65536"));
+  }
+  if (c.retention().days() < 0 || c.retention().days() > 36500) {
+    errors.Add("retention.days",
+               absl::StrCat(c.retention().days(), " must be in 0..36500 (0 keeps everything)"));
   }
   if (c.data_dir().empty()) errors.Add("data_dir", "must not be empty");
   if (!c.auth().token_file().empty()) CheckTokenFile(c.auth().token_file(), errors);
@@ -186,6 +191,12 @@ void AddControllerFlags(CLI::App& app, ControllerCommandLine* command_line) {
        [](auto* c, const std::string& v) { c->mutable_auth()->set_token_file(v); },
        "Require 'authorization: Bearer <token>' (the file's content) on every API call "
        "except /healthz and /metrics (auth.token_file)");
+  number(
+      "--retention-days", [](auto* c, int v) { c->mutable_retention()->set_days(v); },
+      "Delete final jobs (runs, checkpoint records, events, logs; not checkpoint files) "
+      "and node events this many days after their last change; 0 keeps them "
+      "(retention.days)")
+      ->default_str(std::to_string(d.retention().days()));
   app.add_flag_function(
       "--allow-unauthenticated",
       [f](std::int64_t) { f->mutable_auth()->set_allow_unauthenticated(true); },

@@ -80,6 +80,7 @@ TEST(ControllerConfigTest, DefaultsAreTheFlagDefaults) {
   EXPECT_EQ(c->listen().grpc_port(), 7070);
   EXPECT_EQ(c->listen().http_port(), 7080);
   EXPECT_EQ(c->listen().http_max_connections(), 1024);
+  EXPECT_EQ(c->retention().days(), 90);
   EXPECT_EQ(c->data_dir(), "/var/lib/dhp");
   EXPECT_EQ(c->db(), "/var/lib/dhp/dhp.db");
   EXPECT_EQ(c->checkpoint_root(), "/var/lib/dhp/checkpoints");
@@ -113,6 +114,7 @@ TEST(ControllerConfigTest, BadValuesAreNamedWithTheRule) {
        "listen.bind: must not be empty; use 127.0.0.1 (this host only) or 0.0.0.0 (every "
        "interface, with auth.token_file)"},
       {"listen: {http_max_connections: 0}", "listen.http_max_connections: 0 must be in 1..65536"},
+      {"retention: {days: -1}", "retention.days: -1 must be in 0..36500 (0 keeps everything)"},
       {"data_dir: ''", "data_dir: must not be empty"},
       {"heartbeat: {timeout_ms: 500}",
        "heartbeat.timeout_ms: 500 must be greater than heartbeat.interval_ms (2000)"},

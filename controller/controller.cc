@@ -50,8 +50,7 @@ Controller::Controller(Store& store, const Clock& clock, MetricsRegistry& metric
       jobs_by_state_(metrics.AddGauge("dhp_jobs", "Jobs by state.", {"state"})),
       nodes_by_state_(metrics.AddGauge("dhp_nodes", "Registered nodes by state.", {"state"})),
       events_total_(metrics.AddCounter("dhp_events_total",
-                                       "Events recorded since the controller started.",
-                                       {"type"})),
+                                       "Events recorded since the controller started.", {"type"})),
       quarantined_total_(metrics.AddCounter(
           "dhp_store_quarantined_rows_total",
           "Rows of the store that could not be read (a stored message that does not parse) and "
@@ -62,7 +61,8 @@ Controller::Controller(Store& store, const Clock& clock, MetricsRegistry& metric
           "Rows held in the store's quarantine table, by the table they came from.", {"table"})),
       run_metrics_(metrics),
       work_(boost::asio::make_work_guard(io_)),
-      heartbeat_timer_(io_) {
+      heartbeat_timer_(io_),
+      retention_timer_(io_) {
   for (const auto& [table, count] : store_.CountQuarantined()) {
     quarantined_total_.WithLabels({table});  // every table's series, from 0
   }
@@ -84,12 +84,16 @@ void Controller::Start() {
   absl::Status recovered = OnLoop([this] { return supervisor_.Recover(); });
   if (!recovered.ok()) DHP_LOG(ERROR) << "recovering runs from the store: " << recovered;
   boost::asio::post(io_, [this] { ScheduleHeartbeatCheck(); });
+  if (options_.retention_s > 0) boost::asio::post(io_, [this] { ScheduleRetentionSweep(0); });
 }
 
 void Controller::Stop() {
   if (stopped_.exchange(true)) return;
   events_cv_.notify_all();
-  boost::asio::post(io_, [this] { heartbeat_timer_.cancel(); });
+  boost::asio::post(io_, [this] {
+    heartbeat_timer_.cancel();
+    retention_timer_.cancel();
+  });
   work_.reset();
   io_.stop();
   if (loop_.joinable()) loop_.join();
@@ -127,6 +131,47 @@ void Controller::WaitForEventsAfter(int64_t seen, int ms) {
   std::unique_lock<std::mutex> lock(events_mu_);
   events_cv_.wait_for(lock, std::chrono::milliseconds(ms),
                       [&] { return last_event_id_ > seen || stopped_; });
+}
+
+void Controller::ScheduleRetentionSweep(int delay_ms) {
+  retention_timer_.expires_after(std::chrono::milliseconds(delay_ms));
+  retention_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || stopped_) return;
+    constexpr int kBatch = 100;  // jobs per pass: the loop is never held long
+    ScheduleRetentionSweep(SweepExpired() >= kBatch ? 10 : options_.retention_sweep_ms);
+  });
+}
+
+int Controller::SweepExpired() {
+  const int64_t cutoff = clock_.NowMicros() - options_.retention_s * 1000000;
+  absl::StatusOr<std::vector<std::string>> expired = store_.FinalJobsBefore(cutoff, 100);
+  if (!expired.ok()) {
+    DHP_LOG(ERROR) << "retention: listing expired jobs: " << expired.status();
+    return 0;
+  }
+  int deleted = 0;
+  for (const std::string& job_id : *expired) {
+    if (absl::Status s = store_.DeleteJob(job_id); !s.ok()) {
+      DHP_LOG(ERROR) << "retention: deleting job " << job_id << ": " << s;
+      continue;
+    }
+    ++deleted;
+    if (logs_ != nullptr) {
+      files_.Post([this, job_id] {
+        if (absl::Status s = logs_->DeleteJob(job_id); !s.ok()) {
+          DHP_LOG(WARNING) << "retention: deleting the logs of " << job_id << ": " << s;
+        }
+      });
+    }
+  }
+  absl::StatusOr<int64_t> node_events = store_.DeleteNodeEventsBefore(cutoff);
+  if (!node_events.ok()) DHP_LOG(ERROR) << "retention: node events: " << node_events.status();
+  if (deleted > 0 || (node_events.ok() && *node_events > 0)) {
+    DHP_LOG(INFO) << "retention: deleted " << deleted << " final job(s) and "
+                  << (node_events.ok() ? *node_events : 0) << " node event(s) older than "
+                  << options_.retention_s << " s";
+  }
+  return deleted;
 }
 
 void Controller::ScheduleHeartbeatCheck() {

@@ -38,6 +38,10 @@ struct ControllerOptions {
   NodeTrackerOptions nodes;
   int heartbeat_check_ms = 1000;   // how often silent nodes and stalled runs are looked for
   int kv_max_timeout_ms = 600000;  // longest Kv wait a caller may ask for
+  // Final jobs (with their runs, checkpoint records, events and logs; not their checkpoint
+  // files) and node events are deleted this long after their last change; 0 keeps them.
+  int64_t retention_s = 90 * 24 * 3600;
+  int retention_sweep_ms = 3600 * 1000;  // how often the sweeper looks
   std::string log_root;            // rank logs (LogStore); empty: GetLogs/AppendLogs refused
 };
 
@@ -92,6 +96,10 @@ class Controller : public api::DhpService {
   // Waits until an event newer than `seen` exists, `ms` pass, or the controller stops.
   void WaitForEventsAfter(int64_t seen, int ms);
   void ScheduleHeartbeatCheck();
+  // Deletes what retention_s has expired, up to a batch at a time, then runs again after
+  // retention_sweep_ms (at once while batches are full). Loop thread.
+  void ScheduleRetentionSweep(int delay_ms);
+  int SweepExpired();  // how many jobs it deleted
   // Loop thread, after any change: a scheduling pass, checkpoint directories deleted off the
   // loop (on files_), the rendezvous keys of runs that ended dropped, and the events published.
   void Settle(std::vector<v1::Event>& events);
@@ -124,6 +132,7 @@ class Controller : public api::DhpService {
   boost::asio::io_context io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
   boost::asio::steady_timer heartbeat_timer_;
+  boost::asio::steady_timer retention_timer_;
   std::thread loop_;
   std::thread::id loop_id_;
   std::atomic<bool> stopped_{false};

@@ -362,6 +362,36 @@ TEST_F(ControllerTest, LogsAreStoredOnlyForARankPlacedOnTheSendingNode) {
   EXPECT_FALSE(std::filesystem::exists(options_.log_root + "/j-missing"));
 }
 
+TEST_F(ControllerTest, RetentionDeletesFinalJobsAndOldNodeEvents) {
+  StopController();
+  options_.retention_s = 1;
+  options_.retention_sweep_ms = 50;
+  StartController();
+  const v1::Job done = Submit();
+  ASSERT_TRUE(Cancel(done.id()).ok());
+  const v1::Job live = Submit();
+  ASSERT_TRUE(Register("n1").ok());  // a node event; `live` is placed on it
+  auto stored = [&](const std::string& id) {
+    v1::GetJobRequest req;
+    req.set_job_id(id);
+    v1::GetJobResponse resp;
+    return controller_->GetJob(req, &resp).code();
+  };
+  const auto start = std::chrono::steady_clock::now();
+  while (stored(done.id()) == absl::StatusCode::kOk &&
+         std::chrono::steady_clock::now() - start < 10s) {
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(stored(done.id()), absl::StatusCode::kNotFound);
+  EXPECT_EQ(stored(live.id()), absl::StatusCode::kOk);  // not final: kept however old
+  std::vector<v1::Event> events = Replay("");
+  ASSERT_FALSE(events.empty());
+  for (const v1::Event& e : events) {
+    EXPECT_NE(e.job_id(), done.id());
+    EXPECT_FALSE(e.job_id().empty()) << "a node event older than the retention";
+  }
+}
+
 TEST_F(ControllerTest, MetricsCountJobsAndNodesByState) {
   std::string text = controller_->MetricsText();
   EXPECT_TRUE(HasLine(text, "dhp_jobs{state=\"QUEUED\"} 0")) << text;

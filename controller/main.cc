@@ -110,6 +110,7 @@ int main(int argc, char** argv) {
   options.spec.checkpoint_root = std::filesystem::absolute(checkpoint_root).string();
   options.nodes.heartbeat_interval_ms = config.heartbeat().interval_ms();
   options.nodes.heartbeat_timeout_ms = config.heartbeat().timeout_ms();
+  options.retention_s = int64_t{config.retention().days()} * 24 * 3600;
   options.log_root = config.log_dir();
   dhp::controller::Controller controller(**store, clock, metrics, options);
   controller.Start();

@@ -619,6 +619,49 @@ std::vector<v1::Event> Store::ListEvents(const std::string& job_id, int64_t afte
   return std::move(read.rows);
 }
 
+// ---- retention ------------------------------------------------------------------------------
+
+absl::StatusOr<std::vector<std::string>> Store::FinalJobsBefore(int64_t before_us, int limit) {
+  DHP_STORE_ASSIGN_OR_RETURN(
+      ScopedStatement select,
+      db_->Prepare("SELECT id FROM jobs WHERE state IN (?, ?, ?) AND update_us < ? "
+                   "ORDER BY update_us LIMIT ?"));
+  select->BindInt(1, v1::JOB_STATE_CANCELLED)
+      .BindInt(2, v1::JOB_STATE_SUCCEEDED)
+      .BindInt(3, v1::JOB_STATE_FAILED)
+      .BindInt(4, before_us)
+      .BindInt(5, limit);
+  std::vector<std::string> ids;
+  while (true) {
+    DHP_STORE_ASSIGN_OR_RETURN(bool row, select->Step());
+    if (!row) break;
+    ids.push_back(select->ColumnText(0));
+  }
+  return ids;
+}
+
+absl::Status Store::DeleteJob(const std::string& job_id) {
+  DHP_STORE_ASSIGN_OR_RETURN(Transaction tx, db_->Begin());
+  DHP_STORE_ASSIGN_OR_RETURN(ScopedStatement events,
+                             db_->Prepare("DELETE FROM events WHERE job_id = ?"));
+  events->BindText(1, job_id);
+  DHP_STORE_RETURN_IF_ERROR(events->Run());
+  // Labels, runs and checkpoints go with the job (ON DELETE CASCADE).
+  DHP_STORE_ASSIGN_OR_RETURN(ScopedStatement job, db_->Prepare("DELETE FROM jobs WHERE id = ?"));
+  job->BindText(1, job_id);
+  DHP_STORE_RETURN_IF_ERROR(job->Run());
+  if (db_->changes() == 0) return absl::NotFoundError("job " + job_id + " not found");
+  return tx.Commit();
+}
+
+absl::StatusOr<int64_t> Store::DeleteNodeEventsBefore(int64_t before_us) {
+  DHP_STORE_ASSIGN_OR_RETURN(ScopedStatement del,
+                             db_->Prepare("DELETE FROM events WHERE job_id = '' AND time_us < ?"));
+  del->BindInt(1, before_us);
+  DHP_STORE_RETURN_IF_ERROR(del->Run());
+  return static_cast<int64_t>(db_->changes());
+}
+
 int64_t Store::LastEventId() {
   absl::StatusOr<int64_t> id = db_->QueryInt("SELECT COALESCE(MAX(id), 0) FROM events");
   DieIfError(id.status(), "LastEventId");

@@ -112,6 +112,15 @@ class Store {
 
   // Events with id > after_id, ascending; job_id empty: all events. limit <= 0: no limit.
   std::vector<v1::Event> ListEvents(const std::string& job_id, int64_t after_id, int limit);
+
+  // Retention. Ids of final jobs (CANCELLED, SUCCEEDED, FAILED) last changed before
+  // `before_us`, oldest first, at most `limit`.
+  absl::StatusOr<std::vector<std::string>> FinalJobsBefore(int64_t before_us, int limit);
+  // Deletes a job with its labels, runs, checkpoint records (not their files) and events, in
+  // one transaction. NOT_FOUND if it is not stored.
+  absl::Status DeleteJob(const std::string& job_id);
+  // Deletes node events (those of no job) older than `before_us`; returns how many.
+  absl::StatusOr<int64_t> DeleteNodeEventsBefore(int64_t before_us);
   int64_t LastEventId();
 
   // Quarantine (see above). The listener is called once per row moved, on the calling thread,
