@@ -84,6 +84,33 @@ bool Step(grpc::CompletionQueue& cq, void* tag) {
   return ok;
 }
 
+// One unary call of `method` with raw request bytes, through a GenericStub (so that bytes no
+// generated stub would send can be sent): the status and the response bytes.
+std::pair<grpc::Status, std::string> GenericUnary(const std::string& target,
+                                                  const std::string& method,
+                                                  const std::string& request) {
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::CompletionQueue cq;
+  std::unique_ptr<grpc::GenericClientAsyncResponseReader> call =
+      stub.PrepareUnaryCall(&ctx, method, BytesBuffer(request), &cq);
+  call->StartCall();
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  int tag = 1;
+  call->Finish(&response, &status, &tag);
+  EXPECT_TRUE(Step(cq, &tag));
+  cq.Shutdown();
+  void* ignored_tag;
+  bool ignored_ok;
+  while (cq.Next(&ignored_tag, &ignored_ok)) {
+  }
+  return {status, status.ok() ? BufferBytes(response) : ""};
+}
+
 class ApiTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -327,26 +354,9 @@ TEST_F(ApiTest, GrpcRefusesTextThatIsNotUtf8) {
   v1::RegisterNodeRequest req;
   req.mutable_node()->set_id("n1");
   req.mutable_node()->set_hostname("h\xffost");
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateChannel(target_, grpc::InsecureChannelCredentials());
-  grpc::GenericStub stub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  grpc::CompletionQueue cq;
-  std::unique_ptr<grpc::GenericClientAsyncResponseReader> call = stub.PrepareUnaryCall(
-      &ctx, "/dhp.v1.WorkerService/RegisterNode", BytesBuffer(req.SerializeAsString()), &cq);
-  call->StartCall();
-  grpc::ByteBuffer response;
-  grpc::Status status;
-  int tag = 1;
-  call->Finish(&response, &status, &tag);
-  ASSERT_TRUE(Step(cq, &tag));
-  EXPECT_FALSE(status.ok());
-  cq.Shutdown();
-  void* ignored_tag;
-  bool ignored_ok;
-  while (cq.Next(&ignored_tag, &ignored_ok)) {
-  }
+  EXPECT_FALSE(
+      GenericUnary(target_, "/dhp.v1.WorkerService/RegisterNode", req.SerializeAsString())
+          .first.ok());
   absl::StatusOr<v1::ListNodesResponse> nodes = client_->ListNodes(v1::ListNodesRequest());
   ASSERT_TRUE(nodes.ok());
   EXPECT_EQ(nodes->nodes_size(), 0);
@@ -464,33 +474,13 @@ TEST_F(ApiTest, RestWatchSeesTheEventsOfGrpcCalls) {
   EXPECT_EQ(last.to_state(), "CANCELLED");
 }
 
-// grpc.health.v1.Health/Check for `service` ("" is the server): the status and the response.
+// Health/Check for `service` ("" is the server): the status and the response bytes.
 std::pair<grpc::Status, std::string> HealthCheck(const std::string& target,
                                                  const std::string& service) {
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
-  grpc::GenericStub stub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  grpc::CompletionQueue cq;
   // HealthCheckRequest {string service = 1;}
   std::string bytes;
   if (!service.empty()) bytes = std::string("\x0a") + static_cast<char>(service.size()) + service;
-  grpc::ByteBuffer request = BytesBuffer(bytes);
-  std::unique_ptr<grpc::GenericClientAsyncResponseReader> call =
-      stub.PrepareUnaryCall(&ctx, "/grpc.health.v1.Health/Check", request, &cq);
-  call->StartCall();
-  grpc::ByteBuffer response;
-  grpc::Status status;
-  int tag = 1;
-  call->Finish(&response, &status, &tag);
-  EXPECT_TRUE(Step(cq, &tag));
-  cq.Shutdown();
-  void* ignored_tag;
-  bool ignored_ok;
-  while (cq.Next(&ignored_tag, &ignored_ok)) {
-  }
-  return {status, status.ok() ? BufferBytes(response) : ""};
+  return GenericUnary(target, "/grpc.health.v1.Health/Check", bytes);
 }
 
 TEST_F(ApiTest, GrpcHealthCheckIsServing) {
