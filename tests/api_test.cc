@@ -354,9 +354,8 @@ TEST_F(ApiTest, GrpcRefusesTextThatIsNotUtf8) {
   v1::RegisterNodeRequest req;
   req.mutable_node()->set_id("n1");
   req.mutable_node()->set_hostname("h\xffost");
-  EXPECT_FALSE(
-      GenericUnary(target_, "/dhp.v1.WorkerService/RegisterNode", req.SerializeAsString())
-          .first.ok());
+  EXPECT_FALSE(GenericUnary(target_, "/dhp.v1.WorkerService/RegisterNode", req.SerializeAsString())
+                   .first.ok());
   absl::StatusOr<v1::ListNodesResponse> nodes = client_->ListNodes(v1::ListNodesRequest());
   ASSERT_TRUE(nodes.ok());
   EXPECT_EQ(nodes->nodes_size(), 0);
