@@ -36,6 +36,7 @@ class NotFound(DhpError):
 
 
 class AlreadyExists(DhpError):
+    """The thing to create exists already (ALREADY_EXISTS)."""
     code = grpc.StatusCode.ALREADY_EXISTS
 
 
@@ -50,14 +51,17 @@ class Unauthenticated(DhpError):
 
 
 class PermissionDenied(DhpError):
+    """The token is valid but may not do this (PERMISSION_DENIED)."""
     code = grpc.StatusCode.PERMISSION_DENIED
 
 
 class ResourceExhausted(DhpError):
+    """A limit of the controller was reached: request size, queue length (RESOURCE_EXHAUSTED)."""
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 class DeadlineExceeded(DhpError):
+    """The call, or Client.wait, ran past its timeout (DEADLINE_EXCEEDED)."""
     code = grpc.StatusCode.DEADLINE_EXCEEDED
 
 
