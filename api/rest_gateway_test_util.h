@@ -15,12 +15,15 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "api/rest_gateway.h"
 #include "api/service.h"
 #include "boost/asio/ip/tcp.hpp"
 #include "boost/beast/core/flat_buffer.hpp"
 #include "boost/beast/http.hpp"
+#include "gtest/gtest.h"
 
 namespace dhp::api::testing {
 
@@ -281,6 +284,52 @@ inline std::vector<std::string> Lines(const std::string& body) {
 inline std::string ContentType(const Response& res) {
   return std::string(res[http::field::content_type]);
 }
+
+// A real RestGateway on 127.0.0.1:0 over a FakeService, with a client connected to it and
+// the observer's calls recorded (Observed waits for one).
+class RestGatewayTest : public ::testing::Test {
+ protected:
+  void SetUp() override { StartGateway({}); }
+  void TearDown() override { gateway_->Stop(); }
+
+  void StartGateway(RestGatewayOptions options) {
+    options.address = "127.0.0.1";
+    options.port = 0;
+    gateway_ = std::make_unique<RestGateway>(
+        service_, options,
+        [this](std::string_view route, int status, double seconds, bool reached_service) {
+          std::lock_guard<std::mutex> lock(observed_mu_);
+          observed_.emplace_back(std::string(route), status);
+          if (!reached_service) unserved_.emplace_back(std::string(route), status);
+          EXPECT_GE(seconds, 0);
+        });
+    ASSERT_TRUE(gateway_->Start().ok());
+    ASSERT_NE(gateway_->port(), 0);
+    client_ = std::make_unique<TestHttpClient>(gateway_->port());
+  }
+
+  // Waits for the observer to have seen (route, status): it runs after the response is sent.
+  bool Observed(const std::string& route, int status) {
+    for (int i = 0; i < 400; ++i) {
+      {
+        std::lock_guard<std::mutex> lock(observed_mu_);
+        for (const auto& [r, s] : observed_) {
+          if (r == route && s == status) return true;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+  }
+
+  // Declared before the gateway: its threads call the observer until it has stopped.
+  FakeService service_;
+  std::mutex observed_mu_;  // guards observed_
+  std::vector<std::pair<std::string, int>> observed_;
+  std::vector<std::pair<std::string, int>> unserved_;  // answered without the service
+  std::unique_ptr<RestGateway> gateway_;
+  std::unique_ptr<TestHttpClient> client_;
+};
 
 }  // namespace dhp::api::testing
 
