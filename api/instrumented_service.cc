@@ -6,13 +6,18 @@
 
 namespace dhp::api {
 
-ApiMetrics::ApiMetrics(MetricsRegistry& registry)
-    : requests(registry.AddCounter("dhp_api_requests_total",
-                                   "API requests by transport, method and status code.",
-                                   {"transport", "method", "code"})),
-      latency(registry.AddHistogram("dhp_api_request_duration_seconds",
-                                    "API request latency by transport, method and status code.",
-                                    {"transport", "method", "code"})) {}
+ApiMetrics::ApiMetrics(MetricsExposition& metrics)
+    : requests(metrics.AddCounter("dhp_api_requests_total",
+                                  "API requests by transport, method and status code.")),
+      latency(metrics.AddHistogram("dhp_api_request_duration_seconds",
+                                   "API request latency by transport, method and status code.")) {}
+
+void ApiMetrics::Record(const std::string& transport, const std::string& method,
+                        const std::string& code, double seconds) {
+  const prometheus::Labels labels = {{"transport", transport}, {"method", method}, {"code", code}};
+  requests.Add(labels).Increment();
+  latency.Add(labels, LatencyBuckets()).Observe(seconds);
+}
 
 void CountGatewayAnswer(ApiMetrics& metrics, std::string_view route, int http_status,
                         double seconds) {
@@ -44,10 +49,7 @@ void CountGatewayAnswer(ApiMetrics& metrics, std::string_view route, int http_st
     default:
       code = http_status >= 500 ? absl::StatusCode::kInternal : absl::StatusCode::kUnknown;
   }
-  const std::string name = absl::StatusCodeToString(code);
-  const std::string method(route);
-  metrics.requests.WithLabels({"rest", method, name}).Inc();
-  metrics.latency.WithLabels({"rest", method, name}).Observe(seconds);
+  metrics.Record("rest", std::string(route), absl::StatusCodeToString(code), seconds);
 }
 
 InstrumentedService::InstrumentedService(DhpService& inner, ApiMetrics& metrics,
@@ -60,9 +62,7 @@ absl::Status InstrumentedService::Measure(const char* method, F&& call) {
   absl::Status s = call();
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const std::string code = absl::StatusCodeToString(s.code());
-  metrics_.requests.WithLabels({transport_, method, code}).Inc();
-  metrics_.latency.WithLabels({transport_, method, code}).Observe(seconds);
+  metrics_.Record(transport_, method, absl::StatusCodeToString(s.code()), seconds);
   return s;
 }
 

@@ -12,14 +12,18 @@
 #include <string_view>
 
 #include "api/service.h"
-#include "common/metrics.h"
+#include "common/metrics_exposition.h"
 
 namespace dhp::api {
 
 struct ApiMetrics {
-  explicit ApiMetrics(MetricsRegistry& registry);
-  CounterFamily& requests;
-  HistogramFamily& latency;
+  explicit ApiMetrics(MetricsExposition& metrics);
+  // Counts one answered call and its latency.
+  void Record(const std::string& transport, const std::string& method, const std::string& code,
+              double seconds);
+
+  prometheus::Family<prometheus::Counter>& requests;
+  prometheus::Family<prometheus::Histogram>& latency;
 };
 
 // Counts a REST request the gateway answered without calling the service (a bad query

@@ -38,7 +38,7 @@ constexpr int kWatchPollMs = 500;
 
 }  // namespace
 
-Controller::Controller(Store& store, const Clock& clock, MetricsRegistry& metrics,
+Controller::Controller(Store& store, const Clock& clock, MetricsExposition& metrics,
                        ControllerOptions options)
     : store_(store),
       clock_(clock),
@@ -47,27 +47,29 @@ Controller::Controller(Store& store, const Clock& clock, MetricsRegistry& metric
       jobs_(store, clock, options.spec),
       nodes_(store, clock, options.nodes),
       supervisor_(store, clock, SupervisorOptions{options.spec.checkpoint_root}),
-      jobs_by_state_(metrics.AddGauge("dhp_jobs", "Jobs by state.", {"state"})),
-      nodes_by_state_(metrics.AddGauge("dhp_nodes", "Registered nodes by state.", {"state"})),
-      events_total_(metrics.AddCounter("dhp_events_total",
-                                       "Events recorded since the controller started.", {"type"})),
+      cluster_gauges_(metrics.AddComputedGauges({
+          {"dhp_jobs", "Jobs by state.", {"state"}},
+          {"dhp_nodes", "Registered nodes by state.", {"state"}},
+          {"dhp_store_quarantine_rows",
+           "Rows held in the store's quarantine table, by the table they came from.",
+           {"table"}},
+      })),
+      events_total_(
+          metrics.AddCounter("dhp_events_total", "Events recorded since the controller started.")),
       quarantined_total_(metrics.AddCounter(
           "dhp_store_quarantined_rows_total",
           "Rows of the store that could not be read (a stored message that does not parse) and "
-          "were moved to its quarantine table, since the controller started, by table.",
-          {"table"})),
-      quarantine_rows_(metrics.AddGauge(
-          "dhp_store_quarantine_rows",
-          "Rows held in the store's quarantine table, by the table they came from.", {"table"})),
+          "were moved to its quarantine table, since the controller started, by table.")),
       run_metrics_(metrics),
       work_(boost::asio::make_work_guard(io_)),
       heartbeat_timer_(io_),
       retention_timer_(io_) {
   for (const auto& [table, count] : store_.CountQuarantined()) {
-    quarantined_total_.WithLabels({table});  // every table's series, from 0
+    quarantined_total_.Add({{"table", table}});  // every table's series, from 0
   }
-  store_.set_quarantine_listener(
-      [this](const QuarantinedRow& row) { quarantined_total_.WithLabels({row.table}).Inc(); });
+  store_.set_quarantine_listener([this](const QuarantinedRow& row) {
+    quarantined_total_.Add({{"table", row.table}}).Increment();
+  });
   last_event_id_ = store_.LastEventId();
   if (!options_.log_root.empty()) logs_ = std::make_unique<LogStore>(options_.log_root);
   metrics_.AddCollector([this] { CollectGauges(); });
@@ -115,7 +117,7 @@ absl::Status Controller::OnLoop(const std::function<absl::Status()>& fn) {
 void Controller::Publish(const std::vector<v1::Event>& events) {
   if (events.empty()) return;
   for (const v1::Event& e : events) {
-    events_total_.WithLabels({e.type()}).Inc();
+    events_total_.Add({{"type", e.type()}}).Increment();
     DHP_LOG(INFO) << "event " << e.id() << " " << e.type() << " "
                   << (e.job_id().empty() ? e.node_id() : e.job_id()) << " " << e.from_state()
                   << " -> " << e.to_state() << ": " << e.reason();
@@ -562,7 +564,7 @@ absl::Status Controller::Health() {
 }
 
 void Controller::CollectGauges() {
-  std::vector<std::pair<std::vector<std::string>, double>> jobs, nodes, quarantined;
+  GaugeRows jobs, nodes, quarantined;
   MetricRows runs;
   absl::Status s = OnLoop([&] {
     for (const auto& [table, n] : store_.CountQuarantined()) {
@@ -582,9 +584,9 @@ void Controller::CollectGauges() {
     return absl::OkStatus();
   });
   if (!s.ok()) return;
-  jobs_by_state_.SetAll(jobs);
-  nodes_by_state_.SetAll(nodes);
-  quarantine_rows_.SetAll(quarantined);
+  cluster_gauges_.Set({{"dhp_jobs", std::move(jobs)},
+                       {"dhp_nodes", std::move(nodes)},
+                       {"dhp_store_quarantine_rows", std::move(quarantined)}});
   run_metrics_.Set(runs);
 }
 

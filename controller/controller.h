@@ -20,7 +20,7 @@
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/steady_timer.hpp"
 #include "common/clock.h"
-#include "common/metrics.h"
+#include "common/metrics_exposition.h"
 #include "common/spec_validate.h"
 #include "controller/job_manager.h"
 #include "controller/log_store.h"
@@ -47,7 +47,7 @@ struct ControllerOptions {
 
 class Controller : public api::DhpService {
  public:
-  Controller(Store& store, const Clock& clock, MetricsRegistry& metrics,
+  Controller(Store& store, const Clock& clock, MetricsExposition& metrics,
              ControllerOptions options);
   ~Controller() override;
 
@@ -114,7 +114,7 @@ class Controller : public api::DhpService {
 
   Store& store_;
   const Clock& clock_;
-  MetricsRegistry& metrics_;
+  MetricsExposition& metrics_;
   const ControllerOptions options_;
   JobManager jobs_;
   NodeTracker nodes_;
@@ -122,11 +122,11 @@ class Controller : public api::DhpService {
   std::unique_ptr<LogStore> logs_;  // thread-safe; used off the loop
   RendezvousKv kv_;
   SerialWorker files_{"checkpoint files"};  // manifests and deletions, off the loop
-  GaugeFamily& jobs_by_state_;
-  GaugeFamily& nodes_by_state_;
-  CounterFamily& events_total_;
-  CounterFamily& quarantined_total_;  // rows the store moved to quarantine, by table
-  GaugeFamily& quarantine_rows_;      // rows its quarantine table holds, by table
+  // dhp_jobs (by state), dhp_nodes (by state), dhp_store_quarantine_rows (rows its quarantine
+  // table holds, by table): computed at every scrape.
+  ComputedGauges& cluster_gauges_;
+  prometheus::Family<prometheus::Counter>& events_total_;
+  prometheus::Family<prometheus::Counter>& quarantined_total_;  // rows moved to quarantine
   RunMetrics run_metrics_;  // per-job, per-stage and cluster gauges (controller/run_metrics.h)
 
   boost::asio::io_context io_;

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "common/metrics.h"
+#include "common/metrics_exposition.h"
 #include "controller/sqlite_db.h"
 #include "controller/store.h"
 #include "gtest/gtest.h"
@@ -103,7 +103,7 @@ class ControllerTest : public ::testing::Test {
     absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path_);
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
-    metrics_ = std::make_unique<MetricsRegistry>();
+    metrics_ = std::make_unique<MetricsExposition>();
     controller_ = std::make_unique<Controller>(*store_, clock_, *metrics_, options_);
     controller_->Start();
   }
@@ -167,7 +167,7 @@ class ControllerTest : public ::testing::Test {
   std::string path_;
   ControllerOptions options_;
   SystemClock clock_;
-  std::unique_ptr<MetricsRegistry> metrics_;  // outlives the controller (holds a collector)
+  std::unique_ptr<MetricsExposition> metrics_;  // outlives the controller (holds a collector)
   std::unique_ptr<Store> store_;              // outlives the controller
   std::unique_ptr<Controller> controller_;
 };

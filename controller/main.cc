@@ -21,7 +21,7 @@
 #include "common/clock.h"
 #include "common/lock_file.h"
 #include "common/logging.h"
-#include "common/metrics.h"
+#include "common/metrics_exposition.h"
 #include "common/proto_yaml.h"
 #include "controller/config.h"
 #include "controller/controller.h"
@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
   }
 
   dhp::SystemClock clock;
-  dhp::MetricsRegistry metrics;
+  dhp::MetricsExposition metrics;
   dhp::controller::ControllerOptions options;
   options.spec.checkpoint_root = std::filesystem::absolute(checkpoint_root).string();
   options.nodes.heartbeat_interval_ms = config.heartbeat().interval_ms();

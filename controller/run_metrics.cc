@@ -8,36 +8,29 @@
 
 #include "common/job_layout.h"
 #include "common/layout.h"
-#include "common/logging.h"
 #include "common/proto_enum.h"
 
 namespace dhp::controller {
 namespace {
 
-struct FamilyDef {
-  const char* name;
-  const char* help;
-  std::vector<std::string> labels;
-};
-
 // Registration order = exposition order. Keep in sync with the header comment.
-const std::vector<FamilyDef>& Families() {
-  static const std::vector<FamilyDef> defs = {
+const std::vector<GaugeFamilyDef>& Families() {
+  static const std::vector<GaugeFamilyDef> defs = {
       {"dhp_job_step", "Current training step of the job's run.", {"job"}},
       {"dhp_job_total_steps", "Steps the job trains to.", {"job"}},
       {"dhp_job_loss", "Newest training loss of the job.", {"job"}},
       {"dhp_job_learning_rate", "Newest learning rate of the job.", {"job"}},
       {"dhp_job_grad_norm", "Newest global gradient norm of the job.", {"job"}},
       {"dhp_job_restarts", "Automatic restarts the job has used.", {"job"}},
-      {"dhp_job_queue_wait_seconds", "Time the job's current run waited in the queue.",
-       {"job"}},
+      {"dhp_job_queue_wait_seconds", "Time the job's current run waited in the queue.", {"job"}},
       {"dhp_job_tokens_per_second", "Newest throughput of the job's run, all stages.", {"job"}},
       {"dhp_job_step_seconds", "Newest step time of the job's run.", {"job"}},
       {"dhp_job_state", "1 for the job's current state.", {"job", "state"}},
       {"dhp_job_last_progress_timestamp_seconds",
        "Unix time at which the step of the job's placed run last advanced (or it was placed).",
        {"job"}},
-      {"dhp_stage_tokens_per_second", "Tokens per second of a stage on a rank.",
+      {"dhp_stage_tokens_per_second",
+       "Tokens per second of a stage on a rank.",
        {"job", "stage", "rank"}},
       {"dhp_stage_step_seconds",
        "Newest step time of a stage on a rank, by phase (forward, backward, comm, optimizer).",
@@ -46,25 +39,28 @@ const std::vector<FamilyDef>& Families() {
        "Memory of a rank hosting a stage: allocated, reserved, peak (CUDA caching allocator) "
        "or rss (resident set).",
        {"job", "stage", "rank", "kind"}},
-      {"dhp_stage_mfu", "Model FLOPs utilisation of a stage on a rank (0..1; ranks with a known device peak).",
+      {"dhp_stage_mfu",
+       "Model FLOPs utilisation of a stage on a rank (0..1; ranks with a known device peak).",
        {"job", "stage", "rank"}},
       {"dhp_collective_bytes",
        "Bytes by tensor size (the collectives' algorithmic volume, not bytes on the wire) a "
        "rank sent plus received on a process group since it started.",
        {"job", "rank", "group"}},
       {"dhp_rank_step", "Newest step a rank reported.", {"job", "rank"}},
-      {"dhp_rank_last_report_timestamp_seconds", "Unix time of a rank's newest progress report.",
+      {"dhp_rank_last_report_timestamp_seconds",
+       "Unix time of a rank's newest progress report.",
        {"job", "rank"}},
       {"dhp_rank_memory_capacity_bytes",
        "Memory of a rank's device (GPU memory; on CPU nodes node memory / CPU slots).",
        {"job", "rank"}},
       {"dhp_checkpoint_step", "Step of the job's newest complete checkpoint.", {"job"}},
       {"dhp_checkpoint_write_seconds",
-       "Write time (slowest shard) of the job's newest complete checkpoint.", {"job"}},
-      {"dhp_checkpoint_size_bytes", "Size (all shards) of the job's newest complete checkpoint.",
+       "Write time (slowest shard) of the job's newest complete checkpoint.",
        {"job"}},
-      {"dhp_slots", "Rank slots (GPUs or CPU slots) of the cluster: total, used, free.",
-       {"kind"}},
+      {"dhp_checkpoint_size_bytes",
+       "Size (all shards) of the job's newest complete checkpoint.",
+       {"job"}},
+      {"dhp_slots", "Rank slots (GPUs or CPU slots) of the cluster: total, used, free.", {"kind"}},
       {"dhp_queued_jobs", "Jobs waiting in the scheduler's queue.", {}},
       {"dhp_node_slots", "Rank slots of a node: total, used.", {"node", "kind"}},
       {"dhp_device_memory_bytes",
@@ -298,29 +294,14 @@ RunMetricsInput GatherRunMetricsInput(const Supervisor& supervisor, Store& store
   return in;
 }
 
-RunMetrics::RunMetrics(MetricsRegistry& registry) {
-  for (const FamilyDef& def : Families()) {
-    families_[def.name] = &registry.AddGauge(def.name, def.help, def.labels);
-  }
-}
+RunMetrics::RunMetrics(MetricsExposition& metrics)
+    : gauges_(metrics.AddComputedGauges(Families())) {}
 
-void RunMetrics::Set(const MetricRows& rows) {
-  for (const auto& [name, family_rows] : rows) {
-    if (families_.count(name) == 0) {
-      DHP_LOG(ERROR) << "RunMetrics::Set: unknown family " << name;
-      std::abort();
-    }
-  }
-  static const GaugeRows kNone;
-  for (const auto& [name, family] : families_) {
-    auto it = rows.find(name);
-    family->SetAll(it == rows.end() ? kNone : it->second);
-  }
-}
+void RunMetrics::Set(const MetricRows& rows) { gauges_.Set(rows); }
 
 std::vector<std::string> RunMetrics::FamilyNames() {
   std::vector<std::string> names;
-  for (const FamilyDef& def : Families()) names.push_back(def.name);
+  for (const GaugeFamilyDef& def : Families()) names.push_back(def.name);
   return names;
 }
 

@@ -38,8 +38,8 @@
 //                                                   allocator) | rss (resident set):
 //                                                   <stage>_memory_<kind>_bytes, else
 //                                                   memory_<kind>_bytes
-//   dhp_stage_mfu{job,stage,rank}                   mfu_<stage> (0..1), when reported (a known peak)
-//   dhp_collective_bytes{job,rank,group}            comm_bytes:<group>: cumulative bytes by
+//   dhp_stage_mfu{job,stage,rank}                   mfu_<stage> (0..1), when reported (a known
+//   peak) dhp_collective_bytes{job,rank,group}            comm_bytes:<group>: cumulative bytes by
 //                                                   tensor size sent plus received on that
 //                                                   process group: the collectives' algorithmic
 //                                                   volume (worker/comm/comm_stats.h), not bytes
@@ -65,7 +65,7 @@
 // the rank reported the key; a rank that has not reported yet has none.
 //
 // Thread-safety: ComputeRunMetrics is pure. GatherRunMetricsInput reads the Supervisor and the
-// Store: call it on the controller's loop thread. RunMetrics::Set is thread-safe (SetAll).
+// Store: call it on the controller's loop thread. RunMetrics::Set is thread-safe.
 #ifndef DHP_CONTROLLER_RUN_METRICS_H_
 #define DHP_CONTROLLER_RUN_METRICS_H_
 
@@ -75,18 +75,13 @@
 #include <utility>
 #include <vector>
 
-#include "common/metrics.h"
+#include "common/metrics_exposition.h"
 #include "controller/store.h"
 #include "controller/supervisor.h"
 #include "dhp/v1/job.pb.h"
 #include "dhp/v1/node.pb.h"
 
 namespace dhp::controller {
-
-// One gauge family's samples: label values (in the family's label order) and the value.
-using GaugeRows = std::vector<std::pair<std::vector<std::string>, double>>;
-// Family name -> its samples. A family that is absent has no samples.
-using MetricRows = std::map<std::string, GaugeRows>;
 
 // Everything ComputeRunMetrics reads; GatherRunMetricsInput fills it from the live controller.
 struct RunMetricsInput {
@@ -113,7 +108,7 @@ RunMetricsInput GatherRunMetricsInput(const Supervisor& supervisor, Store& store
 // The gauge families, registered on construction in a registry that outlives this object.
 class RunMetrics {
  public:
-  explicit RunMetrics(MetricsRegistry& registry);
+  explicit RunMetrics(MetricsExposition& metrics);
   RunMetrics(const RunMetrics&) = delete;
   RunMetrics& operator=(const RunMetrics&) = delete;
 
@@ -125,7 +120,7 @@ class RunMetrics {
   static std::vector<std::string> FamilyNames();
 
  private:
-  std::map<std::string, GaugeFamily*> families_;
+  ComputedGauges& gauges_;
 };
 
 }  // namespace dhp::controller

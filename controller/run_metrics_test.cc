@@ -229,8 +229,8 @@ TEST(RunMetricsTest, NoRunsStillExportsTheClusterRows) {
 // The contract in run_metrics.h: every family is registered (so HELP/TYPE are always there)
 // and every name ComputeRunMetrics produces is one of them.
 TEST(RunMetricsTest, SetRendersTheFamiliesAndEmptiesTheAbsentOnes) {
-  MetricsRegistry registry;
-  RunMetrics metrics(registry);
+  MetricsExposition exposition;
+  RunMetrics metrics(exposition);
   const std::vector<std::string> names = RunMetrics::FamilyNames();
   for (const char* name : {"dhp_job_step", "dhp_job_total_steps", "dhp_job_loss",
                            "dhp_job_learning_rate", "dhp_job_grad_norm", "dhp_job_restarts",
@@ -246,7 +246,7 @@ TEST(RunMetricsTest, SetRendersTheFamiliesAndEmptiesTheAbsentOnes) {
   rows["dhp_job_step"] = {{{"j-1"}, 3}};
   rows["dhp_stage_step_seconds"] = {{{"j-1", "text", "0", "forward"}, 0.25}};
   metrics.Set(rows);
-  std::string text = registry.RenderText();
+  std::string text = exposition.RenderText();
   EXPECT_NE(text.find("dhp_job_step{job=\"j-1\"} 3\n"), std::string::npos) << text;
   EXPECT_NE(text.find("dhp_stage_step_seconds{job=\"j-1\",stage=\"text\",rank=\"0\","
                       "phase=\"forward\"} 0.25\n"),
@@ -256,15 +256,15 @@ TEST(RunMetricsTest, SetRendersTheFamiliesAndEmptiesTheAbsentOnes) {
     EXPECT_NE(text.find("# TYPE " + name + " gauge\n"), std::string::npos) << name;
   }
   metrics.Set({});
-  text = registry.RenderText();
+  text = exposition.RenderText();
   EXPECT_EQ(text.find("dhp_job_step{"), std::string::npos) << text;
   EXPECT_EQ(text.find("\ndhp_queued_jobs "), std::string::npos) << text;  // emptied as well
   EXPECT_NE(text.find("# TYPE dhp_job_step gauge\n"), std::string::npos) << text;
 }
 
 TEST(RunMetricsDeathTest, AnUnknownFamilyIsAProgrammingError) {
-  MetricsRegistry registry;
-  RunMetrics metrics(registry);
+  MetricsExposition exposition;
+  RunMetrics metrics(exposition);
   MetricRows rows;
   rows["dhp_no_such_metric"] = {};
   EXPECT_DEATH(metrics.Set(rows), "unknown family dhp_no_such_metric");
@@ -393,10 +393,10 @@ TEST_F(RunMetricsSupervisorTest, ReportedMetricsOfAPlacedRunAreExported) {
   EXPECT_EQ(Find(rows, "dhp_queued_jobs", {}), 0);
   EXPECT_EQ(Find(rows, "dhp_node_slots", {"n1", "used"}), 2);
 
-  MetricsRegistry registry;
-  RunMetrics metrics(registry);
+  MetricsExposition exposition;
+  RunMetrics metrics(exposition);
   metrics.Set(rows);
-  const std::string text = registry.RenderText();
+  const std::string text = exposition.RenderText();
   if (std::getenv("DHP_NO_PROMTOOL") != nullptr) GTEST_SKIP() << "DHP_NO_PROMTOOL is set";
   const char* promtool = "/usr/bin/promtool";
   ASSERT_EQ(access(promtool, X_OK), 0)

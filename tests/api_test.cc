@@ -17,7 +17,7 @@
 #include "api/instrumented_service.h"
 #include "api/rest_gateway.h"
 #include "common/clock.h"
-#include "common/metrics.h"
+#include "common/metrics_exposition.h"
 #include "common/proto_yaml.h"
 #include "controller/controller.h"
 #include "controller/store.h"
@@ -164,7 +164,7 @@ class ApiTest : public ::testing::Test {
 
   // Declared in dependency order: destroyed clients first, the registry last.
   SystemClock clock_;
-  MetricsRegistry metrics_;
+  MetricsExposition metrics_;
   std::unique_ptr<controller::Store> store_;
   std::unique_ptr<controller::Controller> controller_;
   std::unique_ptr<api::ApiMetrics> api_metrics_;
@@ -549,25 +549,26 @@ TEST_F(ApiTest, MetricsCountBothTransportsAndPassPromtool) {
   ASSERT_EQ(res.status, 200) << res.error;
   EXPECT_EQ(res.content_type, "text/plain; version=0.0.4; charset=utf-8");
   const std::string& text = res.body;
-  for (const char* line : {
-           "# TYPE dhp_api_requests_total counter",
-           R"(dhp_api_requests_total{transport="grpc",method="SubmitJob",code="OK"} 1)",
-           R"(dhp_api_requests_total{transport="grpc",method="GetJob",code="NOT_FOUND"} 1)",
-           R"(dhp_api_requests_total{transport="grpc",method="GetJob",code="OK"} 1)",
-           R"(dhp_api_requests_total{transport="rest",method="GetJob",code="OK"} 2)",
-           R"(dhp_api_requests_total{transport="rest",method="SubmitJob",)"
-           R"(code="INVALID_ARGUMENT"} 1)",
-           R"(dhp_api_requests_total{transport="rest",method="CancelJob",code="OK"} 1)",
-           R"(dhp_api_request_duration_seconds_count{transport="grpc",method="GetJob",code="OK"} 1)",
-           R"(dhp_api_request_duration_seconds_count{transport="grpc",method="GetJob",)"
-           R"(code="NOT_FOUND"} 1)",
-           R"(dhp_api_request_duration_seconds_count{transport="rest",method="GetJob",code="OK"} 2)",
-           R"(dhp_jobs{state="CANCELLED"} 1)",
-           R"(dhp_jobs{state="QUEUED"} 0)",
-       }) {
+  for (
+      const char* line : {
+          "# TYPE dhp_api_requests_total counter",
+          R"(dhp_api_requests_total{code="OK",method="SubmitJob",transport="grpc"} 1)",
+          R"(dhp_api_requests_total{code="NOT_FOUND",method="GetJob",transport="grpc"} 1)",
+          R"(dhp_api_requests_total{code="OK",method="GetJob",transport="grpc"} 1)",
+          R"(dhp_api_requests_total{code="OK",method="GetJob",transport="rest"} 2)",
+          R"(dhp_api_requests_total{code="INVALID_ARGUMENT",method="SubmitJob",)"
+          R"(transport="rest"} 1)",
+          R"(dhp_api_requests_total{code="OK",method="CancelJob",transport="rest"} 1)",
+          R"(dhp_api_request_duration_seconds_count{code="OK",method="GetJob",transport="grpc"} 1)",
+          R"(dhp_api_request_duration_seconds_count{code="NOT_FOUND",method="GetJob",)"
+          R"(transport="grpc"} 1)",
+          R"(dhp_api_request_duration_seconds_count{code="OK",method="GetJob",transport="rest"} 2)",
+          R"(dhp_jobs{state="CANCELLED"} 1)",
+          R"(dhp_jobs{state="QUEUED"} 0)",
+      }) {
     EXPECT_TRUE(HasLine(text, line)) << line << "\n" << text;
   }
-  EXPECT_EQ(text.find(R"(transport="rest",method="SubmitJob",code="OK")"), std::string::npos);
+  EXPECT_EQ(text.find(R"(code="OK",method="SubmitJob",transport="rest")"), std::string::npos);
 
   // promtool is part of the toolchain (tools/setup.sh): missing, it fails the test unless
   // DHP_NO_PROMTOOL says to skip it.

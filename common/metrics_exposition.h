@@ -1,0 +1,123 @@
+// The controller's /metrics, on prometheus-cpp (Debian's prometheus-cpp-dev; the core library
+// only: our own HTTP server serves the text, civetweb's Exposer is not used).
+//
+// Two kinds of metrics, both rendered by prometheus::TextSerializer (format 0.0.4):
+//   - counters and histograms recorded as things happen: prometheus::Family<Counter|Histogram>
+//     in a prometheus::Registry, created through AddCounter / AddHistogram;
+//   - gauges their owner recomputes wholesale at every scrape (jobs by state, per-rank stage
+//     figures): ComputedGauges, whose families are declared up front and whose samples Set
+//     replaces at once, so a scrape sees either the old set or the new one.
+//
+//   MetricsExposition metrics;
+//   auto& requests = metrics.AddCounter("dhp_api_requests_total", "API requests.");
+//   requests.Add({{"method", "SubmitJob"}, {"code", "OK"}}).Increment();
+//   ComputedGauges& jobs = metrics.AddComputedGauges({{"dhp_jobs", "Jobs by state.", {"state"}}});
+//   metrics.AddCollector([&] { jobs.Set({{"dhp_jobs", {{{"RUNNING"}, 3}, {{"QUEUED"}, 1}}}}); });
+//   std::string text = metrics.RenderText();
+//
+// Every family prints its HELP and TYPE from registration on, samples or not (prometheus-cpp
+// alone skips families without samples): dashboards and tests/monitoring_test.py rely on it.
+// Families render in registration order. Labels of registry families render sorted by name
+// (prometheus::Labels is a map); those of computed gauges in their declared order.
+//
+// HELP text is escaped here (\ and newline): prometheus-cpp 1.0.1 writes it as given.
+//
+// Invalid metric or label names, a duplicate family name, an unknown family or a wrong number of
+// label values passed to Set are programming errors and crash.
+//
+// Thread-safety: everything is thread-safe. Collectors run before every RenderText, outside
+// any lock this class holds.
+#ifndef DHP_COMMON_METRICS_EXPOSITION_H_
+#define DHP_COMMON_METRICS_EXPOSITION_H_
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/histogram.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/registry.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace dhp {
+
+// One gauge family's samples: label values (in the family's label order) and the value.
+using GaugeRows = std::vector<std::pair<std::vector<std::string>, double>>;
+// Family name -> its samples. A family that is absent has no samples.
+using MetricRows = std::map<std::string, GaugeRows>;
+
+struct GaugeFamilyDef {
+  std::string name;
+  std::string help;
+  std::vector<std::string> labels;
+};
+
+class ComputedGauges {
+ public:
+  explicit ComputedGauges(std::vector<GaugeFamilyDef> families);
+  ComputedGauges(const ComputedGauges&) = delete;
+  ComputedGauges& operator=(const ComputedGauges&) = delete;
+
+  // Replaces every family's samples with those in `rows` (a family absent from rows is emptied).
+  void Set(const MetricRows& rows);
+
+  // The families with their current samples, ready to serialize (shared, never modified).
+  std::shared_ptr<const std::vector<prometheus::MetricFamily>> Snapshot() const;
+  const std::vector<GaugeFamilyDef>& families() const { return defs_; }
+
+ private:
+  const std::vector<GaugeFamilyDef> defs_;
+  std::map<std::string, size_t> index_;  // name -> position in defs_
+  mutable std::mutex mu_;
+  std::shared_ptr<const std::vector<prometheus::MetricFamily>> snapshot_;  // guarded by mu_
+};
+
+class MetricsExposition {
+ public:
+  MetricsExposition();
+  MetricsExposition(const MetricsExposition&) = delete;
+  MetricsExposition& operator=(const MetricsExposition&) = delete;
+
+  prometheus::Family<prometheus::Counter>& AddCounter(const std::string& name,
+                                                      const std::string& help);
+  // Children are added with their bucket bounds: family.Add(labels, LatencyBuckets()).
+  prometheus::Family<prometheus::Histogram>& AddHistogram(const std::string& name,
+                                                          const std::string& help);
+  // The returned object lives as long as this one.
+  ComputedGauges& AddComputedGauges(std::vector<GaugeFamilyDef> families);
+
+  // Runs before every RenderText, so that computed gauges are fresh in each scrape.
+  void AddCollector(std::function<void()> collector);
+
+  // All families in registration order, in the Prometheus text exposition format 0.0.4.
+  std::string RenderText() const;
+
+ private:
+  struct Entry {  // a registry family (computed == nullptr) or a set of computed gauges
+    std::string name;
+    std::string help;
+    prometheus::MetricType type;
+    const ComputedGauges* computed = nullptr;
+  };
+  void Register(Entry entry);
+
+  prometheus::Registry registry_;
+  mutable std::mutex mu_;  // guards entries_, computed_, collectors_, names_
+  std::vector<Entry> entries_;
+  std::vector<std::unique_ptr<ComputedGauges>> computed_;
+  std::vector<std::shared_ptr<std::function<void()>>> collectors_;
+  std::set<std::string> names_;  // every family name registered, to refuse duplicates
+};
+
+// Buckets for latencies in seconds: 0.5 ms .. 10 s.
+const prometheus::Histogram::BucketBoundaries& LatencyBuckets();
+
+}  // namespace dhp
+
+#endif  // DHP_COMMON_METRICS_EXPOSITION_H_
