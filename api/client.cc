@@ -37,7 +37,8 @@ absl::StatusOr<Resp> DhpClient::Call(Stub* stub, UnaryMethod<Stub, Req, Resp> me
   return FromGrpcStatus(s);
 }
 
-DhpClient::DhpClient(const std::string& target, int default_timeout_ms, std::string token)
+DhpClient::DhpClient(const std::string& target, int default_timeout_ms, std::string token,
+                     const TlsPems& tls)
     : target_(target),
       timeout_ms_(default_timeout_ms),
       authorization_(token.empty() ? "" : "Bearer " + token) {
@@ -47,7 +48,15 @@ DhpClient::DhpClient(const std::string& target, int default_timeout_ms, std::str
   // (gRPC's default backoff grows to 120 s).
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
-  channel_ = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!tls.ca.empty()) {
+    grpc::SslCredentialsOptions options;
+    options.pem_root_certs = tls.ca;
+    options.pem_private_key = tls.key;
+    options.pem_cert_chain = tls.cert;
+    credentials = grpc::SslCredentials(options);
+  }
+  channel_ = grpc::CreateCustomChannel(target, credentials, args);
   jobs_ = v1::JobService::NewStub(channel_);
   nodes_ = v1::NodeService::NewStub(channel_);
   workers_ = v1::WorkerService::NewStub(channel_);

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "api/tls.h"
 #include "dhp/v1/service.grpc.pb.h"
 
 namespace dhp::api {
@@ -20,9 +21,11 @@ namespace dhp::api {
 class DhpClient {
  public:
   // `target` is host:port. Does not connect until the first call. A non-empty `token` is
-  // sent as `authorization: Bearer <token>` with every call.
+  // sent as `authorization: Bearer <token>` with every call. With `tls.ca` set the channel is
+  // TLS, checking the server's certificate against that CA (and presenting `tls.cert` when
+  // set); the server's certificate must name the host of `target`.
   explicit DhpClient(const std::string& target, int default_timeout_ms = 30000,
-                     std::string token = "");
+                     std::string token = "", const TlsPems& tls = TlsPems());
 
   const std::string& target() const { return target_; }
 

@@ -7,6 +7,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
 
 namespace dhp::api {
 namespace {
@@ -95,11 +96,24 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
 
 #undef DHP_UNARY
 
+std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const TlsPems& tls) {
+  if (tls.cert.empty()) return grpc::InsecureServerCredentials();
+  grpc_ssl_client_certificate_request_type request = GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE;
+  if (!tls.ca.empty()) {
+    request = tls.require_client_cert ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                                      : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  grpc::SslServerCredentialsOptions options(request);
+  options.pem_root_certs = tls.ca;
+  options.pem_key_cert_pairs.push_back({tls.key, tls.cert});
+  return grpc::SslServerCredentials(options);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string& address,
-                                                              DhpService& service,
-                                                              TokenAuth auth) {
+                                                              DhpService& service, TokenAuth auth,
+                                                              const TlsPems& tls) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
@@ -110,7 +124,7 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string&
   s->workers_ = std::make_unique<WorkerServiceImpl>(service, s->auth_);
 
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &s->port_);
+  builder.AddListeningPort(address, ServerCredentials(tls), &s->port_);
   builder.RegisterService(s->jobs_.get());
   builder.RegisterService(s->nodes_.get());
   builder.RegisterService(s->workers_.get());

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "api/auth.h"
 #include "api/service.h"
+#include "api/tls.h"
 
 namespace grpc {
 class Server;
@@ -25,10 +26,13 @@ class GrpcServer {
  public:
   // Listens on `address` ("127.0.0.1:0" picks a free port; see port()). Metrics are
   // recorded by wrapping `service` (api/instrumented_service.h). With `auth` enabled, dhp's
-  // services refuse calls without the bearer token (health and reflection stay open).
+  // services refuse calls without the bearer token (health and reflection stay open). With
+  // `tls.cert` set it serves TLS only (api/tls.h), verifying client certificates against
+  // `tls.ca` when set.
   static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const std::string& address,
                                                            DhpService& service,
-                                                           TokenAuth auth = TokenAuth());
+                                                           TokenAuth auth = TokenAuth(),
+                                                           const TlsPems& tls = TlsPems());
   ~GrpcServer();
 
   int port() const { return port_; }

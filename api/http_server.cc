@@ -12,6 +12,7 @@
 #include <exception>
 
 #include "boost/asio/post.hpp"
+#include "boost/asio/ssl.hpp"
 #include "boost/asio/write.hpp"
 #include "boost/beast/core/flat_buffer.hpp"
 #include "boost/beast/http/chunk_encode.hpp"
@@ -23,12 +24,75 @@
 #include "boost/beast/http/write.hpp"
 
 namespace dhp::api {
-namespace {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = boost::beast::http;
 using tcp = boost::asio::ip::tcp;
+
+// A synchronous stream for Beast: the socket itself, or TLS over it.
+class HttpStream {
+ public:
+  HttpStream(tcp::socket socket, asio::ssl::context* tls) : socket_(std::move(socket)) {
+    if (tls != nullptr) tls_.emplace(socket_, *tls);
+  }
+  tcp::socket& socket() { return socket_; }
+  // The server side of the TLS handshake; nothing without TLS.
+  beast::error_code Handshake() {
+    beast::error_code ec;
+    if (tls_) tls_->handshake(asio::ssl::stream_base::server, ec);
+    return ec;
+  }
+  bool tls() const { return tls_.has_value(); }
+
+  template <typename Buffers>
+  size_t read_some(const Buffers& buffers, beast::error_code& ec) {
+    return tls_ ? tls_->read_some(buffers, ec) : socket_.read_some(buffers, ec);
+  }
+  template <typename Buffers>
+  size_t read_some(const Buffers& buffers) {
+    return tls_ ? tls_->read_some(buffers) : socket_.read_some(buffers);
+  }
+  template <typename Buffers>
+  size_t write_some(const Buffers& buffers, beast::error_code& ec) {
+    return tls_ ? tls_->write_some(buffers, ec) : socket_.write_some(buffers, ec);
+  }
+  template <typename Buffers>
+  size_t write_some(const Buffers& buffers) {
+    return tls_ ? tls_->write_some(buffers) : socket_.write_some(buffers);
+  }
+
+ private:
+  tcp::socket socket_;
+  std::optional<asio::ssl::stream<tcp::socket&>> tls_;
+};
+
+absl::StatusOr<std::shared_ptr<asio::ssl::context>> MakeHttpTlsContext(const TlsPems& pems) {
+  namespace ssl = asio::ssl;
+  auto ctx = std::make_shared<ssl::context>(ssl::context::tls_server);
+  ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                   ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
+  beast::error_code ec;
+  ctx->use_certificate_chain(asio::buffer(pems.cert), ec);
+  if (ec) return absl::InvalidArgumentError("TLS certificate does not load: " + ec.message());
+  ctx->use_private_key(asio::buffer(pems.key), ssl::context::pem, ec);
+  if (ec) {
+    return absl::InvalidArgumentError("TLS key does not load or does not match the certificate: " +
+                                      ec.message());
+  }
+  if (SSL_CTX_check_private_key(ctx->native_handle()) != 1) {
+    return absl::InvalidArgumentError("TLS key does not match the certificate");
+  }
+  if (!pems.ca.empty()) {
+    ctx->add_certificate_authority(asio::buffer(pems.ca), ec);
+    if (ec) return absl::InvalidArgumentError("client CA does not load: " + ec.message());
+    ctx->set_verify_mode(ssl::verify_peer |
+                         (pems.require_client_cert ? ssl::verify_fail_if_no_peer_cert : 0));
+  }
+  return ctx;
+}
+
+namespace {
 
 int64_t SteadyNanos() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -37,7 +101,7 @@ int64_t SteadyNanos() {
 }
 
 // Sends a small plain-text response and marks the connection for closing.
-void WriteSimple(tcp::socket& socket, HttpStatus status, const std::string& message,
+void WriteSimple(HttpStream& stream, HttpStatus status, const std::string& message,
                  const HttpServerOptions& options) {
   HttpRejection answer{"text/plain; charset=utf-8", message + "\n"};
   if (options.rejection) answer = options.rejection(status, message);
@@ -47,14 +111,14 @@ void WriteSimple(tcp::socket& socket, HttpStatus status, const std::string& mess
   res.body() = std::move(answer.body);
   res.prepare_payload();
   beast::error_code ec;
-  http::write(socket, res, ec);
+  http::write(stream, res, ec);
 }
 
 // Closes after an error response while the client may still be sending (e.g. a body over
 // the limit): without draining first, the kernel answers unread data with a reset, and the
 // client may lose the response. Drains for at most ~1 s or 64 MiB.
-void LingeringClose(tcp::socket& socket) {
-  const int fd = socket.native_handle();
+void LingeringClose(HttpStream& stream) {
+  const int fd = stream.socket().native_handle();
   ::shutdown(fd, SHUT_WR);
   char buf[64 * 1024];
   size_t drained = 0;
@@ -78,12 +142,12 @@ int HexValue(char c) {
 
 // ---- HttpResponder -------------------------------------------------------------------------
 
-HttpResponder::HttpResponder(tcp::socket& socket, const HttpRequest& request,
+HttpResponder::HttpResponder(HttpStream& stream, const HttpRequest& request,
                              const std::atomic<bool>& server_stopping)
-    : socket_(socket),
+    : stream_(stream),
       request_(request),
       server_stopping_(server_stopping),
-      fd_(socket.native_handle()) {}
+      fd_(stream.socket().native_handle()) {}
 
 bool HttpResponder::Fail() {
   gone_.store(true);
@@ -109,7 +173,7 @@ bool HttpResponder::Respond(HttpStatus status, std::string_view content_type, st
   res.body() = std::move(body);
   res.prepare_payload();
   beast::error_code ec;
-  http::write(socket_, res, ec);
+  http::write(stream_, res, ec);
   return ec ? Fail() : true;
 }
 
@@ -137,7 +201,7 @@ bool HttpResponder::BeginStream(HttpStatus status, std::string_view content_type
   keep_alive_ = res.keep_alive();
   http::response_serializer<http::empty_body> serializer{res};
   beast::error_code ec;
-  http::write_header(socket_, serializer, ec);
+  http::write_header(stream_, serializer, ec);
   return ec ? Fail() : true;
 }
 
@@ -151,9 +215,9 @@ bool HttpResponder::WriteChunk(std::string_view data) {
   if (data.empty()) return true;  // an empty chunk would end the stream
   beast::error_code ec;
   if (chunked_) {
-    asio::write(socket_, http::make_chunk(asio::const_buffer(data.data(), data.size())), ec);
+    asio::write(stream_, http::make_chunk(asio::const_buffer(data.data(), data.size())), ec);
   } else {
-    asio::write(socket_, asio::const_buffer(data.data(), data.size()), ec);
+    asio::write(stream_, asio::const_buffer(data.data(), data.size()), ec);
   }
   return ec ? Fail() : true;
 }
@@ -165,7 +229,7 @@ bool HttpResponder::EndStream() {
   if (gone_.load()) return Fail();
   if (!chunked_) return true;
   beast::error_code ec;
-  asio::write(socket_, http::make_chunk_last(), ec);
+  asio::write(stream_, http::make_chunk_last(), ec);
   return ec ? Fail() : true;
 }
 
@@ -211,6 +275,10 @@ HttpServer::HttpServer(HttpServerOptions options, HttpHandler handler)
     : options_(std::move(options)), handler_(std::move(handler)), acceptor_(io_), watchdog_(io_) {}
 
 HttpServer::~HttpServer() { Stop(); }
+
+HttpServer::Connection::Connection(std::unique_ptr<HttpStream> s, bool r)
+    : stream(std::move(s)), reserved(r) {}
+HttpServer::Connection::~Connection() = default;
 
 absl::Status HttpServer::Start() {
   if (started_) return absl::FailedPreconditionError("HttpServer::Start called twice");
@@ -269,7 +337,7 @@ void HttpServer::EnforceDeadlines() {
     const int64_t deadline = conn->deadline_ns.load();
     if (conn->done || deadline == 0 || now < deadline || conn->timed_out.exchange(true)) continue;
     // Ends the blocked read with end-of-file; the connection's thread answers 408.
-    ::shutdown(conn->socket.native_handle(), SHUT_RD);
+    ::shutdown(conn->stream->socket().native_handle(), SHUT_RD);
   }
 }
 
@@ -294,7 +362,9 @@ void HttpServer::OnAccept(tcp::socket socket) {
       boost::system::error_code ignored;
       socket.close(ignored);
     } else {
-      auto conn = std::make_unique<Connection>(std::move(socket), open >= options_.max_connections);
+      auto conn = std::make_unique<Connection>(
+          std::make_unique<HttpStream>(std::move(socket), options_.tls.get()),
+          open >= options_.max_connections);
       Connection* raw = conn.get();
       connections_.push_back(std::move(conn));
       raw->thread = std::thread([this, raw] { Serve(raw); });
@@ -305,19 +375,25 @@ void HttpServer::OnAccept(tcp::socket socket) {
 
 void HttpServer::Serve(Connection* conn) {
   boost::system::error_code ignored;
-  conn->socket.set_option(tcp::no_delay(true), ignored);
+  tcp::socket& socket = conn->stream->socket();
+  socket.set_option(tcp::no_delay(true), ignored);
+  // The TLS handshake counts against the first request's header deadline.
+  conn->deadline_ns.store(SteadyNanos() + options_.header_timeout.count() * 1000000);
+  const bool handshaken = !conn->stream->Handshake();
+  conn->deadline_ns.store(0);
   beast::flat_buffer buffer;
-  for (bool first = true; !stopping_.load() && ServeOne(conn, buffer, first); first = false) {
+  for (bool first = true; handshaken && !stopping_.load() && ServeOne(conn, buffer, first);
+       first = false) {
   }
   std::lock_guard<std::mutex> lock(mu_);
-  conn->socket.shutdown(tcp::socket::shutdown_both, ignored);
-  conn->socket.close(ignored);
+  socket.shutdown(tcp::socket::shutdown_both, ignored);
+  socket.close(ignored);
   conn->done = true;
 }
 
 bool HttpServer::ReadRequest(Connection* conn, beast::flat_buffer& buffer,
                              http::request_parser<http::string_body>& parser) {
-  tcp::socket& socket = conn->socket;
+  HttpStream& socket = *conn->stream;
   auto set_deadline = [&](std::chrono::milliseconds within) {
     conn->deadline_ns.store(within.count() == 0 ? 0 : SteadyNanos() + within.count() * 1000000);
   };
@@ -373,20 +449,34 @@ bool HttpServer::ReadRequest(Connection* conn, beast::flat_buffer& buffer,
   return false;  // end_of_stream (client closed between requests) lands here too
 }
 
-bool HttpServer::ServeOne(Connection* conn, beast::flat_buffer& buffer, bool first) {
-  tcp::socket& socket = conn->socket;
-  if (buffer.size() == 0) {
-    // Between requests: wait for the next one at most idle_timeout (1 s when reserved); a new
-    // connection that sends nothing is closed after header_timeout.
-    auto idle = conn->reserved ? std::chrono::milliseconds(1000) : options_.idle_timeout;
-    if (first) idle = std::min(idle, options_.header_timeout);
-    pollfd p{socket.native_handle(), POLLIN, 0};
-    int r;
-    do {
-      r = ::poll(&p, 1, static_cast<int>(idle.count()));
-    } while (r < 0 && errno == EINTR);
-    if (r <= 0 || stopping_.load()) return false;
+bool HttpServer::WaitForRequest(Connection* conn, beast::flat_buffer& buffer, bool first) {
+  // Between requests: wait for the next one at most idle_timeout (1 s when reserved); a new
+  // connection that sends nothing is closed after header_timeout.
+  auto idle = conn->reserved ? std::chrono::milliseconds(1000) : options_.idle_timeout;
+  if (first) idle = std::min(idle, options_.header_timeout);
+  HttpStream& stream = *conn->stream;
+  if (stream.tls()) {
+    // TLS reads the socket ahead into its own buffers (the request may already be in them,
+    // read with the handshake), so poll() cannot tell: read the first bytes, with a deadline.
+    conn->deadline_ns.store(SteadyNanos() + idle.count() * 1000000);
+    beast::error_code ec;
+    const size_t n = stream.read_some(buffer.prepare(16 * 1024), ec);
+    conn->deadline_ns.store(0);
+    if (ec || conn->timed_out.load() || stopping_.load()) return false;
+    buffer.commit(n);
+    return true;
   }
+  pollfd p{stream.socket().native_handle(), POLLIN, 0};
+  int r;
+  do {
+    r = ::poll(&p, 1, static_cast<int>(idle.count()));
+  } while (r < 0 && errno == EINTR);
+  return r > 0 && !stopping_.load();
+}
+
+bool HttpServer::ServeOne(Connection* conn, beast::flat_buffer& buffer, bool first) {
+  HttpStream& socket = *conn->stream;
+  if (buffer.size() == 0 && !WaitForRequest(conn, buffer, first)) return false;
 
   http::request_parser<http::string_body> parser;
   if (!ReadRequest(conn, buffer, parser)) return false;
@@ -436,7 +526,7 @@ void HttpServer::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& conn : connections_) {
-      if (!conn->done) ::shutdown(conn->socket.native_handle(), SHUT_RDWR);
+      if (!conn->done) ::shutdown(conn->stream->socket().native_handle(), SHUT_RDWR);
       threads.push_back(std::move(conn->thread));
     }
   }

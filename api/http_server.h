@@ -12,6 +12,10 @@
 // connections are closed after `idle_timeout`; at most `max_connections` are open at once
 // (more are refused by closing them).
 //
+// TLS: with HttpServerOptions::tls set (MakeHttpTlsContext), every connection is TLS; the
+// handshake must finish within header_timeout. A connection's reads and writes never overlap
+// (the handler runs between reads), as OpenSSL requires.
+//
 // Thread-safety: Start/Stop/port may be called from any thread (Start and Stop not
 // concurrently with each other). Stop closes the listener, shuts every connection's socket
 // down so blocked reads and writes fail (HttpResponder::ClientGone turns true for streams),
@@ -36,6 +40,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "api/tls.h"
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/ip/tcp.hpp"
 #include "boost/asio/steady_timer.hpp"
@@ -44,6 +49,10 @@
 #include "boost/beast/http/parser.hpp"
 #include "boost/beast/http/status.hpp"
 #include "boost/beast/http/string_body.hpp"
+
+namespace boost::asio::ssl {
+class context;
+}  // namespace boost::asio::ssl
 
 namespace dhp::api {
 
@@ -54,9 +63,12 @@ using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
 // The answer to one request. Exactly one of: Respond once; or BeginStream, any number of
 // WriteChunk, EndStream. Every call returns false once the client is gone (a write failed,
 // the peer closed, or the server is stopping); the handler should then return promptly.
+// A connection's byte stream: the TCP socket, or TLS over it (defined in http_server.cc).
+class HttpStream;
+
 class HttpResponder {
  public:
-  HttpResponder(boost::asio::ip::tcp::socket& socket, const HttpRequest& request,
+  HttpResponder(HttpStream& stream, const HttpRequest& request,
                 const std::atomic<bool>& server_stopping);
   HttpResponder(const HttpResponder&) = delete;
   HttpResponder& operator=(const HttpResponder&) = delete;
@@ -86,7 +98,7 @@ class HttpResponder {
  private:
   bool Fail();  // marks the client gone; returns false
 
-  boost::asio::ip::tcp::socket& socket_;
+  HttpStream& stream_;
   const HttpRequest& request_;
   const std::atomic<bool>& server_stopping_;
   const int fd_;
@@ -140,7 +152,14 @@ struct HttpServerOptions {
   // (content type and body from the status and a message) and is told of each one; empty:
   // text/plain with the message. Called from connection threads, concurrently.
   std::function<HttpRejection(HttpStatus status, const std::string& message)> rejection;
+  // Serve TLS with this context (MakeHttpTlsContext); null: plain HTTP.
+  std::shared_ptr<boost::asio::ssl::context> tls;
 };
+
+// A TLS server context from PEM (api/tls.h): TLS 1.2 or later, the certificate chain and its
+// key (INVALID_ARGUMENT when they do not load or do not match), and, with `pems.ca`, client
+// certificates verified against it (required with pems.require_client_cert).
+absl::StatusOr<std::shared_ptr<boost::asio::ssl::context>> MakeHttpTlsContext(const TlsPems& pems);
 
 class HttpServer {
  public:
@@ -159,8 +178,9 @@ class HttpServer {
 
  private:
   struct Connection {
-    Connection(boost::asio::ip::tcp::socket s, bool r) : socket(std::move(s)), reserved(r) {}
-    boost::asio::ip::tcp::socket socket;
+    Connection(std::unique_ptr<HttpStream> s, bool r);
+    ~Connection();
+    std::unique_ptr<HttpStream> stream;
     const bool reserved;  // accepted past max_connections: reserved_paths only
     std::thread thread;
     bool done = false;  // guarded by HttpServer::mu_; socket closed, thread about to exit
@@ -177,6 +197,9 @@ class HttpServer {
   // Returns false when the connection must close.
   // `first`: the connection's first request, which must start within header_timeout.
   bool ServeOne(Connection* conn, boost::beast::flat_buffer& buffer, bool first);
+  // Waits for the next request's first bytes (idle_timeout; header_timeout when `first`).
+  // False when the connection must close.
+  bool WaitForRequest(Connection* conn, boost::beast::flat_buffer& buffer, bool first);
   void ReapLocked(std::vector<std::thread>* finished);
   // Reads one request (headers, the check_headers hook, the body) within the deadlines. False
   // when the connection must close; the client has been answered where it could be.

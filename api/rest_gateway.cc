@@ -674,6 +674,7 @@ RestGateway::RestGateway(DhpService& service, RestGatewayOptions options,
   http.idle_timeout = options.idle_timeout;
   http.header_timeout = options.header_timeout;
   http.body_timeout = options.body_timeout;
+  http.tls = options.tls;
   Router* router = router_.get();
   http.check_headers = [router](const HttpRequest& request) {
     return router->CheckHeaders(request);

@@ -94,6 +94,7 @@ struct RestGatewayOptions {
   std::chrono::milliseconds header_timeout{std::chrono::seconds(10)};  // 408 beyond
   std::chrono::milliseconds body_timeout{std::chrono::seconds(60)};    // 408 beyond
   TokenAuth auth;  // when enabled, /v1 routes need the bearer token (401, before any body)
+  std::shared_ptr<boost::asio::ssl::context> tls;  // HTTPS only (MakeHttpTlsContext); null: HTTP
 };
 
 // Called once per request after it is answered (for streams: when the stream ends), with the

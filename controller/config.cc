@@ -108,6 +108,9 @@ absl::Status ValidateControllerConfig(const v1::ControllerConfig& config) {
   }
   if (c.data_dir().empty()) errors.Add("data_dir", "must not be empty");
   if (!c.auth().token_file().empty()) CheckTokenFile(c.auth().token_file(), errors);
+  if (absl::StatusOr<api::TlsPems> tls = api::LoadTls(TlsFiles(c)); !tls.ok()) {
+    errors.Add("listen.tls", std::string(tls.status().message()));
+  }
 
   const int interval = c.heartbeat().interval_ms();
   const int timeout = c.heartbeat().timeout_ms();
@@ -119,6 +122,11 @@ absl::Status ValidateControllerConfig(const v1::ControllerConfig& config) {
                             ")"));
   }
   return errors.ToStatus();
+}
+
+api::TlsServerFiles TlsFiles(const v1::ControllerConfig& c) {
+  const v1::ControllerTlsConfig& tls = c.listen().tls();
+  return {tls.cert_file(), tls.key_file(), tls.client_ca_file(), tls.require_client_cert()};
 }
 
 v1::ControllerConfig MergeControllerConfig(const v1::ControllerConfig& file,
@@ -197,6 +205,27 @@ void AddControllerFlags(CLI::App& app, ControllerCommandLine* command_line) {
       "and node events this many days after their last change; 0 keeps them "
       "(retention.days)")
       ->default_str(std::to_string(d.retention().days()));
+  text(
+      "--tls-cert-file",
+      [](auto* c, const std::string& v) { c->mutable_listen()->mutable_tls()->set_cert_file(v); },
+      "Serve gRPC and REST over TLS only, with this PEM certificate chain "
+      "(listen.tls.cert_file; needs --tls-key-file)");
+  text(
+      "--tls-key-file",
+      [](auto* c, const std::string& v) { c->mutable_listen()->mutable_tls()->set_key_file(v); },
+      "The PEM private key of --tls-cert-file (listen.tls.key_file)");
+  text(
+      "--tls-client-ca-file",
+      [](auto* c, const std::string& v) {
+        c->mutable_listen()->mutable_tls()->set_client_ca_file(v);
+      },
+      "Verify client certificates (agents, ranks) against this PEM CA "
+      "(listen.tls.client_ca_file)");
+  app.add_flag_function(
+      "--tls-require-client-cert",
+      [f](std::int64_t) { f->mutable_listen()->mutable_tls()->set_require_client_cert(true); },
+      "Refuse TLS clients without a certificate from --tls-client-ca-file "
+      "(listen.tls.require_client_cert)");
   app.add_flag_function(
       "--allow-unauthenticated",
       [f](std::int64_t) { f->mutable_auth()->set_allow_unauthenticated(true); },

@@ -14,6 +14,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "api/tls.h"
 #include "dhp/v1/controller_config.pb.h"
 
 namespace dhp::controller {
@@ -30,6 +31,9 @@ absl::StatusOr<v1::ControllerConfig> LoadControllerConfig(const std::string& pat
 // Checks every value of `config`, unset fields taking their defaults. INVALID_ARGUMENT listing
 // every problem as "field: reason"; OK when there is none.
 absl::Status ValidateControllerConfig(const v1::ControllerConfig& config);
+
+// listen.tls as the files api::LoadTls reads.
+api::TlsServerFiles TlsFiles(const v1::ControllerConfig& config);
 
 // The effective configuration: the defaults, overlaid by the fields set in `file`, overlaid by
 // the fields set in `flags` (only the flags given on the command line are set there); then

@@ -116,6 +116,14 @@ TEST(ControllerConfigTest, BadValuesAreNamedWithTheRule) {
       {"listen: {http_max_connections: 0}", "listen.http_max_connections: 0 must be in 1..65536"},
       {"retention: {days: -1}", "retention.days: -1 must be in 0..36500 (0 keeps everything)"},
       {"data_dir: ''", "data_dir: must not be empty"},
+      {"listen: {tls: {cert_file: " + token + "}}",
+       "listen.tls: TLS certificate (cert_file) and key (key_file) go together: set both or "
+       "neither"},
+      {"listen: {tls: {cert_file: " + token + ", key_file: " + token + "}}",
+       "listen.tls: TLS certificate " + token + ": not a PEM file"},
+      {"listen: {tls: {require_client_cert: true}}",
+       "listen.tls: require_client_cert needs client_ca_file (the CA client certificates are "
+       "checked against)"},
       {"heartbeat: {timeout_ms: 500}",
        "heartbeat.timeout_ms: 500 must be greater than heartbeat.interval_ms (2000)"},
       {"heartbeat: {interval_ms: 3000, timeout_ms: 3000}",
@@ -148,7 +156,7 @@ TEST(ControllerConfigTest, UnknownKeyIsNamedWithTheFile) {
   EXPECT_EQ(c.status().message(),
             path +
                 ": listen.grpc_prot: unknown key; known keys: bind, grpc_port, http_port, "
-                "http_max_connections");
+                "http_max_connections, tls");
 }
 
 TEST(ControllerConfigTest, WrongTypeIsNamed) {

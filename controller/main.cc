@@ -104,6 +104,16 @@ int main(int argc, char** argv) {
                      << "cancel jobs";
   }
 
+  absl::StatusOr<dhp::api::TlsPems> tls = dhp::api::LoadTls(dhp::controller::TlsFiles(config));
+  if (!tls.ok()) return Fail(std::string(tls.status().message()));
+  std::shared_ptr<boost::asio::ssl::context> https;
+  if (!tls->cert.empty()) {
+    absl::StatusOr<std::shared_ptr<boost::asio::ssl::context>> context =
+        dhp::api::MakeHttpTlsContext(*tls);
+    if (!context.ok()) return Fail("listen.tls: " + std::string(context.status().message()));
+    https = *std::move(context);
+  }
+
   dhp::SystemClock clock;
   dhp::MetricsExposition metrics;
   dhp::controller::ControllerOptions options;
@@ -121,7 +131,7 @@ int main(int argc, char** argv) {
 
   const std::string grpc_address = bind + ":" + std::to_string(config.listen().grpc_port());
   absl::StatusOr<std::unique_ptr<dhp::api::GrpcServer>> grpc =
-      dhp::api::GrpcServer::Start(grpc_address, grpc_service, auth);
+      dhp::api::GrpcServer::Start(grpc_address, grpc_service, auth, *tls);
   if (!grpc.ok()) return Fail(std::string(grpc.status().message()));
 
   dhp::api::RestGatewayOptions rest_options;
@@ -129,6 +139,7 @@ int main(int argc, char** argv) {
   rest_options.port = static_cast<uint16_t>(config.listen().http_port());
   rest_options.max_connections = static_cast<size_t>(config.listen().http_max_connections());
   rest_options.auth = auth;
+  rest_options.tls = https;
   // Requests the gateway answers itself (no route, bad arguments, no token) never reach
   // rest_service's counters: count them too.
   dhp::api::RestGateway rest(
@@ -139,9 +150,9 @@ int main(int argc, char** argv) {
   if (absl::Status s = rest.Start(); !s.ok()) return Fail(std::string(s.message()));
 
   DHP_LOG(INFO) << "dhp-controller: gRPC on " << bind << ":" << (*grpc)->port()
-                << ", REST and /metrics on http://" << bind << ":" << rest.port()
-                << ", database " << db << " (schema v" << (*store)->schema_version()
-                << ")";
+                << (https ? " (TLS)" : "") << ", REST and /metrics on "
+                << (https ? "https://" : "http://") << bind << ":" << rest.port() << ", database "
+                << db << " (schema v" << (*store)->schema_version() << ")";
   if (!config.port_file().empty() &&
       !WritePortFile(config.port_file(), (*grpc)->port(), rest.port())) {
     return Fail("cannot write the port file " + config.port_file());

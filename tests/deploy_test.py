@@ -293,6 +293,41 @@ class DeployTest(unittest.TestCase):
 
     # ---- Prometheus -------------------------------------------------------------------------
 
+    def test_tls_overlay_uses_known_flags_and_mounts_its_secret(self):
+        needs_yaml(self)
+        tls = os.path.join(self.k8s, "tls")
+        kustomization = yaml.safe_load(read(os.path.join(tls, "kustomization.yaml")))
+        self.assertEqual(kustomization["resources"], ["../"])
+        patches = {p["path"]: yaml.safe_load(read(os.path.join(tls, p["path"])))
+                   for p in kustomization["patches"]}
+        by_kind = {p["kind"]: p for p in patches.values()}
+        for kind, name in (("StatefulSet", "dhp-controller"), ("DaemonSet", "dhp-worker")):
+            patch = by_kind[kind]
+            self.assertEqual(patch["metadata"]["name"], name)
+            base = self.container(kind, name)
+            spec = patch["spec"]["template"]["spec"]
+            (c,) = spec["containers"]
+            self.assertEqual(c["name"], base["name"])  # merges into the base container
+            (mount,) = c["volumeMounts"]
+            (volume,) = spec["volumes"]
+            self.assertEqual(mount["name"], volume["name"])
+            self.assertEqual(volume["secret"]["secretName"], "dhp-tls")
+            files = [a for a in c.get("args", []) if a.startswith("/etc/dhp-tls/")]
+            files += [e["value"] for e in c.get("env", [])]
+            self.assertTrue(files)
+            for f in files:
+                self.assertEqual(os.path.dirname(f), mount["mountPath"], f)
+                self.assertIn(os.path.basename(f), ("tls.crt", "tls.key", "ca.crt"), f)
+            if "args" in c:
+                self.assert_known(base["command"] + c["args"], "tls/" + kind)
+                self.assertEqual(c["args"][:len(base["args"])], base["args"])  # base args kept
+                for probe in ("livenessProbe", "readinessProbe"):
+                    self.assertEqual(c[probe]["httpGet"]["scheme"], "HTTPS")
+        # The worker takes its CA from the environment (and passes it on to its ranks).
+        worker_help = subprocess.run([WORKER, "--help"], capture_output=True, text=True).stdout
+        for e in by_kind["DaemonSet"]["spec"]["template"]["spec"]["containers"][0]["env"]:
+            self.assertIn(e["name"], worker_help)
+
     def test_promtool_accepts_the_scrape_configs(self):
         promtool = shutil.which("promtool") or "/usr/bin/promtool"
         if os.environ.get("DHP_NO_PROMTOOL"):

@@ -11,6 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libtorch-dev libopenblas0-pthread libgloo-dev
   libpng-dev libturbojpeg0-dev libpcre2-dev libicu-dev prometheus-cpp-dev
+  libssl-dev openssl
   bazel-bootstrap prometheus python3-yaml
 )
 

@@ -41,6 +41,7 @@
 #include "api/dhpctl/output.h"
 #include "api/dhpctl/progress.h"
 #include "api/dhpctl/top.h"
+#include "api/tls.h"
 #include "common/clock.h"
 #include "common/proto_enum.h"
 #include "common/utf8.h"
@@ -51,6 +52,7 @@ namespace {
 struct Globals {
   std::string server;
   std::string token_file;
+  api::TlsClientFiles tls;
   std::string output = "table";
   int timeout_ms = 30000;
   Format format() const {
@@ -317,6 +319,7 @@ int main(int argc, char** argv) {
   app.add_option("--timeout-ms", g.timeout_ms, "Deadline of each request")->capture_default_str();
   app.add_option("--token-file", g.token_file,
                  "File with the controller's API token (env DHP_TOKEN holds the token itself)");
+  api::AddTlsClientFlags(app, &g.tls);
 
   std::string file, job_id, reason;
   bool follow = false, dry_run = false;
@@ -386,9 +389,14 @@ int main(int argc, char** argv) {
     }
     token = *t;
   }
-  api::DhpClient client(g.server, g.timeout_ms, token);
+  absl::StatusOr<api::TlsPems> tls = api::LoadTls(g.tls);
+  if (!tls.ok()) {
+    std::cerr << "dhpctl: " << tls.status().message() << "\n";
+    return 2;
+  }
+  api::DhpClient client(g.server, g.timeout_ms, token, *tls);
   // For the progress polls of the follow commands: a stuck call must not freeze the display.
-  api::DhpClient poll_client(g.server, std::min(g.timeout_ms, 2000), token);
+  api::DhpClient poll_client(g.server, std::min(g.timeout_ms, 2000), token, *tls);
 
   if (submit->parsed()) {
     v1::SubmitJobRequest req;

@@ -12,6 +12,7 @@
 #include "CLI/CLI.hpp"
 #include "api/auth.h"
 #include "api/client.h"
+#include "api/tls.h"
 #include "common/logging.h"
 #include "worker/agent/agent.h"
 #include "worker/agent/resources.h"
@@ -44,6 +45,8 @@ int main(int argc, char** argv) {
   std::string node_id, address;
   int cpu_slots = 0;
   std::string token_file;
+  dhp::api::TlsClientFiles tls_files;
+  dhp::api::AddTlsClientFlags(app, &tls_files);
   app.add_option("--controller,--server", server,
                  "Controller gRPC address host:port (env DHP_SERVER)")
       ->capture_default_str();
@@ -83,6 +86,11 @@ int main(int argc, char** argv) {
     }
     token = *t;
   }
+  absl::StatusOr<dhp::api::TlsPems> tls = dhp::api::LoadTls(tls_files);
+  if (!tls.ok()) {
+    DHP_LOG(ERROR) << tls.status().message();
+    return 2;
+  }
 
   sigset_t signals;
   sigemptyset(&signals);
@@ -104,6 +112,7 @@ int main(int argc, char** argv) {
       rank_binary.find('/') == std::string::npos ? rank_binary : Absolute(rank_binary);
   options.ranks.controller = server;
   options.ranks.token_file = token_file.empty() ? "" : Absolute(token_file);
+  options.ranks.tls_args = dhp::api::TlsClientArgs(tls_files);
   options.ranks.data_root = data_root;
   options.ranks.log_dir =
       Absolute(log_dir.empty() ? "/tmp/dhp-worker-" + options.node.id() + "/logs" : log_dir);
@@ -112,7 +121,7 @@ int main(int argc, char** argv) {
   DHP_LOG(INFO) << "ranks run " << options.ranks.rank_binary << ", logs under "
                 << options.ranks.log_dir;
 
-  dhp::api::DhpClient client(server, 5000, token);
+  dhp::api::DhpClient client(server, 5000, token, *tls);
   dhp::worker::Agent agent(client, options);
   std::thread waiter([&] {
     int sig = 0;

@@ -55,6 +55,7 @@ std::vector<std::string> RankLauncher::Argv(const v1::RankLaunch& l) const {
     argv.push_back("--token-file");
     argv.push_back(options_.token_file);
   }
+  argv.insert(argv.end(), options_.tls_args.begin(), options_.tls_args.end());
   if (options_.peak_tflops > 0) {
     argv.push_back("--peak-tflops");
     argv.push_back(absl::StrCat(options_.peak_tflops));

@@ -35,6 +35,7 @@ struct RankLauncherOptions {
   std::string rank_binary = "dhp-rank";
   std::string controller;             // host:port, passed as --controller
   std::string token_file;             // passed as --token-file when not empty
+  std::vector<std::string> tls_args;  // --ca-file F ... (api::TlsClientArgs), passed as is
   std::string data_root = ".";
   std::string log_dir = "logs";
   int stop_grace_ms = 10000;          // SIGTERM → SIGKILL

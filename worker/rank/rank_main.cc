@@ -25,6 +25,7 @@
 #include "CLI/CLI.hpp"
 #include "api/auth.h"
 #include "api/client.h"
+#include "api/tls.h"
 #include "worker/comm/grpc_kv_client.h"
 #include "worker/comm/process_groups.h"
 #include "worker/model/torch_compat.h"
@@ -74,6 +75,8 @@ int Run(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--token-file", token_file,
                  "File with the controller's API token (env DHP_TOKEN holds the token itself)");
+  api::TlsClientFiles tls_files;
+  api::AddTlsClientFlags(app, &tls_files);
   app.add_option("--tokenizer", o.tokenizer_path,
                  "tokenizer.json (default: <model.weights_path>/tokenizer.json, or "
                  "configs/tiny-tokenizer.json for the tiny preset)");
@@ -100,12 +103,17 @@ int Run(int argc, char** argv) {
     }
     token = *t;
   }
+  absl::StatusOr<api::TlsPems> tls = api::LoadTls(tls_files);
+  if (!tls.ok()) {
+    std::fprintf(stderr, "%s: %s\n", me.c_str(), std::string(tls.status().message()).c_str());
+    return 2;
+  }
   o.timeout = std::chrono::seconds(timeout_s);
   at::set_num_threads(1);  // one CPU slot per rank
 
-  api::DhpClient client(controller, 30000, token);  // GetJob and the rendezvous KV
+  api::DhpClient client(controller, 30000, token, *tls);  // GetJob and the rendezvous KV
   // The reporter waits for an RPC in progress when it ends: a short deadline.
-  api::DhpClient report_client(controller, 5000, token);
+  api::DhpClient report_client(controller, 5000, token, *tls);
   absl::StatusOr<JobDescription> job =
       FetchJobDescription(client, o.job_id, o.attempt, o.timeout);
   if (!job.ok()) {

@@ -32,6 +32,11 @@ def _state(value: Union[int, str]) -> int:
     return job_pb2.JobState.Value(name if name.startswith("JOB_STATE_") else "JOB_STATE_" + name)
 
 
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
 class Client:
     """A connection to one dhp controller (its gRPC address, as dhpctl's --server).
 
@@ -40,8 +45,12 @@ class Client:
       token: the API token, when the controller requires one; default $DHP_TOKEN, or the
         content of ``token_file`` (dhpctl's --token-file).
       token_file: a file holding the token.
-      ca_file: PEM file of the CA that signed the controller's certificate: connect with TLS.
-        Without it the channel is plain text (loopback, or a trusted network).
+      ca_file: PEM file of the CA that signed the controller's certificate: connect with TLS
+        (dhpctl's --ca-file; default $DHP_CA_FILE). Without it the channel is plain text
+        (loopback, or a trusted network).
+      cert_file, key_file: a PEM client certificate and its key, for a controller that
+        verifies client certificates (dhpctl's --cert-file/--key-file; default
+        $DHP_CERT_FILE, $DHP_KEY_FILE).
       timeout: seconds each unary call may take.
 
     Every method raises a :class:`dhp_client.DhpError` subclass when the controller answers
@@ -50,6 +59,7 @@ class Client:
 
     def __init__(self, server: Optional[str] = None, *, token: Optional[str] = None,
                  token_file: Optional[str] = None, ca_file: Optional[str] = None,
+                 cert_file: Optional[str] = None, key_file: Optional[str] = None,
                  timeout: float = 30.0) -> None:
         self.server = server or os.environ.get("DHP_SERVER") or "127.0.0.1:7070"
         if token is None and token_file:
@@ -58,9 +68,18 @@ class Client:
         if token is None:
             token = os.environ.get("DHP_TOKEN") or None
         self._metadata = (("authorization", "Bearer " + token),) if token else ()
+        ca_file = ca_file or os.environ.get("DHP_CA_FILE") or None
+        cert_file = cert_file or os.environ.get("DHP_CERT_FILE") or None
+        key_file = key_file or os.environ.get("DHP_KEY_FILE") or None
+        if bool(cert_file) != bool(key_file):
+            raise ValueError("cert_file and key_file go together: give both or neither")
+        if cert_file and not ca_file:
+            raise ValueError("a client certificate needs TLS: give ca_file as well")
         if ca_file:
-            with open(ca_file, "rb") as f:
-                credentials = grpc.ssl_channel_credentials(root_certificates=f.read())
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=_read(ca_file),
+                private_key=_read(key_file) if key_file else None,
+                certificate_chain=_read(cert_file) if cert_file else None)
             self._channel = grpc.secure_channel(self.server, credentials)
         else:
             self._channel = grpc.insecure_channel(self.server)
