@@ -124,6 +124,32 @@ class RanksTest(unittest.TestCase):
         self.assertIn('model.preset: qwen2_5_vl_3b disagrees with model.weights_path "hf-model"\'s '
                       "config.json: vision.depth: 32 vs 2", proc.stderr)
 
+    def test_spec_data_paths_outside_the_data_roots_are_refused(self):
+        outside = os.path.join(self.cluster.tmp.name, "elsewhere")
+        shutil.copytree(os.path.join(self.data_root, "data", "shapes"), outside)
+        with open(os.path.join(self.cluster.tmp.name, "tiny-short.yaml")) as f:
+            spec = f.read()
+        spec = spec.replace("annotation_path: data/shapes/train.jsonl",
+                            "annotation_path: " + os.path.join(outside, "train.jsonl"))
+        path = os.path.join(self.cluster.tmp.name, "outside.yaml")
+        with open(path, "w") as f:
+            f.write(spec)
+        code, out, err = self.cluster.dhpctl("submit", "-f", path)
+        self.assertEqual(code, 0, err)  # the controller cannot know the nodes' roots
+        self.job = re.match(r"job (j-[0-9a-f]+) ", out).group(1)
+        proc = self.rank("--world-rank", "0", "--timeout", "3")
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        self.assertIn('rank 0: data.registry.shapes.annotation_path: "%s/train.jsonl" resolves '
+                      "to %s/train.jsonl, outside this node's data roots (%s)"
+                      % (outside, os.path.realpath(outside), os.path.realpath(self.data_root)),
+                      proc.stderr)
+        # Allowed by the agent's flags, the rank goes on (to wait for its peer).
+        for flags in (["--allow-data-root", outside], ["--allow-any-data-path"]):
+            proc = self.rank("--world-rank", "0", "--timeout", "3", *flags)
+            self.assertEqual(proc.returncode, 1, proc.stderr)
+            self.assertNotIn("data roots", proc.stderr)
+            self.assertIn("did not arrive within 3000 ms", proc.stderr)
+
     def test_a_rank_that_never_arrives_is_named(self):
         proc = self.rank("--world-rank", "0", "--timeout", "3")
         self.assertEqual(proc.returncode, 1, proc.stderr)

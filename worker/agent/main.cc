@@ -64,8 +64,17 @@ int main(int argc, char** argv) {
   app.add_option("--log-dir", log_dir,
                  "Rank logs go to <dir>/<job>/attempt-<a>/rank-<r>.log "
                  "(default: /tmp/dhp-worker-<node-id>/logs)");
-  app.add_option("--data-root", data_root, "Passed to every rank as --data-root")
+  app.add_option("--data-root", data_root,
+                 "Passed to every rank as --data-root: relative spec paths resolve under it, "
+                 "and spec paths must lie under it or an --allow-data-root")
       ->capture_default_str();
+  std::vector<std::string> extra_data_roots;
+  bool allow_any_data_path = false;
+  app.add_option("--allow-data-root", extra_data_roots,
+                 "Another directory job specs' data paths (model.weights_path, annotation_path, "
+                 "image_root) may name (repeatable), e.g. /models");
+  app.add_flag("--allow-any-data-path", allow_any_data_path,
+               "Let job specs' data paths name any file the ranks can read (trusted users only)");
   app.add_option("--stop-grace-ms", stop_grace_ms,
                  "How long a stopped rank gets between SIGTERM and SIGKILL")
       ->capture_default_str()
@@ -114,6 +123,10 @@ int main(int argc, char** argv) {
   options.ranks.token_file = token_file.empty() ? "" : Absolute(token_file);
   options.ranks.tls_args = dhp::api::TlsClientArgs(tls_files);
   options.ranks.data_root = data_root;
+  for (const std::string& root : extra_data_roots) {
+    options.ranks.extra_data_roots.push_back(Absolute(root));
+  }
+  options.ranks.allow_any_data_path = allow_any_data_path;
   options.ranks.log_dir =
       Absolute(log_dir.empty() ? "/tmp/dhp-worker-" + options.node.id() + "/logs" : log_dir);
   options.ranks.stop_grace_ms = stop_grace_ms;

@@ -56,6 +56,11 @@ std::vector<std::string> RankLauncher::Argv(const v1::RankLaunch& l) const {
     argv.push_back(options_.token_file);
   }
   argv.insert(argv.end(), options_.tls_args.begin(), options_.tls_args.end());
+  for (const std::string& root : options_.extra_data_roots) {
+    argv.push_back("--allow-data-root");
+    argv.push_back(root);
+  }
+  if (options_.allow_any_data_path) argv.push_back("--allow-any-data-path");
   if (options_.peak_tflops > 0) {
     argv.push_back("--peak-tflops");
     argv.push_back(absl::StrCat(options_.peak_tflops));

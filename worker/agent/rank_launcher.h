@@ -36,6 +36,8 @@ struct RankLauncherOptions {
   std::string controller;             // host:port, passed as --controller
   std::string token_file;             // passed as --token-file when not empty
   std::vector<std::string> tls_args;  // --ca-file F ... (api::TlsClientArgs), passed as is
+  std::vector<std::string> extra_data_roots;  // each passed as --allow-data-root
+  bool allow_any_data_path = false;           // passed as --allow-any-data-path
   std::string data_root = ".";
   std::string log_dir = "logs";
   int stop_grace_ms = 10000;          // SIGTERM → SIGKILL

@@ -88,6 +88,8 @@ class RankLauncherTest : public ::testing::Test {
 
 TEST_F(RankLauncherTest, GpuRankGetsItsCommandLineEnvironmentAndLog) {
   options_.token_file = "/etc/dhp/token";
+  options_.tls_args = {"--ca-file", "/etc/dhp/ca.pem"};
+  options_.extra_data_roots = {"/models", "/scratch"};
   options_.peak_tflops = 989.5;
   RankLauncher launcher(options_);
   launcher.Reconcile({Launch("j1", 2, 0, 2, /*slot=*/3, /*gpu=*/true)});
@@ -96,6 +98,7 @@ TEST_F(RankLauncherTest, GpuRankGetsItsCommandLineEnvironmentAndLog) {
   EXPECT_EQ(ReadFile(log),
             "argv: --controller 127.0.0.1:7070 --job j1 --attempt 2 --world-rank 0 "
             "--world-size 2 --device cuda:0 --data-root /data --token-file /etc/dhp/token "
+            "--ca-file /etc/dhp/ca.pem --allow-data-root /models --allow-data-root /scratch "
             "--peak-tflops 989.5\n"
             "env: 1 PASSIVE 1 node-a 3\nready\n");
   std::vector<v1::RankStatus> statuses = launcher.Statuses();
@@ -117,6 +120,9 @@ TEST_F(RankLauncherTest, CpuRankRunsOnCpuWithoutCudaDevicesOrToken) {
               ElementsAre(options_.rank_binary, "--controller", "127.0.0.1:7070", "--job", "j1",
                           "--attempt", "1", "--world-rank", "0", "--world-size", "1", "--device",
                           "cpu", "--data-root", "/data"));
+  RankLauncherOptions any = options_;
+  any.allow_any_data_path = true;
+  EXPECT_EQ(RankLauncher(any).Argv(cpu).back(), "--allow-any-data-path");
   EXPECT_THAT(launcher.Env(cpu),
               ElementsAre(Pair("OMP_NUM_THREADS", "1"), Pair("OMP_WAIT_POLICY", "PASSIVE"),
                           Pair("OPENBLAS_NUM_THREADS", "1"), Pair("DHP_NODE_ID", "node-a")));

@@ -25,8 +25,9 @@
 #include "worker/ckpt/tensor_shard.h"
 #include "worker/comm/process_groups.h"
 #include "worker/model/torch_status.h"
-#include "worker/rank/dist_data.h"
+#include "worker/rank/data_roots.h"
 #include "worker/rank/device_stats.h"
+#include "worker/rank/dist_data.h"
 #include "worker/rank/dist_step.h"
 #include "worker/rank/model_init.h"
 #include "worker/rank/rank_metrics.h"
@@ -156,6 +157,12 @@ absl::StatusOr<JobRankResult> JobRank::RunImpl() {
   v1::JobSpec checked = spec;
   if (absl::Status s = NormalizeAndValidateSpec(&checked, spec_options); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(me_, ": ", s.message()));
+  }
+  if (options_.confine_data_paths) {
+    const DataRootPolicy roots{options_.data_root, options_.extra_data_roots, false};
+    if (absl::Status s = CheckSpecDataPaths(spec, roots); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(me_, ": ", s.message()));
+    }
   }
   absl::StatusOr<ModelPreset> preset = ResolveSpecModel(spec, spec_options);
   if (!preset.ok()) {

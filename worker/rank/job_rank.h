@@ -102,6 +102,10 @@ struct JobRankOptions {
   int world_size = 0;  // must equal the job layout's world size
   std::string device = "cpu";
   std::string data_root = ".";
+  // The spec's data paths must lie under data_root or one of these (worker/rank/data_roots.h);
+  // dhp-rank turns this on unless told --allow-any-data-path. Off: any path.
+  bool confine_data_paths = false;
+  std::vector<std::string> extra_data_roots;
   std::string tokenizer_path;  // empty: DataPipeline's default
   // Dense peak TFLOP/s of the rank's device, MFU's denominator. 0: on a GPU the dense BF16
   // peak of its model when known (KnownGpuPeakFlops), on CPU none (no MFU reported).

@@ -73,6 +73,12 @@ int Run(int argc, char** argv) {
   app.add_option("--data-root", o.data_root,
                  "Relative dataset paths and model.weights_path are taken relative to this")
       ->capture_default_str();
+  bool allow_any_data_path = false;
+  app.add_option("--allow-data-root", o.extra_data_roots,
+                 "Another directory the spec's data paths may name, besides --data-root "
+                 "(repeatable)");
+  app.add_flag("--allow-any-data-path", allow_any_data_path,
+               "Let the spec's data paths name any file this process can read");
   app.add_option("--token-file", token_file,
                  "File with the controller's API token (env DHP_TOKEN holds the token itself)");
   api::TlsClientFiles tls_files;
@@ -109,6 +115,7 @@ int Run(int argc, char** argv) {
     return 2;
   }
   o.timeout = std::chrono::seconds(timeout_s);
+  o.confine_data_paths = !allow_any_data_path;
   at::set_num_threads(1);  // one CPU slot per rank
 
   api::DhpClient client(controller, 30000, token, *tls);  // GetJob and the rendezvous KV
