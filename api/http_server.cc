@@ -22,6 +22,7 @@
 #include "boost/beast/http/read.hpp"
 #include "boost/beast/http/serializer.hpp"
 #include "boost/beast/http/write.hpp"
+#include "common/check.h"
 
 namespace dhp::api {
 
@@ -158,11 +159,8 @@ bool HttpResponder::Fail() {
 bool HttpResponder::Respond(HttpStatus status, std::string_view content_type, std::string body,
                             const HttpHeaders& headers) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (status_code_ != 0) {
-    std::fprintf(stderr, "HttpResponder: a handler answered %s twice\n",
-                 std::string(request_.target()).c_str());
-    std::abort();
-  }
+  DHP_CHECK(status_code_ == 0) << "HttpResponder: a handler answered "
+                               << std::string(request_.target()) << " twice";
   status_code_ = static_cast<int>(status);
   if (gone_.load()) return Fail();
   http::response<http::string_body> res{status, request_.version()};
@@ -180,11 +178,8 @@ bool HttpResponder::Respond(HttpStatus status, std::string_view content_type, st
 bool HttpResponder::BeginStream(HttpStatus status, std::string_view content_type,
                                 const HttpHeaders& headers) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (status_code_ != 0) {
-    std::fprintf(stderr, "HttpResponder: a handler answered %s twice\n",
-                 std::string(request_.target()).c_str());
-    std::abort();
-  }
+  DHP_CHECK(status_code_ == 0) << "HttpResponder: a handler answered "
+                               << std::string(request_.target()) << " twice";
   status_code_ = static_cast<int>(status);
   streaming_ = true;
   if (gone_.load()) return Fail();
@@ -207,10 +202,7 @@ bool HttpResponder::BeginStream(HttpStatus status, std::string_view content_type
 
 bool HttpResponder::WriteChunk(std::string_view data) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!streaming_ || stream_ended_) {
-    std::fprintf(stderr, "HttpResponder: WriteChunk outside a stream\n");
-    std::abort();
-  }
+  DHP_CHECK(streaming_ && !stream_ended_) << "HttpResponder: WriteChunk outside a stream";
   if (gone_.load() || server_stopping_.load()) return Fail();
   if (data.empty()) return true;  // an empty chunk would end the stream
   beast::error_code ec;

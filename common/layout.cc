@@ -5,15 +5,15 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 
 namespace dhp::comm {
 namespace {
 
 // Broken invariant (a caller passed an out-of-range coordinate): crash loudly.
 void CheckRange(bool ok, const char* what, int value, int limit) {
-  if (ok) return;
-  std::fprintf(stderr, "dhp::comm layout: %s %d out of range [0, %d)\n", what, value, limit);
-  std::abort();
+  DHP_CHECK(ok) << "dhp::comm layout: " << what << " " << value << " out of range [0, " << limit
+                << ")";
 }
 
 }  // namespace

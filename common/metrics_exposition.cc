@@ -3,20 +3,15 @@
 #include <prometheus/check_names.h>
 #include <prometheus/text_serializer.h>
 
-#include <cstdlib>
-#include <iostream>
 #include <sstream>
+
+#include "common/check.h"
 
 namespace dhp {
 namespace {
 
-[[noreturn]] void Die(const std::string& message) {
-  std::cerr << "metrics: " << message << std::endl;
-  std::abort();
-}
-
 void CheckName(const std::string& name) {
-  if (!prometheus::CheckMetricName(name)) Die("invalid metric name \"" + name + "\"");
+  DHP_CHECK(prometheus::CheckMetricName(name)) << "invalid metric name \"" << name << "\"";
 }
 
 // prometheus-cpp 1.0.1 writes HELP text as given; the format wants \ and newline escaped.
@@ -49,9 +44,9 @@ ComputedGauges::ComputedGauges(std::vector<GaugeFamilyDef> families) : defs_(std
     const GaugeFamilyDef& def = defs_[i];
     CheckName(def.name);
     for (const std::string& label : def.labels) {
-      if (!prometheus::CheckLabelName(label)) Die(def.name + ": invalid label name " + label);
+      DHP_CHECK(prometheus::CheckLabelName(label)) << def.name << ": invalid label name " << label;
     }
-    if (!index_.emplace(def.name, i).second) Die("duplicate metric family " + def.name);
+    DHP_CHECK(index_.emplace(def.name, i).second) << "duplicate metric family " << def.name;
   }
   Set({});
 }
@@ -63,15 +58,14 @@ void ComputedGauges::Set(const MetricRows& rows) {
   }
   for (const auto& [name, samples] : rows) {
     auto it = index_.find(name);
-    if (it == index_.end()) Die("ComputedGauges::Set: unknown family " + name);
+    DHP_CHECK(it != index_.end()) << "ComputedGauges::Set: unknown family " << name;
     const GaugeFamilyDef& def = defs_[it->second];
     std::vector<prometheus::ClientMetric>& out = (*families)[it->second].metric;
     out.reserve(samples.size());
     for (const auto& [values, value] : samples) {
-      if (values.size() != def.labels.size()) {
-        Die(name + ": " + std::to_string(values.size()) + " label values for " +
-            std::to_string(def.labels.size()) + " labels");
-      }
+      DHP_CHECK(values.size() == def.labels.size())
+          << name << ": " << values.size() << " label values for " << def.labels.size()
+          << " labels";
       prometheus::ClientMetric& metric = out.emplace_back();
       metric.label.reserve(values.size());
       for (size_t i = 0; i < values.size(); ++i) metric.label.push_back({def.labels[i], values[i]});
@@ -93,7 +87,7 @@ MetricsExposition::MetricsExposition() : registry_(prometheus::Registry::InsertB
 
 void MetricsExposition::Register(Entry entry) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!names_.insert(entry.name).second) Die("duplicate metric family " + entry.name);
+  DHP_CHECK(names_.insert(entry.name).second) << "duplicate metric family " << entry.name;
   entries_.push_back(std::move(entry));
 }
 
@@ -116,7 +110,7 @@ ComputedGauges& MetricsExposition::AddComputedGauges(std::vector<GaugeFamilyDef>
   ComputedGauges& result = *gauges;
   std::lock_guard<std::mutex> lock(mu_);
   for (const GaugeFamilyDef& def : result.families()) {
-    if (!names_.insert(def.name).second) Die("duplicate metric family " + def.name);
+    DHP_CHECK(names_.insert(def.name).second) << "duplicate metric family " << def.name;
   }
   entries_.push_back({"", "", prometheus::MetricType::Gauge, &result});
   computed_.push_back(std::move(gauges));

@@ -66,6 +66,7 @@ absl::StatusOr<v1::JobSpec> JobManager::ValidateSubmission(
 
 absl::Status JobManager::Submit(const v1::SubmitJobRequest& req, v1::SubmitJobResponse* resp,
                                 std::vector<v1::Event>* events) {
+  DHP_CHECK_ON_THREAD(loop_);
   absl::StatusOr<v1::JobSpec> spec = ValidateSubmission(req);
   if (!spec.ok()) return spec.status();
   return SubmitValidated(*spec, req.dry_run(), resp, events);
@@ -74,6 +75,7 @@ absl::Status JobManager::Submit(const v1::SubmitJobRequest& req, v1::SubmitJobRe
 absl::Status JobManager::SubmitValidated(const v1::JobSpec& spec, bool dry_run,
                                          v1::SubmitJobResponse* resp,
                                          std::vector<v1::Event>* events) {
+  DHP_CHECK_ON_THREAD(loop_);
   const int64_t now = clock_.NowMicros();
   v1::Job job;
   *job.mutable_spec() = spec;
@@ -109,6 +111,7 @@ absl::Status JobManager::SubmitValidated(const v1::JobSpec& spec, bool dry_run,
 }
 
 absl::Status JobManager::Get(const v1::GetJobRequest& req, v1::GetJobResponse* resp) {
+  DHP_CHECK_ON_THREAD(loop_);
   if (absl::Status s = RequireJobId(req.job_id()); !s.ok()) return s;
   absl::StatusOr<v1::Job> job = store_.GetJob(req.job_id());
   if (!job.ok()) return job.status();
@@ -121,6 +124,7 @@ absl::Status JobManager::Get(const v1::GetJobRequest& req, v1::GetJobResponse* r
 }
 
 absl::Status JobManager::List(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp) {
+  DHP_CHECK_ON_THREAD(loop_);
   if (req.page_size() < 0 || req.page_size() > kMaxPageSize) {
     return absl::InvalidArgumentError("page_size: " + std::to_string(req.page_size()) +
                                       " is out of range; use 1.." +
@@ -152,6 +156,7 @@ absl::Status JobManager::List(const v1::ListJobsRequest& req, v1::ListJobsRespon
 
 absl::Status JobManager::Cancel(const v1::CancelJobRequest& req, v1::CancelJobResponse* resp,
                                 std::vector<v1::Event>* events) {
+  DHP_CHECK_ON_THREAD(loop_);
   if (absl::Status s = RequireJobId(req.job_id()); !s.ok()) return s;
   absl::StatusOr<v1::Job> job = store_.GetJob(req.job_id());
   if (!job.ok()) return job.status();
@@ -190,6 +195,7 @@ absl::Status JobManager::Cancel(const v1::CancelJobRequest& req, v1::CancelJobRe
 
 absl::Status JobManager::Resume(const v1::ResumeJobRequest& req, v1::ResumeJobResponse* resp,
                                 std::vector<v1::Event>* events) {
+  DHP_CHECK_ON_THREAD(loop_);
   if (absl::Status s = RequireJobId(req.job_id()); !s.ok()) return s;
   absl::StatusOr<v1::Job> job = store_.GetJob(req.job_id());
   if (!job.ok()) return job.status();
@@ -232,6 +238,7 @@ absl::Status JobManager::Resume(const v1::ResumeJobRequest& req, v1::ResumeJobRe
 }
 
 absl::Status JobManager::CheckCurrentAttempt(const std::string& job_id, int attempt) {
+  DHP_CHECK_ON_THREAD(loop_);
   if (absl::Status s = RequireJobId(job_id); !s.ok()) return s;
   absl::StatusOr<v1::Job> job = store_.GetJob(job_id);
   if (!job.ok()) return job.status();

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/check.h"
 #include "common/clock.h"
 #include "common/spec_validate.h"
 #include "controller/store.h"
@@ -42,6 +43,7 @@ class JobManager {
   absl::Status CheckCurrentAttempt(const std::string& job_id, int attempt);
 
  private:
+  ThreadChecker loop_;  // the controller's loop thread: every entry point checks it
   v1::Event MakeEvent(const v1::Job& job, const std::string& type, const std::string& from,
                       const std::string& to, const std::string& reason) const;
 

@@ -62,6 +62,7 @@ absl::Status NodeTracker::SetState(v1::Node* node, v1::NodeState state,
 absl::Status NodeTracker::Register(const v1::RegisterNodeRequest& req,
                                    v1::RegisterNodeResponse* resp,
                                    std::vector<v1::Event>* events) {
+  DHP_CHECK_ON_THREAD(loop_);
   v1::Node node = req.node();
   if (node.id().empty()) node.set_id(node.hostname());
   if (absl::Status s = CheckNodeId(node.id()); !s.ok()) return s;
@@ -92,6 +93,7 @@ absl::Status NodeTracker::Register(const v1::RegisterNodeRequest& req,
 
 absl::Status NodeTracker::Heartbeat(const v1::HeartbeatRequest& req,
                                     std::vector<v1::Event>* events) {
+  DHP_CHECK_ON_THREAD(loop_);
   absl::StatusOr<v1::Node> node = store_.GetNode(req.node_id());
   if (!node.ok()) {
     return absl::NotFoundError("node " + req.node_id() + " is not registered; register first");
@@ -109,6 +111,7 @@ absl::Status NodeTracker::Heartbeat(const v1::HeartbeatRequest& req,
 }
 
 std::vector<v1::Node> NodeTracker::List() {
+  DHP_CHECK_ON_THREAD(loop_);
   std::vector<v1::Node> nodes = store_.ListNodes();
   for (v1::Node& n : nodes) {
     auto it = last_beat_.find(n.id());
@@ -118,6 +121,7 @@ std::vector<v1::Node> NodeTracker::List() {
 }
 
 absl::Status NodeTracker::CheckHeartbeats(std::vector<v1::Event>* events) {
+  DHP_CHECK_ON_THREAD(loop_);
   const int64_t now = clock_.NowMicros();
   const int64_t timeout = static_cast<int64_t>(options_.heartbeat_timeout_ms) * 1000;
   for (v1::Node& node : store_.ListNodes()) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/check.h"
 #include "common/clock.h"
 #include "controller/store.h"
 #include "dhp/v1/service.pb.h"
@@ -39,6 +40,7 @@ class NodeTracker {
   absl::Status CheckHeartbeats(std::vector<v1::Event>* events);
 
  private:
+  ThreadChecker loop_;  // the controller's loop thread: every entry point checks it
   absl::Status SetState(v1::Node* node, v1::NodeState state, const std::string& reason,
                         std::vector<v1::Event>* events);
 

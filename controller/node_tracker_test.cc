@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -75,6 +76,14 @@ class NodeTrackerTest : public ::testing::Test {
   std::unique_ptr<Store> store_;
   std::unique_ptr<NodeTracker> tracker_;
 };
+
+// The tracker is not thread-safe: the controller uses it on its loop thread only, and a call
+// from any other thread is a crash rather than a race.
+TEST_F(NodeTrackerTest, UseOffTheLoopThreadIsAProgrammingError) {
+  tracker_->List();  // binds this thread as the loop
+  EXPECT_DEATH(std::thread([&] { tracker_->List(); }).join(),
+               "called off the thread loop_ is bound to");
+}
 
 TEST_F(NodeTrackerTest, RegisterMakesNodeReadyWithAnEvent) {
   const int64_t now = clock_.NowMicros();

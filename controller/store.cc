@@ -7,7 +7,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 #include "common/proto_utf8.h"
+#include "common/status_macros.h"
 #include "common/utf8.h"
 #include "controller/sqlite_db.h"
 #include "controller/store_internal.h"
@@ -22,20 +24,6 @@ using store_internal::RowsRead;
 using store_internal::UnreadableRow;
 
 namespace {
-
-#define DHP_STORE_CONCAT_INNER(a, b) a##b
-#define DHP_STORE_CONCAT(a, b) DHP_STORE_CONCAT_INNER(a, b)
-#define DHP_STORE_RETURN_IF_ERROR(expr)      \
-  do {                                       \
-    absl::Status _dhp_status = (expr);       \
-    if (!_dhp_status.ok()) return _dhp_status; \
-  } while (0)
-#define DHP_STORE_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
-  auto tmp = (expr);                                    \
-  if (!tmp.ok()) return tmp.status();                   \
-  lhs = std::move(*tmp)
-#define DHP_STORE_ASSIGN_OR_RETURN(lhs, expr) \
-  DHP_STORE_ASSIGN_OR_RETURN_IMPL(DHP_STORE_CONCAT(_dhp_or_, __LINE__), lhs, expr)
 
 // The schema, oldest first. Append a migration to change it; never edit a released one.
 struct Migration {
@@ -125,9 +113,7 @@ int64_t Micros(const google::protobuf::Timestamp& t) {
 // mislead the supervisor, so the controller stops loudly. A row whose message does not parse is
 // not such a failure: it is quarantined (store_quarantine.cc).
 void DieIfError(const absl::Status& status, const char* what) {
-  if (status.ok()) return;
-  std::fprintf(stderr, "dhp store: %s failed: %s\n", what, status.ToString().c_str());
-  std::abort();
+  DHP_CHECK(status.ok()) << "dhp store: " << what << " failed: " << status;
 }
 
 // INVALID_ARGUMENT naming the field when `msg` holds a string that is not UTF-8: protobuf would
@@ -141,8 +127,7 @@ absl::Status CheckStorable(const google::protobuf::Message& msg, const std::stri
 }
 
 absl::StatusOr<bool> JobExists(SqliteDb& db, const std::string& job_id) {
-  DHP_STORE_ASSIGN_OR_RETURN(ScopedStatement select,
-                             db.Prepare("SELECT 1 FROM jobs WHERE id = ?"));
+  DHP_ASSIGN_OR_RETURN(ScopedStatement select, db.Prepare("SELECT 1 FROM jobs WHERE id = ?"));
   select->BindText(1, job_id);
   return select->Step();
 }
@@ -168,8 +153,8 @@ absl::StatusOr<std::vector<v1::Event>> AppendEvents(SqliteDb& db,
     event.set_id(0);
     if (event.job_id().empty()) event.set_job_id(default_job_id);
     if (event.node_id().empty()) event.set_node_id(default_node_id);
-    DHP_STORE_RETURN_IF_ERROR(CheckStorable(event, absl::StrCat("a ", event.type(), " event")));
-    DHP_STORE_ASSIGN_OR_RETURN(
+    DHP_RETURN_IF_ERROR(CheckStorable(event, absl::StrCat("a ", event.type(), " event")));
+    DHP_ASSIGN_OR_RETURN(
         ScopedStatement insert,
         db.Prepare("INSERT INTO events (job_id, attempt, node_id, time_us, type, from_state, "
                    "to_state, reason, proto) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"));
@@ -182,7 +167,7 @@ absl::StatusOr<std::vector<v1::Event>> AppendEvents(SqliteDb& db,
         .BindText(7, event.to_state())
         .BindText(8, event.reason())
         .BindBlob(9, event.SerializeAsString());
-    DHP_STORE_RETURN_IF_ERROR(insert->Run());
+    DHP_RETURN_IF_ERROR(insert->Run());
     event.set_id(db.last_insert_rowid());
     out.push_back(std::move(event));
   }
@@ -201,32 +186,32 @@ Store::~Store() {
 int Store::LatestSchemaVersion() { return std::end(kMigrations)[-1].version; }
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
-  DHP_STORE_ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> db, SqliteDb::Open(path));
+  DHP_ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> db, SqliteDb::Open(path));
   // Foreign keys are per connection and off by default; PRAGMA foreign_keys is a no-op inside a
   // transaction, so set it before anything else.
-  DHP_STORE_RETURN_IF_ERROR(db->Exec("PRAGMA foreign_keys = ON"));
-  DHP_STORE_ASSIGN_OR_RETURN(std::string mode, db->QueryText("PRAGMA journal_mode = WAL"));
+  DHP_RETURN_IF_ERROR(db->Exec("PRAGMA foreign_keys = ON"));
+  DHP_ASSIGN_OR_RETURN(std::string mode, db->QueryText("PRAGMA journal_mode = WAL"));
   if (mode != "wal" && mode != "memory") {  // an in-memory database has no journal file
     return absl::FailedPreconditionError(
         absl::StrCat("cannot enable WAL mode on ", path, ": journal_mode stays \"", mode,
                      "\"; put the database on a local file system"));
   }
   // In WAL mode NORMAL loses at most the last transactions on power loss, never consistency.
-  DHP_STORE_RETURN_IF_ERROR(db->Exec("PRAGMA synchronous = NORMAL"));
+  DHP_RETURN_IF_ERROR(db->Exec("PRAGMA synchronous = NORMAL"));
   std::unique_ptr<Store> store(new Store(std::move(db)));
-  DHP_STORE_RETURN_IF_ERROR(store->Migrate());
+  DHP_RETURN_IF_ERROR(store->Migrate());
   if (mode == "wal") {
     // Checkpoint from a background thread instead of inside whichever commit crosses the
     // threshold (see wal_checkpointer.h).
-    DHP_STORE_RETURN_IF_ERROR(store->db_->Exec("PRAGMA wal_autocheckpoint = 0"));
-    DHP_STORE_ASSIGN_OR_RETURN(store->checkpointer_, WalCheckpointer::Start(path));
+    DHP_RETURN_IF_ERROR(store->db_->Exec("PRAGMA wal_autocheckpoint = 0"));
+    DHP_ASSIGN_OR_RETURN(store->checkpointer_, WalCheckpointer::Start(path));
   }
   return store;
 }
 
 absl::Status Store::Migrate() {
   const int latest = LatestSchemaVersion();
-  DHP_STORE_ASSIGN_OR_RETURN(int64_t current, db_->QueryInt("PRAGMA user_version"));
+  DHP_ASSIGN_OR_RETURN(int64_t current, db_->QueryInt("PRAGMA user_version"));
   if (current > latest) {
     return absl::FailedPreconditionError(absl::StrCat(
         "database ", db_->path(), " has schema version ", current,
@@ -274,23 +259,23 @@ absl::StatusOr<std::vector<v1::Event>> Store::Commit(const JobWrite& write) {
   if (job.id().empty()) {
     return absl::InvalidArgumentError("JobWrite.job.id is empty; every job needs an id");
   }
-  DHP_STORE_RETURN_IF_ERROR(CheckStorable(job, absl::StrCat("job ", job.id())));
+  DHP_RETURN_IF_ERROR(CheckStorable(job, absl::StrCat("job ", job.id())));
   for (const v1::Run& run : write.runs) {
     if (!run.job_id().empty() && run.job_id() != job.id()) {
       return absl::InvalidArgumentError(
           absl::StrCat("run attempt ", run.attempt(), " has job_id \"", run.job_id(),
                        "\" but the write is for job ", job.id()));
     }
-    DHP_STORE_RETURN_IF_ERROR(
+    DHP_RETURN_IF_ERROR(
         CheckStorable(run, absl::StrCat("run attempt ", run.attempt(), " of job ", job.id())));
   }
 
-  DHP_STORE_ASSIGN_OR_RETURN(Transaction tx, db_->Begin());
+  DHP_ASSIGN_OR_RETURN(Transaction tx, db_->Begin());
   const std::string proto = job.SerializeAsString();
   if (write.create) {
-    DHP_STORE_ASSIGN_OR_RETURN(bool exists, JobExists(*db_, job.id()));
+    DHP_ASSIGN_OR_RETURN(bool exists, JobExists(*db_, job.id()));
     if (exists) return absl::AlreadyExistsError(absl::StrCat("job ", job.id(), " already exists"));
-    DHP_STORE_ASSIGN_OR_RETURN(
+    DHP_ASSIGN_OR_RETURN(
         ScopedStatement insert,
         db_->Prepare("INSERT INTO jobs (id, name, state, priority, create_us, update_us, proto) "
                      "VALUES (?, ?, ?, ?, ?, ?, ?)"));
@@ -301,9 +286,9 @@ absl::StatusOr<std::vector<v1::Event>> Store::Commit(const JobWrite& write) {
         .BindInt(5, Micros(job.create_time()))
         .BindInt(6, Micros(job.update_time()))
         .BindBlob(7, proto);
-    DHP_STORE_RETURN_IF_ERROR(insert->Run());
+    DHP_RETURN_IF_ERROR(insert->Run());
   } else {
-    DHP_STORE_ASSIGN_OR_RETURN(
+    DHP_ASSIGN_OR_RETURN(
         ScopedStatement update,
         db_->Prepare("UPDATE jobs SET name = ?, state = ?, priority = ?, create_us = ?, "
                      "update_us = ?, proto = ? WHERE id = ?"));
@@ -314,28 +299,28 @@ absl::StatusOr<std::vector<v1::Event>> Store::Commit(const JobWrite& write) {
         .BindInt(5, Micros(job.update_time()))
         .BindBlob(6, proto)
         .BindText(7, job.id());
-    DHP_STORE_RETURN_IF_ERROR(update->Run());
+    DHP_RETURN_IF_ERROR(update->Run());
     if (db_->changes() == 0) return absl::NotFoundError(absl::StrCat("job ", job.id(), " not found"));
   }
 
   {
-    DHP_STORE_ASSIGN_OR_RETURN(ScopedStatement clear,
-                               db_->Prepare("DELETE FROM job_labels WHERE job_id = ?"));
+    DHP_ASSIGN_OR_RETURN(ScopedStatement clear,
+                         db_->Prepare("DELETE FROM job_labels WHERE job_id = ?"));
     clear->BindText(1, job.id());
-    DHP_STORE_RETURN_IF_ERROR(clear->Run());
+    DHP_RETURN_IF_ERROR(clear->Run());
   }
   for (const auto& [key, value] : job.spec().labels()) {
-    DHP_STORE_ASSIGN_OR_RETURN(
+    DHP_ASSIGN_OR_RETURN(
         ScopedStatement insert,
         db_->Prepare("INSERT INTO job_labels (job_id, key, value) VALUES (?, ?, ?)"));
     insert->BindText(1, job.id()).BindText(2, key).BindText(3, value);
-    DHP_STORE_RETURN_IF_ERROR(insert->Run());
+    DHP_RETURN_IF_ERROR(insert->Run());
   }
 
   for (const v1::Run& in : write.runs) {
     v1::Run run = in;
     run.set_job_id(job.id());
-    DHP_STORE_ASSIGN_OR_RETURN(
+    DHP_ASSIGN_OR_RETURN(
         ScopedStatement upsert,
         db_->Prepare("INSERT INTO runs (job_id, attempt, state, proto) VALUES (?, ?, ?, ?) "
                      "ON CONFLICT (job_id, attempt) DO UPDATE SET state = excluded.state, "
@@ -344,23 +329,22 @@ absl::StatusOr<std::vector<v1::Event>> Store::Commit(const JobWrite& write) {
         .BindInt(2, run.attempt())
         .BindInt(3, run.state())
         .BindBlob(4, run.SerializeAsString());
-    DHP_STORE_RETURN_IF_ERROR(upsert->Run());
+    DHP_RETURN_IF_ERROR(upsert->Run());
   }
 
-  DHP_STORE_ASSIGN_OR_RETURN(std::vector<v1::Event> events,
-                             AppendEvents(*db_, write.events, job.id(), ""));
-  DHP_STORE_RETURN_IF_ERROR(tx.Commit());
+  DHP_ASSIGN_OR_RETURN(std::vector<v1::Event> events,
+                       AppendEvents(*db_, write.events, job.id(), ""));
+  DHP_RETURN_IF_ERROR(tx.Commit());
   return events;
 }
 
 absl::StatusOr<v1::Job> Store::GetJob(const std::string& job_id) {
   std::vector<UnreadableRow> unreadable;
   {
-    DHP_STORE_ASSIGN_OR_RETURN(
-        ScopedStatement select,
-        db_->Prepare("SELECT rowid, id, proto, id, '' FROM jobs WHERE id = ?"));
+    DHP_ASSIGN_OR_RETURN(ScopedStatement select,
+                         db_->Prepare("SELECT rowid, id, proto, id, '' FROM jobs WHERE id = ?"));
     select->BindText(1, job_id);
-    DHP_STORE_ASSIGN_OR_RETURN(RowsRead<v1::Job> read, ReadRows<v1::Job>(*select, "jobs"));
+    DHP_ASSIGN_OR_RETURN(RowsRead<v1::Job> read, ReadRows<v1::Job>(*select, "jobs"));
     if (!read.rows.empty()) return std::move(read.rows[0]);
     unreadable = std::move(read.unreadable);
   }
@@ -405,7 +389,7 @@ absl::StatusOr<JobPage> Store::ListJobs(const JobQuery& query) {
   for (int pass = 0; pass < 3; ++pass) {
     sql_limit = static_cast<int64_t>(limit) + 1 + extra;  // one more: is there a next page?
     {
-      DHP_STORE_ASSIGN_OR_RETURN(ScopedStatement select, db_->Prepare(sql));
+      DHP_ASSIGN_OR_RETURN(ScopedStatement select, db_->Prepare(sql));
       int index = 1;
       select->BindInt(index++, query.before_seq == 0 ? INT64_MAX : query.before_seq);
       for (v1::JobState state : query.states) select->BindInt(index++, state);
@@ -414,7 +398,7 @@ absl::StatusOr<JobPage> Store::ListJobs(const JobQuery& query) {
         index += 2;
       }
       select->BindInt(index, sql_limit);
-      DHP_STORE_ASSIGN_OR_RETURN(read, ReadRows<v1::Job>(*select, "jobs"));
+      DHP_ASSIGN_OR_RETURN(read, ReadRows<v1::Job>(*select, "jobs"));
     }
     if (read.unreadable.empty()) break;
     Quarantine(read.unreadable);
@@ -461,9 +445,9 @@ std::map<v1::JobState, int64_t> Store::CountJobsByState() {
 absl::StatusOr<std::vector<v1::Event>> Store::PutNode(const v1::Node& node,
                                                       const std::vector<v1::Event>& events) {
   if (node.id().empty()) return absl::InvalidArgumentError("node.id is empty; every node needs an id");
-  DHP_STORE_RETURN_IF_ERROR(CheckStorable(node, absl::StrCat("node ", node.id())));
-  DHP_STORE_ASSIGN_OR_RETURN(Transaction tx, db_->Begin());
-  DHP_STORE_ASSIGN_OR_RETURN(
+  DHP_RETURN_IF_ERROR(CheckStorable(node, absl::StrCat("node ", node.id())));
+  DHP_ASSIGN_OR_RETURN(Transaction tx, db_->Begin());
+  DHP_ASSIGN_OR_RETURN(
       ScopedStatement upsert,
       db_->Prepare("INSERT INTO nodes (id, hostname, state, last_heartbeat_us, proto) "
                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
@@ -474,21 +458,19 @@ absl::StatusOr<std::vector<v1::Event>> Store::PutNode(const v1::Node& node,
       .BindInt(3, node.state())
       .BindInt(4, Micros(node.last_heartbeat_time()))
       .BindBlob(5, node.SerializeAsString());
-  DHP_STORE_RETURN_IF_ERROR(upsert->Run());
-  DHP_STORE_ASSIGN_OR_RETURN(std::vector<v1::Event> out,
-                             AppendEvents(*db_, events, "", node.id()));
-  DHP_STORE_RETURN_IF_ERROR(tx.Commit());
+  DHP_RETURN_IF_ERROR(upsert->Run());
+  DHP_ASSIGN_OR_RETURN(std::vector<v1::Event> out, AppendEvents(*db_, events, "", node.id()));
+  DHP_RETURN_IF_ERROR(tx.Commit());
   return out;
 }
 
 absl::StatusOr<v1::Node> Store::GetNode(const std::string& node_id) {
   std::vector<UnreadableRow> unreadable;
   {
-    DHP_STORE_ASSIGN_OR_RETURN(
-        ScopedStatement select,
-        db_->Prepare("SELECT rowid, id, proto, '', id FROM nodes WHERE id = ?"));
+    DHP_ASSIGN_OR_RETURN(ScopedStatement select,
+                         db_->Prepare("SELECT rowid, id, proto, '', id FROM nodes WHERE id = ?"));
     select->BindText(1, node_id);
-    DHP_STORE_ASSIGN_OR_RETURN(RowsRead<v1::Node> read, ReadRows<v1::Node>(*select, "nodes"));
+    DHP_ASSIGN_OR_RETURN(RowsRead<v1::Node> read, ReadRows<v1::Node>(*select, "nodes"));
     if (!read.rows.empty()) return std::move(read.rows[0]);
     unreadable = std::move(read.unreadable);
   }
@@ -517,17 +499,16 @@ absl::StatusOr<v1::Checkpoint> Store::AddCheckpoint(const v1::Checkpoint& ckpt,
   if (ckpt.job_id().empty()) {
     return absl::InvalidArgumentError("checkpoint.job_id is empty; a checkpoint belongs to a job");
   }
-  DHP_STORE_RETURN_IF_ERROR(
-      CheckStorable(ckpt, absl::StrCat("a checkpoint of job ", ckpt.job_id())));
-  DHP_STORE_ASSIGN_OR_RETURN(Transaction tx, db_->Begin());
-  DHP_STORE_ASSIGN_OR_RETURN(bool exists, JobExists(*db_, ckpt.job_id()));
+  DHP_RETURN_IF_ERROR(CheckStorable(ckpt, absl::StrCat("a checkpoint of job ", ckpt.job_id())));
+  DHP_ASSIGN_OR_RETURN(Transaction tx, db_->Begin());
+  DHP_ASSIGN_OR_RETURN(bool exists, JobExists(*db_, ckpt.job_id()));
   if (!exists) {
     return absl::NotFoundError(
         absl::StrCat("job ", ckpt.job_id(), " not found; cannot record a checkpoint for it"));
   }
   v1::Checkpoint stored = ckpt;
   stored.set_id(0);
-  DHP_STORE_ASSIGN_OR_RETURN(
+  DHP_ASSIGN_OR_RETURN(
       ScopedStatement insert,
       db_->Prepare("INSERT INTO checkpoints (job_id, attempt, step, path, size_bytes, create_us, "
                    "proto) VALUES (?, ?, ?, ?, ?, ?, ?)"));
@@ -538,10 +519,10 @@ absl::StatusOr<v1::Checkpoint> Store::AddCheckpoint(const v1::Checkpoint& ckpt,
       .BindInt(5, stored.size_bytes())
       .BindInt(6, Micros(stored.create_time()))
       .BindBlob(7, stored.SerializeAsString());
-  DHP_STORE_RETURN_IF_ERROR(insert->Run());
+  DHP_RETURN_IF_ERROR(insert->Run());
   stored.set_id(db_->last_insert_rowid());
-  DHP_STORE_RETURN_IF_ERROR(AppendEvents(*db_, events, stored.job_id(), "").status());
-  DHP_STORE_RETURN_IF_ERROR(tx.Commit());
+  DHP_RETURN_IF_ERROR(AppendEvents(*db_, events, stored.job_id(), "").status());
+  DHP_RETURN_IF_ERROR(tx.Commit());
   return stored;
 }
 
@@ -561,32 +542,30 @@ std::vector<v1::Checkpoint> Store::ListCheckpoints(const std::string& job_id) {
 
 absl::StatusOr<std::vector<v1::Event>> Store::UpdateCheckpoint(
     const v1::Checkpoint& ckpt, const std::vector<v1::Event>& events) {
-  DHP_STORE_RETURN_IF_ERROR(CheckStorable(ckpt, absl::StrCat("checkpoint ", ckpt.id())));
-  DHP_STORE_ASSIGN_OR_RETURN(Transaction tx, db_->Begin());
-  DHP_STORE_ASSIGN_OR_RETURN(
+  DHP_RETURN_IF_ERROR(CheckStorable(ckpt, absl::StrCat("checkpoint ", ckpt.id())));
+  DHP_ASSIGN_OR_RETURN(Transaction tx, db_->Begin());
+  DHP_ASSIGN_OR_RETURN(
       ScopedStatement update,
       db_->Prepare("UPDATE checkpoints SET size_bytes = ?, proto = ? WHERE id = ?"));
   update->BindInt(1, ckpt.size_bytes()).BindBlob(2, ckpt.SerializeAsString()).BindInt(3, ckpt.id());
-  DHP_STORE_RETURN_IF_ERROR(update->Run());
+  DHP_RETURN_IF_ERROR(update->Run());
   if (db_->changes() == 0) {
     return absl::NotFoundError(absl::StrCat("checkpoint ", ckpt.id(), " not found"));
   }
-  DHP_STORE_ASSIGN_OR_RETURN(std::vector<v1::Event> added,
-                             AppendEvents(*db_, events, ckpt.job_id(), ""));
-  DHP_STORE_RETURN_IF_ERROR(tx.Commit());
+  DHP_ASSIGN_OR_RETURN(std::vector<v1::Event> added, AppendEvents(*db_, events, ckpt.job_id(), ""));
+  DHP_RETURN_IF_ERROR(tx.Commit());
   return added;
 }
 
 absl::StatusOr<std::vector<v1::Event>> Store::DeleteCheckpoint(
     int64_t id, const std::vector<v1::Event>& events) {
-  DHP_STORE_ASSIGN_OR_RETURN(Transaction tx, db_->Begin());
-  DHP_STORE_ASSIGN_OR_RETURN(ScopedStatement del,
-                             db_->Prepare("DELETE FROM checkpoints WHERE id = ?"));
+  DHP_ASSIGN_OR_RETURN(Transaction tx, db_->Begin());
+  DHP_ASSIGN_OR_RETURN(ScopedStatement del, db_->Prepare("DELETE FROM checkpoints WHERE id = ?"));
   del->BindInt(1, id);
-  DHP_STORE_RETURN_IF_ERROR(del->Run());
+  DHP_RETURN_IF_ERROR(del->Run());
   if (db_->changes() == 0) return absl::NotFoundError(absl::StrCat("checkpoint ", id, " not found"));
-  DHP_STORE_ASSIGN_OR_RETURN(std::vector<v1::Event> added, AppendEvents(*db_, events, "", ""));
-  DHP_STORE_RETURN_IF_ERROR(tx.Commit());
+  DHP_ASSIGN_OR_RETURN(std::vector<v1::Event> added, AppendEvents(*db_, events, "", ""));
+  DHP_RETURN_IF_ERROR(tx.Commit());
   return added;
 }
 
@@ -622,7 +601,7 @@ std::vector<v1::Event> Store::ListEvents(const std::string& job_id, int64_t afte
 // ---- retention ------------------------------------------------------------------------------
 
 absl::StatusOr<std::vector<std::string>> Store::FinalJobsBefore(int64_t before_us, int limit) {
-  DHP_STORE_ASSIGN_OR_RETURN(
+  DHP_ASSIGN_OR_RETURN(
       ScopedStatement select,
       db_->Prepare("SELECT id FROM jobs WHERE state IN (?, ?, ?) AND update_us < ? "
                    "ORDER BY update_us LIMIT ?"));
@@ -633,7 +612,7 @@ absl::StatusOr<std::vector<std::string>> Store::FinalJobsBefore(int64_t before_u
       .BindInt(5, limit);
   std::vector<std::string> ids;
   while (true) {
-    DHP_STORE_ASSIGN_OR_RETURN(bool row, select->Step());
+    DHP_ASSIGN_OR_RETURN(bool row, select->Step());
     if (!row) break;
     ids.push_back(select->ColumnText(0));
   }
@@ -641,24 +620,23 @@ absl::StatusOr<std::vector<std::string>> Store::FinalJobsBefore(int64_t before_u
 }
 
 absl::Status Store::DeleteJob(const std::string& job_id) {
-  DHP_STORE_ASSIGN_OR_RETURN(Transaction tx, db_->Begin());
-  DHP_STORE_ASSIGN_OR_RETURN(ScopedStatement events,
-                             db_->Prepare("DELETE FROM events WHERE job_id = ?"));
+  DHP_ASSIGN_OR_RETURN(Transaction tx, db_->Begin());
+  DHP_ASSIGN_OR_RETURN(ScopedStatement events, db_->Prepare("DELETE FROM events WHERE job_id = ?"));
   events->BindText(1, job_id);
-  DHP_STORE_RETURN_IF_ERROR(events->Run());
+  DHP_RETURN_IF_ERROR(events->Run());
   // Labels, runs and checkpoints go with the job (ON DELETE CASCADE).
-  DHP_STORE_ASSIGN_OR_RETURN(ScopedStatement job, db_->Prepare("DELETE FROM jobs WHERE id = ?"));
+  DHP_ASSIGN_OR_RETURN(ScopedStatement job, db_->Prepare("DELETE FROM jobs WHERE id = ?"));
   job->BindText(1, job_id);
-  DHP_STORE_RETURN_IF_ERROR(job->Run());
+  DHP_RETURN_IF_ERROR(job->Run());
   if (db_->changes() == 0) return absl::NotFoundError("job " + job_id + " not found");
   return tx.Commit();
 }
 
 absl::StatusOr<int64_t> Store::DeleteNodeEventsBefore(int64_t before_us) {
-  DHP_STORE_ASSIGN_OR_RETURN(ScopedStatement del,
-                             db_->Prepare("DELETE FROM events WHERE job_id = '' AND time_us < ?"));
+  DHP_ASSIGN_OR_RETURN(ScopedStatement del,
+                       db_->Prepare("DELETE FROM events WHERE job_id = '' AND time_us < ?"));
   del->BindInt(1, before_us);
-  DHP_STORE_RETURN_IF_ERROR(del->Run());
+  DHP_RETURN_IF_ERROR(del->Run());
   return static_cast<int64_t>(db_->changes());
 }
 
@@ -667,11 +645,5 @@ int64_t Store::LastEventId() {
   DieIfError(id.status(), "LastEventId");
   return *id;
 }
-
-#undef DHP_STORE_ASSIGN_OR_RETURN
-#undef DHP_STORE_ASSIGN_OR_RETURN_IMPL
-#undef DHP_STORE_RETURN_IF_ERROR
-#undef DHP_STORE_CONCAT
-#undef DHP_STORE_CONCAT_INNER
 
 }  // namespace dhp::controller

@@ -79,6 +79,7 @@ ActiveRun* Supervisor::FindRun(const std::string& job_id, int attempt) {
 }
 
 bool Supervisor::HasProcesses(const std::string& job_id, int attempt) const {
+  DHP_CHECK_ON_THREAD(loop_);
   return runs_.count(RunKey(job_id, attempt)) > 0;
 }
 
@@ -98,6 +99,7 @@ std::string Supervisor::CheckpointDir(const v1::Job& job, int attempt) const {
 // ---- recovery, admission, queue ---------------------------------------------------------------
 
 absl::Status Supervisor::Recover() {
+  DHP_CHECK_ON_THREAD(loop_);
   for (const v1::Node& node : store_.ListNodes()) OnNodeChanged(node);
   JobQuery query;
   query.states = {v1::JOB_STATE_QUEUED, v1::JOB_STATE_SCHEDULED, v1::JOB_STATE_STARTING,
@@ -165,6 +167,7 @@ void Supervisor::EndUnrecoverable(v1::Job job, const absl::Status& why, int64_t 
 }
 
 absl::Status Supervisor::CheckAdmission(const v1::JobSpec& spec) const {
+  DHP_CHECK_ON_THREAD(loop_);
   absl::Status s = scheduler_.CheckFeasible(DemandForSpec("", spec, 0));
   if (s.ok()) return s;
   return absl::FailedPreconditionError(
@@ -172,12 +175,14 @@ absl::Status Supervisor::CheckAdmission(const v1::JobSpec& spec) const {
 }
 
 void Supervisor::OnJobQueued(const v1::Job& job) {
+  DHP_CHECK_ON_THREAD(loop_);
   queue_[job.id()] =
       DemandForSpec(RunKey(job.id(), job.current_attempt()), job.spec(), job.submit_seq());
   dirty_ = true;
 }
 
 absl::Status Supervisor::OnJobCancelled(const v1::Job& job, std::vector<v1::Event>* events) {
+  DHP_CHECK_ON_THREAD(loop_);
   queue_.erase(job.id());
   waiting_.erase(job.id());
   if (job.state() != v1::JOB_STATE_CANCELLING) return absl::OkStatus();
@@ -200,6 +205,7 @@ absl::Status Supervisor::OnJobCancelled(const v1::Job& job, std::vector<v1::Even
 // ---- nodes --------------------------------------------------------------------------------
 
 void Supervisor::OnNodeChanged(const v1::Node& node) {
+  DHP_CHECK_ON_THREAD(loop_);
   NodeCapacity cap;
   cap.node_id = node.id();
   const v1::NodeResources& res = node.resources();
@@ -225,6 +231,7 @@ void Supervisor::OnNodeChanged(const v1::Node& node) {
 }
 
 absl::Status Supervisor::OnNodeLost(const std::string& node_id, std::vector<v1::Event>* events) {
+  DHP_CHECK_ON_THREAD(loop_);
   absl::StatusOr<v1::Node> node = store_.GetNode(node_id);
   if (node.ok()) OnNodeChanged(*node);
   lost_nodes_.insert(node_id);
@@ -249,6 +256,7 @@ absl::Status Supervisor::OnNodeLost(const std::string& node_id, std::vector<v1::
 // ---- scheduling ---------------------------------------------------------------------------
 
 absl::Status Supervisor::Schedule(std::vector<v1::Event>* events) {
+  DHP_CHECK_ON_THREAD(loop_);
   if (!dirty_ || queue_.empty()) return absl::OkStatus();
   dirty_ = false;
   std::vector<JobDemand> queue;
@@ -341,6 +349,7 @@ absl::Status Supervisor::NoteWaiting(const std::string& job_id, const std::strin
 
 absl::Status Supervisor::OnHeartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp,
                                      std::vector<v1::Event>* events) {
+  DHP_CHECK_ON_THREAD(loop_);
   const std::string& node = req.node_id();
   std::map<std::string, std::vector<const v1::RankStatus*>> by_run;
   for (const v1::RankStatus& st : req.ranks()) {
@@ -553,12 +562,14 @@ absl::Status Supervisor::FinishDrain(const ActiveRun& run, std::vector<v1::Event
 }
 
 std::vector<std::pair<std::string, std::string>> Supervisor::TakeManifests() {
+  DHP_CHECK_ON_THREAD(loop_);
   std::vector<std::pair<std::string, std::string>> out;
   out.swap(manifests_);
   return out;
 }
 
 std::vector<std::string> Supervisor::TakeDeletions() {
+  DHP_CHECK_ON_THREAD(loop_);
   std::vector<std::string> out;
   out.swap(deletions_);
   return out;

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/check.h"
 #include "common/clock.h"
 #include "controller/scheduler.h"
 #include "controller/store.h"
@@ -129,6 +130,7 @@ class Supervisor {
   size_t queue_size() const { return queue_.size(); }
 
  private:
+  ThreadChecker loop_;  // the controller's loop thread: every entry point checks it
   struct Loaded {
     v1::Job job;
     v1::Run run;

@@ -35,6 +35,7 @@ bool SafeFileName(const std::string& f) {
 absl::Status Supervisor::OnProgress(const v1::ReportProgressRequest& req,
                                     v1::ReportProgressResponse* resp,
                                     std::vector<v1::Event>* events) {
+  DHP_CHECK_ON_THREAD(loop_);
   if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: must not be empty");
   if (req.step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("step: ", req.step(), " must not be negative"));
@@ -110,6 +111,7 @@ absl::Status Supervisor::PersistProgress(ActiveRun& run, bool to_running,
 }
 
 void Supervisor::DescribeRanks(const v1::Job& job, v1::GetJobResponse* resp) const {
+  DHP_CHECK_ON_THREAD(loop_);
   auto it = runs_.find(RunKey(job.id(), job.current_attempt()));
   if (it == runs_.end()) return;
   const ActiveRun& run = it->second;
@@ -134,6 +136,7 @@ void Supervisor::DescribeRanks(const v1::Job& job, v1::GetJobResponse* resp) con
 // ---- stalls --------------------------------------------------------------------------------
 
 absl::Status Supervisor::CheckStalls(std::vector<v1::Event>* events) {
+  DHP_CHECK_ON_THREAD(loop_);
   const int64_t now = clock_.NowMicros();
   for (const std::string& key : RunKeys()) {
     ActiveRun& run = runs_[key];
@@ -176,6 +179,7 @@ std::string Supervisor::StallReason(const ActiveRun& run, int64_t now) const {
 absl::Status Supervisor::OnCheckpointShard(const v1::ReportCheckpointRequest& req,
                                            v1::ReportCheckpointResponse* resp,
                                            std::vector<v1::Event>* events) {
+  DHP_CHECK_ON_THREAD(loop_);
   if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: must not be empty");
   absl::StatusOr<Loaded> loaded = Load(req.job_id(), req.attempt());
   if (!loaded.ok()) return loaded.status();
@@ -291,6 +295,7 @@ absl::Status Supervisor::CollectGarbage(const v1::Job& job, std::vector<v1::Even
 
 absl::Status Supervisor::OnCheckpointRejected(const v1::RejectCheckpointRequest& req,
                                               std::vector<v1::Event>* events) {
+  DHP_CHECK_ON_THREAD(loop_);
   if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: must not be empty");
   absl::StatusOr<Loaded> loaded = Load(req.job_id(), req.attempt());
   if (!loaded.ok()) return loaded.status();

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 
 namespace dhp {
 namespace data {
@@ -174,12 +175,10 @@ ImagePatches Patchify(const std::vector<float>& frames, int num_frames, int heig
   const int gh = height / p, gw = width / p, gt = num_frames / tp;
   const size_t frame_size = static_cast<size_t>(kC) * height * width;
   // Broken invariants are programming errors (PreprocessImage guarantees them): fail loudly.
-  if (num_frames % tp != 0 || height % (p * m) != 0 || width % (p * m) != 0 ||
-      frames.size() != frame_size * num_frames) {
-    std::fprintf(stderr, "Patchify: bad input %d frames of %dx%d, %zu values\n", num_frames,
-                 width, height, frames.size());
-    std::abort();
-  }
+  DHP_CHECK(num_frames % tp == 0 && height % (p * m) == 0 && width % (p * m) == 0 &&
+            frames.size() == frame_size * num_frames)
+      << "Patchify: bad input " << num_frames << " frames of " << width << "x" << height << ", "
+      << frames.size() << " values";
   ImagePatches out;
   out.patch_dim = config.patch_dim();
   out.num_patches = int64_t{gt} * gh * gw;

@@ -5,16 +5,14 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 
 namespace dhp {
 namespace {
 
 // Broken invariant of the window plan: crash loudly.
 void Check(bool ok, const char* what, int64_t value) {
-  if (ok) return;
-  std::fprintf(stderr, "dhp vision sequence split: %s (value %lld)\n", what,
-               static_cast<long long>(value));
-  std::abort();
+  DHP_CHECK(ok) << "dhp vision sequence split: " << what << " (value " << value << ")";
 }
 
 absl::Status CheckBounds(const std::vector<int64_t>& b, int64_t n, const char* field) {

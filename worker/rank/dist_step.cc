@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/layout.h"
+#include "common/status_macros.h"
 #include "worker/model/torch_status.h"
 #include "worker/model/vision_window.h"
 #include "worker/parallel/tp_state.h"
@@ -24,12 +25,6 @@
 
 namespace dhp {
 namespace {
-
-#define DIST_RETURN_IF_ERROR(expr)          \
-  do {                                     \
-    absl::Status _st = (expr);             \
-    if (!_st.ok()) return _st;             \
-  } while (false)
 
 int64_t ImageTokens(const PackedBatch& batch, const VisionConfig& config) {
   int64_t m = 0;
@@ -192,11 +187,11 @@ absl::StatusOr<DistStepResult> DistTrainer::StepImpl(const std::vector<PackedBat
       if (src == dst) {
         if (me == dst) text_image = vision_out.detach();  // alias: zero bytes
       } else if (me == src) {
-        DIST_RETURN_IF_ERROR(handoff_->Send(vision_out.detach(), dst, /*tag=*/0));
+        DHP_RETURN_IF_ERROR(handoff_->Send(vision_out.detach(), dst, /*tag=*/0));
       } else if (me == dst) {
         text_image = at::empty({m, preset_.vision.out_hidden_size},
                                at::TensorOptions().dtype(at::kFloat).device(device_));
-        DIST_RETURN_IF_ERROR(handoff_->Recv(text_image, src, /*tag=*/0));
+        DHP_RETURN_IF_ERROR(handoff_->Recv(text_image, src, /*tag=*/0));
       }
     }
   }
@@ -220,7 +215,7 @@ absl::StatusOr<DistStepResult> DistTrainer::StepImpl(const std::vector<PackedBat
     }
     auto [sum, count] = text_->forward(embeds, pos, b.labels, b.cu_seqlens);
     at::Tensor stats = at::stack({sum.detach().to(at::kDouble), count.to(at::kDouble)});
-    DIST_RETURN_IF_ERROR(groups_.text_dp()->AllReduce(stats, comm::ReduceOp::kSum));
+    DHP_RETURN_IF_ERROR(groups_.text_dp()->AllReduce(stats, comm::ReduceOp::kSum));
     const double global_count = stats[1].item<double>();
     result.loss = stats[0].item<double>() / global_count;
     lap(&result.forward_s);
@@ -244,11 +239,11 @@ absl::StatusOr<DistStepResult> DistTrainer::StepImpl(const std::vector<PackedBat
       if (src == dst) {
         if (me == dst) vision_grad = image_grad;  // by reference
       } else if (me == src) {
-        DIST_RETURN_IF_ERROR(handoff_->Send(image_grad, dst, /*tag=*/1));
+        DHP_RETURN_IF_ERROR(handoff_->Send(image_grad, dst, /*tag=*/1));
       } else if (me == dst) {
         vision_grad = at::empty({m, preset_.vision.out_hidden_size},
                                 at::TensorOptions().dtype(at::kFloat).device(device_));
-        DIST_RETURN_IF_ERROR(handoff_->Recv(vision_grad, src, /*tag=*/1));
+        DHP_RETURN_IF_ERROR(handoff_->Recv(vision_grad, src, /*tag=*/1));
       }
     }
   }
@@ -262,12 +257,12 @@ absl::StatusOr<DistStepResult> DistTrainer::StepImpl(const std::vector<PackedBat
   // 6. Reductions.
   double local_sq = 0;
   if (vc.has_value()) {
-    DIST_RETURN_IF_ERROR(zero1_->ReduceScatterGradients());
+    DHP_RETURN_IF_ERROR(zero1_->ReduceScatterGradients());
     local_sq += zero1_->PartialGradSquaredNorm();
   }
   if (tc.has_value()) {
-    DIST_RETURN_IF_ERROR(tp::FinishTpGradients(*text_, text_->shard_layout(), *groups_.text_tp()));
-    DIST_RETURN_IF_ERROR(tp::AllReduceDataParallelGrads(*text_, *groups_.text_dp()));
+    DHP_RETURN_IF_ERROR(tp::FinishTpGradients(*text_, text_->shard_layout(), *groups_.text_tp()));
+    DHP_RETURN_IF_ERROR(tp::AllReduceDataParallelGrads(*text_, *groups_.text_dp()));
     absl::StatusOr<double> sq =
         tp::GradSquaredNorm(*text_, text_->shard_layout(), *groups_.text_tp());
     if (!sq.ok()) return sq.status();
@@ -276,7 +271,7 @@ absl::StatusOr<DistStepResult> DistTrainer::StepImpl(const std::vector<PackedBat
 
   // 7. Global norm: one all-reduce over the world.
   at::Tensor total = at::tensor({local_sq}, at::kDouble);
-  DIST_RETURN_IF_ERROR(groups_.world().AllReduce(total, comm::ReduceOp::kSum));
+  DHP_RETURN_IF_ERROR(groups_.world().AllReduce(total, comm::ReduceOp::kSum));
   result.grad_norm = std::sqrt(total.item<double>());
   const double coef = ClipCoefficient(result.grad_norm, options_.optimizer.grad_clip_norm);
 
@@ -319,7 +314,7 @@ absl::StatusOr<DistStepResult> DistTrainer::StepImpl(const std::vector<PackedBat
 
   // 8. Optimizer steps.
   if (vc.has_value()) {
-    DIST_RETURN_IF_ERROR(zero1_->Step(result.lr, coef));
+    DHP_RETURN_IF_ERROR(zero1_->Step(result.lr, coef));
     zero1_->ZeroGrad();
   }
   if (tc.has_value()) {
