@@ -1,3 +1,4 @@
+#include "common/yaml_syntax.h"
 #include "common/proto_yaml.h"
 
 #include <algorithm>
@@ -594,6 +595,9 @@ absl::Status ParseWellFormed(std::string_view text, google::protobuf::Message* m
                              const std::string& root_path) {
   msg->Clear();
   const std::string prefix = root_path.empty() ? "" : root_path + ": ";
+  if (absl::Status s = CheckYamlSyntax(text); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(prefix, s.message()));
+  }
   std::vector<YAML::Node> docs;
   try {
     docs = YAML::LoadAll(std::string(text));

@@ -312,11 +312,26 @@ TEST(ProtoYamlTest, SeveralErrorsAreReportedTogether) {
             "vision.dtype: expected one of fp32, bf16, fp16, got \"fp64\"");
 }
 
+// Found by fuzz/spec_reader_fuzzer: yaml-cpp 0.7 allocates without bound on a flow entry
+// outside a flow collection (YAML::LoadAll(",") runs out of memory). libyaml checks the syntax
+// first (common/yaml_syntax.h): each of these is a prompt 400, not a dead controller.
+TEST(ProtoYamlTest, StrayFlowEntriesAreRefusedBeforeYamlCppSeesThem) {
+  for (const char* text : {",", "[a],", "{a: 1},", "- a\n,", "name: j\n,\n"}) {
+    const std::string error = SpecError(text);
+    EXPECT_EQ(error.rfind("malformed YAML at line ", 0), 0u) << text << ": " << error;
+  }
+  EXPECT_EQ(SpecError(","),
+            "malformed YAML at line 1, column 1: did not find expected node content (while "
+            "parsing a block node)");
+}
+
 TEST(ProtoYamlTest, MalformedYamlGivesLineAndColumn) {
-  EXPECT_EQ(SpecError("name: a\nvision: {degree: 2\n"),
-            "malformed YAML at line 3, column 1: end of map flow not found");
+  EXPECT_EQ(
+      SpecError("name: a\nvision: {degree: 2\n"),
+      "malformed YAML at line 3, column 1: did not find expected ',' or '}' (while parsing a flow "
+      "mapping)");
   EXPECT_EQ(SpecError("name: a\n  b: 2\n"),
-            "malformed YAML at line 2, column 4: illegal map value");
+            "malformed YAML at line 2, column 4: mapping values are not allowed in this context");
   v1::JobSpec spec;
   EXPECT_EQ(ParseError("name: a\n---\nname: b\n", &spec),
             "expected one YAML document, got 2");
@@ -352,10 +367,14 @@ TEST(ProtoYamlTest, IllFormedUtf8IsRefused) {
             "not valid UTF-8: byte 0xFF at line 1, column 11 (offset 10)");
   // A lone surrogate escape is refused by the YAML reader itself (the string check behind it
   // stays for any other way in).
-  EXPECT_EQ(SpecError(R"({"model": {"weights_path": "a\udcffb"}})"),
-            "malformed YAML at line 1, column 36: invalid unicode: 56575");
-  EXPECT_EQ(SpecError("labels: {\"\\udcff\": x}"),
-            "malformed YAML at line 1, column 17: invalid unicode: 56575");
+  EXPECT_EQ(
+      SpecError(R"({"model": {"weights_path": "a\udcffb"}})"),
+      "malformed YAML at line 1, column 32: found invalid Unicode character escape code (while "
+      "parsing a quoted scalar)");
+  EXPECT_EQ(
+      SpecError("labels: {\"\\udcff\": x}"),
+      "malformed YAML at line 1, column 13: found invalid Unicode character escape code (while "
+      "parsing a quoted scalar)");
   // Well-formed text of every length passes.
   v1::JobSpec spec;
   const std::string fine = "h\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x98\x80";

@@ -11,7 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libtorch-dev libopenblas0-pthread libgloo-dev
   libpng-dev libturbojpeg0-dev libpcre2-dev libicu-dev prometheus-cpp-dev
-  libssl-dev openssl
+  libssl-dev openssl clang-14 libclang-rt-14-dev libyaml-dev
   bazel-bootstrap prometheus python3-yaml
 )
 

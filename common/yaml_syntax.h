@@ -1,0 +1,24 @@
+// A YAML syntax check with libyaml (Debian's libyaml-0-2) before yaml-cpp sees a text.
+//
+// Why: yaml-cpp 0.7 (Debian 12's) allocates without bound on some malformed input, for
+// example a flow entry "," outside a flow collection: `YAML::LoadAll(",")` grows until it
+// runs out of memory. One byte in a REST body would take the controller down. Found by
+// fuzz/spec_reader_fuzzer; regression inputs in fuzz/corpus/spec_reader/ and
+// common/proto_yaml_test.cc. libyaml's event parser is linear in the input and refuses such
+// text, so CheckYamlSyntax runs first and yaml-cpp only reads text libyaml accepts.
+#ifndef DHP_COMMON_YAML_SYNTAX_H_
+#define DHP_COMMON_YAML_SYNTAX_H_
+
+#include <string_view>
+
+#include "absl/status/status.h"
+
+namespace dhp {
+
+// OK when `text` is a well-formed YAML stream; else INVALID_ARGUMENT "malformed YAML at line L,
+// column C: <libyaml's problem>".
+absl::Status CheckYamlSyntax(std::string_view text);
+
+}  // namespace dhp
+
+#endif  // DHP_COMMON_YAML_SYNTAX_H_
