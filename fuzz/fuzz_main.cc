@@ -1,5 +1,7 @@
 // A main() for the fuzz targets outside libFuzzer: runs LLVMFuzzerTestOneInput once on each file
-// named on the command line (a directory: each file in it, sorted). The Bazel and CMake builds
+// named on the command line (a directory: each file in it, sorted); with no arguments, on its
+// corpus fuzz/corpus/<name without _fuzzer>/ from the working directory (the source root under
+// CTest, the runfiles root under Bazel). The Bazel and CMake builds
 // link it into <target>_regression tests over the seed corpus and every crash found so far
 // (fuzz/corpus/<target>/); tools/fuzz.sh links the same targets with libFuzzer instead.
 #include <dirent.h>
@@ -42,6 +44,12 @@ void Collect(const std::string& path, std::vector<std::string>* files) {
 int main(int argc, char** argv) {
   std::vector<std::string> files;
   for (int i = 1; i < argc; ++i) Collect(argv[i], &files);
+  if (argc == 1) {
+    std::string name = argv[0];
+    name = name.substr(name.rfind('/') + 1);
+    const size_t suffix = name.rfind("_fuzzer");
+    Collect("fuzz/corpus/" + name.substr(0, suffix), &files);
+  }
   if (files.empty()) {
     std::fprintf(stderr, "fuzz_main: no inputs\n");
     return 2;
