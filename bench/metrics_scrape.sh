@@ -14,8 +14,9 @@ mkdir -p "$tmp/common"
 for f in metrics.h metrics.cc; do git show "$BASELINE:common/$f" > "$tmp/common/$f"; done
 # -O2 as the Release build of the controller (CMake); the include order puts the baseline's
 # common/metrics.h first, the tree's metrics_exposition.h next.
-g++ -std=c++17 -O2 -I"$tmp" -I. -o "$tmp/bench" bench/metrics_scrape_bench.cc \
-    "$tmp/common/metrics.cc" common/metrics_exposition.cc -lprometheus-cpp-core -pthread
+g++ -std=c++17 -O2 -DDHP_METRICS_BASELINE -I"$tmp" -I. -o "$tmp/bench" bench/metrics_scrape_bench.cc \
+    "$tmp/common/metrics.cc" common/metrics_exposition.cc common/check.cc -lprometheus-cpp-core \
+    -pthread
 "$tmp/bench" "$jobs" "$ranks" "$rounds" "$tmp/metrics"
 mkdir -p bench/results
 cp "$tmp/metrics.json" bench/results/metrics.json
