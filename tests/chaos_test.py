@@ -1,0 +1,138 @@
+"""Chaos: random SIGKILLs of ranks, agents and the controller while a job trains.
+
+A real dhp-controller, one dhp-worker agent and its dhp-rank processes on loopback train the
+tiny job for 60 steps with a checkpoint every 3. A fault-free run of the same spec comes first.
+Then, at random times (seeded: DHP_CHAOS_SEED), each kind of process in turn, in a random order,
+is killed with SIGKILL and, for an agent or the controller, started again (the controller on the
+same ports and data directory).
+Afterwards:
+  - the job SUCCEEDED;
+  - every loss any attempt logged equals the fault-free run's at that step, as printed (all 17
+    digits), and every step was trained;
+  - no event and no COMPLETE checkpoint was lost: what was there before a controller kill is
+    still there after it, unless an event records the checkpoint's deletion by keep_latest;
+  - no dhp-rank process of the job is left.
+
+Usage: chaos_test.py CONTROLLER WORKER DHPCTL CONFIGS_DIR RANK GEN_SHAPES [unittest args]
+Environment: DHP_CHAOS_KILLS (default 6), DHP_CHAOS_SEED (default 20261124).
+"""
+
+import json
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import runs_test  # noqa: E402
+from dhp_cluster import Binaries, Cluster, wait_for  # noqa: E402
+from runs_test import generate_dataset, rank_pids, spec_text  # noqa: E402
+
+STEPS = 60
+KILLS = int(os.environ.get("DHP_CHAOS_KILLS", "6"))
+SEED = int(os.environ.get("DHP_CHAOS_SEED", "20261124"))
+
+
+class ChaosTest(unittest.TestCase):
+    # The helpers of runs_test (not its tests): start_worker, submit, job, state, wait_state,
+    # losses.
+    start_worker = runs_test.RunsTest.start_worker
+    submit = runs_test.RunsTest.submit
+    job = runs_test.RunsTest.job
+    state = runs_test.RunsTest.state
+    wait_state = runs_test.RunsTest.wait_state
+    losses = runs_test.RunsTest.losses
+
+    def tearDown(self):
+        self.cluster.close()
+
+    def setUp(self):
+        self.cluster = Cluster(runs_test.BINS, heartbeat_timeout_ms=3000, heartbeat_interval_ms=200)
+        self.cluster.start_controller()
+
+    def restart_controller(self):
+        self.cluster.kill_controller(signal.SIGKILL)
+        time.sleep(0.3)
+        self.cluster.start_controller(grpc_port=self.cluster.grpc_port,
+                                      http_port=self.cluster.http_port)
+
+    def restart_agent(self):
+        proc = self.cluster.workers.pop("node-a")
+        proc.kill()
+        proc.wait()
+        time.sleep(0.3)
+        self.start_worker("node-a")
+
+    def kept(self, job):
+        """(event ids, COMPLETE checkpoint ids) the controller has for the job."""
+        got = self.job(job)
+        complete = {c["id"] for c in got.get("checkpoints", [])
+                    if c["state"] == "CHECKPOINT_STATE_COMPLETE"}
+        code, out, err = self.cluster.dhpctl("-o", "json", "events", job)
+        self.assertEqual(code, 0, err)
+        events = [json.loads(line) for line in out.splitlines() if line.strip()]
+        return {int(e["id"]) for e in events}, complete, events
+
+    def test_random_kills_change_no_loss_and_lose_nothing(self):
+        rng = random.Random(SEED)
+        self.start_worker("node-a")
+        reference = self.submit(spec_text(self.cluster, "reference", steps=STEPS, every=3))
+        self.wait_state(reference, "SUCCEEDED")
+        wait_for(lambda: len(self.losses(reference)) == STEPS, timeout=20, what="reference logs")
+        expected = self.losses(reference)
+
+        job = self.submit(spec_text(self.cluster, "chaos", steps=STEPS, every=3,
+                                    restarts=3 * KILLS + 2, stall=120, keep=2))
+        # Each kind of fault equally often, in a random order, at random times.
+        kinds = (["rank", "agent", "controller"] * KILLS)[:KILLS]
+        rng.shuffle(kinds)
+        done = []
+        for kind in kinds:
+            time.sleep(rng.uniform(0.3, 1.5))
+            if self.state(job) in ("SUCCEEDED", "FAILED"):
+                break
+            if kind == "rank":
+                pids = rank_pids(job)
+                if not pids:
+                    continue
+                os.kill(rng.choice(pids), signal.SIGKILL)
+            elif kind == "agent":
+                self.restart_agent()
+            else:
+                events_before, complete_before, _ = self.kept(job)
+                self.restart_controller()
+                events_after, complete_after, events = self.kept(job)
+                self.assertLessEqual(events_before, events_after, "events lost")
+                deleted = " ".join(e.get("reason", "") for e in events
+                                   if e.get("to_state") == "DELETED")
+                for c in complete_before - complete_after:
+                    self.assertIn("checkpoint %s at step" % c, deleted,
+                                  "COMPLETE checkpoint %s lost" % c)
+            done.append(kind)
+        print("chaos: seed %d, kills %s" % (SEED, done), file=sys.stderr)
+
+        self.wait_state(job, "SUCCEEDED", timeout=300)
+        got = self.job(job)
+        trained = {}
+        for run in got["runs"]:
+            for step, loss in self.losses(job, attempt=run["attempt"]).items():
+                self.assertEqual(loss, expected[step], "attempt %s, step %d" % (run["attempt"], step))
+                trained[step] = loss
+        self.assertEqual(sorted(trained), list(range(1, STEPS + 1)))
+        complete = sorted(int(c["step"]) for c in got.get("checkpoints", [])
+                          if c["state"] == "CHECKPOINT_STATE_COMPLETE")
+        self.assertEqual(complete[-1], STEPS)
+        wait_for(lambda: rank_pids(job) == [], timeout=20, what="no rank process left")
+
+
+if __name__ == "__main__":
+    runs_test.BINS = Binaries(*sys.argv[1:5])
+    runs_test.RANK = os.path.abspath(sys.argv[5])
+    runs_test.GEN_SHAPES = os.path.abspath(sys.argv[6])
+    data_tmp = tempfile.TemporaryDirectory(prefix="dhp-chaos-data-")
+    runs_test.DATA_ROOT = data_tmp.name
+    generate_dataset(runs_test.DATA_ROOT)
+    unittest.main(argv=[sys.argv[0]] + sys.argv[7:], verbosity=2)
