@@ -19,7 +19,6 @@ import json
 import os
 import platform
 import random
-import signal
 import statistics
 import sys
 import tempfile
@@ -29,8 +28,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 import runs_test  # noqa: E402
 from chaos_test import ChaosTest  # noqa: E402
-from dhp_cluster import Binaries, Cluster, wait_for  # noqa: E402
-from runs_test import generate_dataset, rank_pids, spec_text  # noqa: E402
+from dhp_cluster import Binaries, wait_for  # noqa: E402
+from runs_test import generate_dataset, spec_text  # noqa: E402
 
 
 class Bench(ChaosTest):
@@ -61,42 +60,28 @@ class Bench(ChaosTest):
         try:
             self.start_worker("node-a")
             t0 = time.time()
-            reference = self.submit(spec_text(self.cluster, "reference", steps=steps, every=3))
-            self.wait_state(reference, "SUCCEEDED")
-            fault_free_s = time.time() - t0
-            wait_for(lambda: len(self.losses(reference)) == steps, timeout=30, what="logs")
-            expected = self.losses(reference)
-            kinds = (["rank", "agent", "controller"] * kills)[:kills]
-            rng.shuffle(kinds)
+            expected = self.reference_losses(steps)
+            fault_free_s = time.time() - t0  # includes reading the logs back (about 0.1 s)
             job = self.submit(spec_text(self.cluster, "chaos", steps=steps, every=3,
                                         restarts=3 * kills + 2, stall=120, keep=2))
             t0 = time.time()
             self.wait_state(job, "RUNNING")
             recoveries = {"rank": [], "agent": [], "controller": []}
-            for kind in kinds:
+            for kind in self.fault_order(rng, kills):
                 time.sleep(rng.uniform(0.3, 1.5))
                 if self.state(job) == "SUCCEEDED":
                     break
                 attempt0, step0, _ = self.position(job)
                 start = time.time()
-                if kind == "rank":
-                    pids = rank_pids(job)
-                    if not pids:
-                        continue
-                    os.kill(rng.choice(pids), signal.SIGKILL)
-                elif kind == "agent":
-                    self.restart_agent()
-                else:
-                    self.restart_controller()
+                if not self.kill(kind, job, rng):
+                    continue
                 wait_for(lambda: self.recovered(job, attempt0, step0), timeout=180, interval=0.1,
                          what="training again after a %s kill" % kind)
                 recoveries[kind].append(time.time() - start)
             self.wait_state(job, "SUCCEEDED", timeout=600)
             chaos_s = time.time() - t0
+            self.check_losses(job, expected)
             got = self.job(job)
-            for run in got["runs"]:
-                for step, loss in self.losses(job, attempt=run["attempt"]).items():
-                    assert loss == expected[step], "attempt %s step %d" % (run["attempt"], step)
             return recoveries, fault_free_s, chaos_s, len(got["runs"])
         finally:
             self.tearDown()

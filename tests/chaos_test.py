@@ -66,6 +66,44 @@ class ChaosTest(unittest.TestCase):
         time.sleep(0.3)
         self.start_worker("node-a")
 
+    @staticmethod
+    def fault_order(rng, kills):
+        """Each kind of fault equally often, in a random order."""
+        kinds = (["rank", "agent", "controller"] * kills)[:kills]
+        rng.shuffle(kinds)
+        return kinds
+
+    def kill(self, kind, job, rng):
+        """SIGKILLs a rank of the job, the agent or the controller (restarting those two).
+        False when there was nothing to kill (no rank process at that moment)."""
+        if kind == "rank":
+            pids = rank_pids(job)
+            if not pids:
+                return False
+            os.kill(rng.choice(pids), signal.SIGKILL)
+        elif kind == "agent":
+            self.restart_agent()
+        else:
+            self.restart_controller()
+        return True
+
+    def check_losses(self, job, expected):
+        """Every loss any attempt of the job logged equals `expected` at its step; returns the
+        steps trained."""
+        trained = set()
+        for run in self.job(job)["runs"]:
+            for step, loss in self.losses(job, attempt=run["attempt"]).items():
+                self.assertEqual(loss, expected[step], "attempt %s, step %d" % (run["attempt"], step))
+                trained.add(step)
+        return trained
+
+    def reference_losses(self, steps):
+        """Trains the spec once without faults; {step: loss} of its rank 0."""
+        reference = self.submit(spec_text(self.cluster, "reference", steps=steps, every=3))
+        self.wait_state(reference, "SUCCEEDED")
+        wait_for(lambda: len(self.losses(reference)) == steps, timeout=30, what="reference logs")
+        return self.losses(reference)
+
     def kept(self, job):
         """(event ids, COMPLETE checkpoint ids) the controller has for the job."""
         got = self.job(job)
@@ -79,31 +117,20 @@ class ChaosTest(unittest.TestCase):
     def test_random_kills_change_no_loss_and_lose_nothing(self):
         rng = random.Random(SEED)
         self.start_worker("node-a")
-        reference = self.submit(spec_text(self.cluster, "reference", steps=STEPS, every=3))
-        self.wait_state(reference, "SUCCEEDED")
-        wait_for(lambda: len(self.losses(reference)) == STEPS, timeout=20, what="reference logs")
-        expected = self.losses(reference)
+        expected = self.reference_losses(STEPS)
 
         job = self.submit(spec_text(self.cluster, "chaos", steps=STEPS, every=3,
                                     restarts=3 * KILLS + 2, stall=120, keep=2))
-        # Each kind of fault equally often, in a random order, at random times.
-        kinds = (["rank", "agent", "controller"] * KILLS)[:KILLS]
-        rng.shuffle(kinds)
         done = []
-        for kind in kinds:
+        for kind in self.fault_order(rng, KILLS):
             time.sleep(rng.uniform(0.3, 1.5))
             if self.state(job) in ("SUCCEEDED", "FAILED"):
                 break
-            if kind == "rank":
-                pids = rank_pids(job)
-                if not pids:
-                    continue
-                os.kill(rng.choice(pids), signal.SIGKILL)
-            elif kind == "agent":
-                self.restart_agent()
-            else:
+            if kind == "controller":
                 events_before, complete_before, _ = self.kept(job)
-                self.restart_controller()
+            if not self.kill(kind, job, rng):
+                continue
+            if kind == "controller":
                 events_after, complete_after, events = self.kept(job)
                 self.assertLessEqual(events_before, events_after, "events lost")
                 deleted = " ".join(e.get("reason", "") for e in events
@@ -115,13 +142,8 @@ class ChaosTest(unittest.TestCase):
         print("chaos: seed %d, kills %s" % (SEED, done), file=sys.stderr)
 
         self.wait_state(job, "SUCCEEDED", timeout=300)
+        self.assertEqual(sorted(self.check_losses(job, expected)), list(range(1, STEPS + 1)))
         got = self.job(job)
-        trained = {}
-        for run in got["runs"]:
-            for step, loss in self.losses(job, attempt=run["attempt"]).items():
-                self.assertEqual(loss, expected[step], "attempt %s, step %d" % (run["attempt"], step))
-                trained[step] = loss
-        self.assertEqual(sorted(trained), list(range(1, STEPS + 1)))
         complete = sorted(int(c["step"]) for c in got.get("checkpoints", [])
                           if c["state"] == "CHECKPOINT_STATE_COMPLETE")
         self.assertEqual(complete[-1], STEPS)
