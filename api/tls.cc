@@ -11,7 +11,18 @@
 namespace dhp::api {
 namespace {
 
+// Certificates, keys and CA bundles are kilobytes; a bigger file is a wrong path (a device, a
+// log), not something to read to the end.
+constexpr uintmax_t kMaxPemBytes = 1 << 20;
+
 absl::StatusOr<std::string> ReadPem(const std::string& what, const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    return absl::InvalidArgumentError(what + " " + path + ": not a regular file");
+  }
+  if (std::filesystem::file_size(path, ec) > kMaxPemBytes || ec) {
+    return absl::InvalidArgumentError(what + " " + path + ": larger than 1 MiB, not a PEM file");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::InvalidArgumentError(what + " " + path + ": cannot be read");
   std::ostringstream text;

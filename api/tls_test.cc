@@ -55,8 +55,14 @@ TEST_F(TlsFilesTest, IncompleteOrWrongServerFilesAreRefusedByName) {
   EXPECT_NE(message({pem_, pem_, "", true}).find("require_client_cert needs client_ca_file"),
             std::string::npos);
   EXPECT_NE(message({text_, pem_, "", false}).find(text_ + ": not a PEM file"), std::string::npos);
-  EXPECT_NE(message({pem_, dir_ + "/missing", "", false}).find("missing: cannot be read"),
+  EXPECT_NE(message({pem_, dir_ + "/missing", "", false}).find("missing: not a regular file"),
             std::string::npos);
+  EXPECT_NE(message({"/dev/zero", pem_, "", false}).find("/dev/zero: not a regular file"),
+            std::string::npos);
+  EXPECT_NE(message({pem_, dir_, "", false}).find(": not a regular file"), std::string::npos);
+  const std::string big = Write("big.pem", std::string(kPem) + std::string(2 << 20, 'A'));
+  EXPECT_NE(message({big, pem_, "", false}).find("larger than 1 MiB"), std::string::npos);
+  std::remove(big.c_str());
 }
 
 TEST_F(TlsFilesTest, ClientFilesAndTheirArgumentsForRanks) {

@@ -149,6 +149,15 @@ class RanksTest(unittest.TestCase):
             self.assertEqual(proc.returncode, 1, proc.stderr)
             self.assertNotIn("data roots", proc.stderr)
             self.assertIn("did not arrive within 3000 ms", proc.stderr)
+        # A root that is empty or does not exist is refused at start, by the rank and the agent.
+        for root in ("", os.path.join(outside, "missing")):
+            proc = self.rank("--world-rank", "0", "--allow-data-root", root)
+            self.assertEqual(proc.returncode, 2, proc.stderr)
+            self.assertIn("--allow-data-root", proc.stderr)
+            agent = subprocess.run([BINS.worker, "--allow-data-root", root],
+                                   capture_output=True, text=True, timeout=30)
+            self.assertNotEqual(agent.returncode, 0, agent.stderr)
+            self.assertIn("--allow-data-root", agent.stderr)
 
     def test_a_rank_that_never_arrives_is_named(self):
         proc = self.rank("--world-rank", "0", "--timeout", "3")

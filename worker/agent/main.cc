@@ -72,7 +72,8 @@ int main(int argc, char** argv) {
   bool allow_any_data_path = false;
   app.add_option("--allow-data-root", extra_data_roots,
                  "Another directory job specs' data paths (model.weights_path, annotation_path, "
-                 "image_root) may name (repeatable), e.g. /models");
+                 "image_root) may name (repeatable), e.g. /models")
+      ->check(CLI::ExistingDirectory);
   app.add_flag("--allow-any-data-path", allow_any_data_path,
                "Let job specs' data paths name any file the ranks can read (trusted users only)");
   app.add_option("--stop-grace-ms", stop_grace_ms,

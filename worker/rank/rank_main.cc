@@ -76,7 +76,8 @@ int Run(int argc, char** argv) {
   bool allow_any_data_path = false;
   app.add_option("--allow-data-root", o.extra_data_roots,
                  "Another directory the spec's data paths may name, besides --data-root "
-                 "(repeatable)");
+                 "(repeatable)")
+      ->check(CLI::ExistingDirectory);
   app.add_flag("--allow-any-data-path", allow_any_data_path,
                "Let the spec's data paths name any file this process can read");
   app.add_option("--token-file", token_file,
