@@ -16,6 +16,11 @@ absl::Status Unavailable(const std::string& target, const grpc::Status& s) {
                                 s.error_message());
 }
 
+// The deadline of a call: the default, plus the time the request asks the server to wait.
+int WaitMs(const v1::KvGetRequest& req) { return req.timeout_ms(); }
+int WaitMs(const v1::KvWaitRequest& req) { return req.timeout_ms(); }
+int WaitMs(const google::protobuf::Message&) { return 0; }
+
 }  // namespace
 
 void DhpClient::Prepare(grpc::ClientContext* ctx, int timeout_ms) const {
@@ -62,31 +67,12 @@ DhpClient::DhpClient(const std::string& target, int default_timeout_ms, std::str
   workers_ = v1::WorkerService::NewStub(channel_);
 }
 
-#define DHP_CLIENT_CALL(stub, Method, timeout)                                               \
-  absl::StatusOr<v1::Method##Response> DhpClient::Method(const v1::Method##Request& req) {   \
-    return Call(stub.get(), &std::remove_reference_t<decltype(*stub)>::Method, req, timeout); \
+#define DHP_CLIENT_CALL(S, M, A, V, P, D)                                                      \
+  absl::StatusOr<v1::M##Response> DhpClient::M(const v1::M##Request& req) {                   \
+    return Call(StubFor(static_cast<v1::S::Stub*>(nullptr)), &v1::S::Stub::M, req,                \
+                timeout_ms_ + WaitMs(req));                                                    \
   }
-
-DHP_CLIENT_CALL(jobs_, SubmitJob, timeout_ms_)
-DHP_CLIENT_CALL(jobs_, GetJob, timeout_ms_)
-DHP_CLIENT_CALL(jobs_, ListJobs, timeout_ms_)
-DHP_CLIENT_CALL(jobs_, CancelJob, timeout_ms_)
-DHP_CLIENT_CALL(jobs_, ResumeJob, timeout_ms_)
-DHP_CLIENT_CALL(nodes_, ListNodes, timeout_ms_)
-DHP_CLIENT_CALL(workers_, RegisterNode, timeout_ms_)
-DHP_CLIENT_CALL(workers_, Heartbeat, timeout_ms_)
-DHP_CLIENT_CALL(workers_, KvSet, timeout_ms_)
-DHP_CLIENT_CALL(workers_, KvGet, timeout_ms_ + req.timeout_ms())
-DHP_CLIENT_CALL(workers_, KvAdd, timeout_ms_)
-DHP_CLIENT_CALL(workers_, KvWait, timeout_ms_ + req.timeout_ms())
-DHP_CLIENT_CALL(workers_, KvCheck, timeout_ms_)
-DHP_CLIENT_CALL(workers_, KvDelete, timeout_ms_)
-DHP_CLIENT_CALL(workers_, ReportProgress, timeout_ms_)
-DHP_CLIENT_CALL(jobs_, GetLogs, timeout_ms_)
-DHP_CLIENT_CALL(workers_, AppendLogs, timeout_ms_)
-DHP_CLIENT_CALL(workers_, ReportCheckpoint, timeout_ms_)
-DHP_CLIENT_CALL(workers_, RejectCheckpoint, timeout_ms_)
-
+DHP_UNARY_METHODS(DHP_CLIENT_CALL)
 #undef DHP_CLIENT_CALL
 
 absl::Status DhpClient::WatchJob(const v1::WatchJobRequest& req,

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "api/methods.h"
 #include "api/tls.h"
 #include "dhp/v1/service.grpc.pb.h"
 
@@ -29,36 +30,24 @@ class DhpClient {
 
   const std::string& target() const { return target_; }
 
-  absl::StatusOr<v1::SubmitJobResponse> SubmitJob(const v1::SubmitJobRequest& req);
-  absl::StatusOr<v1::GetJobResponse> GetJob(const v1::GetJobRequest& req);
-  absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& req);
-  absl::StatusOr<v1::CancelJobResponse> CancelJob(const v1::CancelJobRequest& req);
-  absl::StatusOr<v1::ResumeJobResponse> ResumeJob(const v1::ResumeJobRequest& req);
+  // One method per unary row of api/methods.h:
+  //   absl::StatusOr<v1::SubmitJobResponse> SubmitJob(const v1::SubmitJobRequest& req);
+  // KvGet and KvWait add the request's timeout_ms to the deadline.
+#define DHP_CLIENT_UNARY(S, M, A, V, P, D) \
+  absl::StatusOr<v1::M##Response> M(const v1::M##Request& req);
+  DHP_UNARY_METHODS(DHP_CLIENT_UNARY)
+#undef DHP_CLIENT_UNARY
   // Streams events into `on_event` until the server ends the stream or `on_event` returns
   // false (which cancels the call). Has no deadline.
   absl::Status WatchJob(const v1::WatchJobRequest& req,
                         const std::function<bool(const v1::Event&)>& on_event);
 
-  absl::StatusOr<v1::ListNodesResponse> ListNodes(const v1::ListNodesRequest& req);
-
-  absl::StatusOr<v1::RegisterNodeResponse> RegisterNode(const v1::RegisterNodeRequest& req);
-  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& req);
-  absl::StatusOr<v1::KvSetResponse> KvSet(const v1::KvSetRequest& req);
-  absl::StatusOr<v1::KvGetResponse> KvGet(const v1::KvGetRequest& req);
-  absl::StatusOr<v1::KvAddResponse> KvAdd(const v1::KvAddRequest& req);
-  absl::StatusOr<v1::KvWaitResponse> KvWait(const v1::KvWaitRequest& req);
-  absl::StatusOr<v1::KvCheckResponse> KvCheck(const v1::KvCheckRequest& req);
-  absl::StatusOr<v1::KvDeleteResponse> KvDelete(const v1::KvDeleteRequest& req);
-  absl::StatusOr<v1::ReportProgressResponse> ReportProgress(const v1::ReportProgressRequest& req);
-  absl::StatusOr<v1::GetLogsResponse> GetLogs(const v1::GetLogsRequest& req);
-  absl::StatusOr<v1::AppendLogsResponse> AppendLogs(const v1::AppendLogsRequest& req);
-  absl::StatusOr<v1::ReportCheckpointResponse> ReportCheckpoint(
-      const v1::ReportCheckpointRequest& req);
-  absl::StatusOr<v1::RejectCheckpointResponse> RejectCheckpoint(
-      const v1::RejectCheckpointRequest& req);
-
  private:
   void Prepare(grpc::ClientContext* ctx, int timeout_ms) const;
+  // The stub of a gRPC service, picked by the type of a (null) pointer.
+  v1::JobService::Stub* StubFor(v1::JobService::Stub*) const { return jobs_.get(); }
+  v1::NodeService::Stub* StubFor(v1::NodeService::Stub*) const { return nodes_.get(); }
+  v1::WorkerService::Stub* StubFor(v1::WorkerService::Stub*) const { return workers_.get(); }
   template <typename Stub, typename Req, typename Resp>
   absl::StatusOr<Resp> Call(Stub* stub,
                             grpc::Status (Stub::*method)(grpc::ClientContext*, const Req&, Resp*),

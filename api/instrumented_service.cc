@@ -66,33 +66,16 @@ absl::Status InstrumentedService::Measure(const char* method, F&& call) {
   return s;
 }
 
-#define DHP_MEASURED(Method, Req, Resp)                                   \
-  absl::Status InstrumentedService::Method(const Req& req, Resp resp) {   \
-    return Measure(#Method, [&] { return inner_.Method(req, resp); });    \
+#define DHP_MEASURED(S, M, A, V, P, D)                                                 \
+  absl::Status InstrumentedService::M(const v1::M##Request& req, v1::M##Response* resp) { \
+    return Measure(#M, [&] { return inner_.M(req, resp); });                            \
   }
-
-DHP_MEASURED(SubmitJob, v1::SubmitJobRequest, v1::SubmitJobResponse*)
-DHP_MEASURED(GetJob, v1::GetJobRequest, v1::GetJobResponse*)
-DHP_MEASURED(ListJobs, v1::ListJobsRequest, v1::ListJobsResponse*)
-DHP_MEASURED(CancelJob, v1::CancelJobRequest, v1::CancelJobResponse*)
-DHP_MEASURED(ResumeJob, v1::ResumeJobRequest, v1::ResumeJobResponse*)
-DHP_MEASURED(WatchJob, v1::WatchJobRequest, EventSink&)
-DHP_MEASURED(ListNodes, v1::ListNodesRequest, v1::ListNodesResponse*)
-DHP_MEASURED(RegisterNode, v1::RegisterNodeRequest, v1::RegisterNodeResponse*)
-DHP_MEASURED(Heartbeat, v1::HeartbeatRequest, v1::HeartbeatResponse*)
-DHP_MEASURED(KvSet, v1::KvSetRequest, v1::KvSetResponse*)
-DHP_MEASURED(KvGet, v1::KvGetRequest, v1::KvGetResponse*)
-DHP_MEASURED(KvAdd, v1::KvAddRequest, v1::KvAddResponse*)
-DHP_MEASURED(KvWait, v1::KvWaitRequest, v1::KvWaitResponse*)
-DHP_MEASURED(KvCheck, v1::KvCheckRequest, v1::KvCheckResponse*)
-DHP_MEASURED(KvDelete, v1::KvDeleteRequest, v1::KvDeleteResponse*)
-DHP_MEASURED(ReportProgress, v1::ReportProgressRequest, v1::ReportProgressResponse*)
-DHP_MEASURED(GetLogs, v1::GetLogsRequest, v1::GetLogsResponse*)
-DHP_MEASURED(AppendLogs, v1::AppendLogsRequest, v1::AppendLogsResponse*)
-DHP_MEASURED(ReportCheckpoint, v1::ReportCheckpointRequest, v1::ReportCheckpointResponse*)
-DHP_MEASURED(RejectCheckpoint, v1::RejectCheckpointRequest, v1::RejectCheckpointResponse*)
-
+DHP_UNARY_METHODS(DHP_MEASURED)
 #undef DHP_MEASURED
+
+absl::Status InstrumentedService::WatchJob(const v1::WatchJobRequest& req, EventSink& sink) {
+  return Measure("WatchJob", [&] { return inner_.WatchJob(req, sink); });
+}
 
 absl::Status InstrumentedService::Health() {
   return Measure("Health", [&] { return inner_.Health(); });

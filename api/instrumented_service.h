@@ -39,30 +39,11 @@ class InstrumentedService : public DhpService {
  public:
   InstrumentedService(DhpService& inner, ApiMetrics& metrics, std::string transport);
 
-  absl::Status SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJobResponse* resp) override;
-  absl::Status GetJob(const v1::GetJobRequest& req, v1::GetJobResponse* resp) override;
-  absl::Status ListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp) override;
-  absl::Status CancelJob(const v1::CancelJobRequest& req, v1::CancelJobResponse* resp) override;
-  absl::Status ResumeJob(const v1::ResumeJobRequest& req, v1::ResumeJobResponse* resp) override;
+#define DHP_INSTRUMENTED_UNARY(S, M, A, V, P, D) \
+  absl::Status M(const v1::M##Request& req, v1::M##Response* resp) override;
+  DHP_UNARY_METHODS(DHP_INSTRUMENTED_UNARY)
+#undef DHP_INSTRUMENTED_UNARY
   absl::Status WatchJob(const v1::WatchJobRequest& req, EventSink& sink) override;
-  absl::Status GetLogs(const v1::GetLogsRequest& req, v1::GetLogsResponse* resp) override;
-  absl::Status ListNodes(const v1::ListNodesRequest& req, v1::ListNodesResponse* resp) override;
-  absl::Status RegisterNode(const v1::RegisterNodeRequest& req,
-                            v1::RegisterNodeResponse* resp) override;
-  absl::Status Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) override;
-  absl::Status KvSet(const v1::KvSetRequest& req, v1::KvSetResponse* resp) override;
-  absl::Status KvGet(const v1::KvGetRequest& req, v1::KvGetResponse* resp) override;
-  absl::Status KvAdd(const v1::KvAddRequest& req, v1::KvAddResponse* resp) override;
-  absl::Status KvWait(const v1::KvWaitRequest& req, v1::KvWaitResponse* resp) override;
-  absl::Status KvCheck(const v1::KvCheckRequest& req, v1::KvCheckResponse* resp) override;
-  absl::Status KvDelete(const v1::KvDeleteRequest& req, v1::KvDeleteResponse* resp) override;
-  absl::Status ReportProgress(const v1::ReportProgressRequest& req,
-                              v1::ReportProgressResponse* resp) override;
-  absl::Status AppendLogs(const v1::AppendLogsRequest& req, v1::AppendLogsResponse* resp) override;
-  absl::Status ReportCheckpoint(const v1::ReportCheckpointRequest& req,
-                                v1::ReportCheckpointResponse* resp) override;
-  absl::Status RejectCheckpoint(const v1::RejectCheckpointRequest& req,
-                                v1::RejectCheckpointResponse* resp) override;
   absl::Status Health() override;
   std::string MetricsText() override { return inner_.MetricsText(); }
 

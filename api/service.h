@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "api/methods.h"
 #include "dhp/v1/service.pb.h"
 
 namespace dhp::api {
@@ -29,38 +30,15 @@ class DhpService {
  public:
   virtual ~DhpService() = default;
 
-  // Jobs.
-  virtual absl::Status SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJobResponse* resp) = 0;
-  virtual absl::Status GetJob(const v1::GetJobRequest& req, v1::GetJobResponse* resp) = 0;
-  virtual absl::Status ListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp) = 0;
-  virtual absl::Status CancelJob(const v1::CancelJobRequest& req, v1::CancelJobResponse* resp) = 0;
-  virtual absl::Status ResumeJob(const v1::ResumeJobRequest& req, v1::ResumeJobResponse* resp) = 0;
-  // Blocks while streaming; returns when the stream is complete or the sink reports a
-  // vanished client.
+  // One pure virtual method per row of api/methods.h:
+  //   absl::Status SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJobResponse* resp);
+  // WatchJob blocks while streaming; it returns when the stream is complete or the sink
+  // reports a vanished client.
+#define DHP_SERVICE_UNARY(S, M, A, V, P, D) \
+  virtual absl::Status M(const v1::M##Request& req, v1::M##Response* resp) = 0;
+  DHP_UNARY_METHODS(DHP_SERVICE_UNARY)
+#undef DHP_SERVICE_UNARY
   virtual absl::Status WatchJob(const v1::WatchJobRequest& req, EventSink& sink) = 0;
-  virtual absl::Status GetLogs(const v1::GetLogsRequest& req, v1::GetLogsResponse* resp) = 0;
-
-  // Nodes.
-  virtual absl::Status ListNodes(const v1::ListNodesRequest& req, v1::ListNodesResponse* resp) = 0;
-
-  // Worker-facing.
-  virtual absl::Status RegisterNode(const v1::RegisterNodeRequest& req,
-                                    v1::RegisterNodeResponse* resp) = 0;
-  virtual absl::Status Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) = 0;
-  virtual absl::Status KvSet(const v1::KvSetRequest& req, v1::KvSetResponse* resp) = 0;
-  virtual absl::Status KvGet(const v1::KvGetRequest& req, v1::KvGetResponse* resp) = 0;
-  virtual absl::Status KvAdd(const v1::KvAddRequest& req, v1::KvAddResponse* resp) = 0;
-  virtual absl::Status KvWait(const v1::KvWaitRequest& req, v1::KvWaitResponse* resp) = 0;
-  virtual absl::Status KvCheck(const v1::KvCheckRequest& req, v1::KvCheckResponse* resp) = 0;
-  virtual absl::Status KvDelete(const v1::KvDeleteRequest& req, v1::KvDeleteResponse* resp) = 0;
-  virtual absl::Status ReportProgress(const v1::ReportProgressRequest& req,
-                                      v1::ReportProgressResponse* resp) = 0;
-  virtual absl::Status AppendLogs(const v1::AppendLogsRequest& req,
-                                  v1::AppendLogsResponse* resp) = 0;
-  virtual absl::Status ReportCheckpoint(const v1::ReportCheckpointRequest& req,
-                                        v1::ReportCheckpointResponse* resp) = 0;
-  virtual absl::Status RejectCheckpoint(const v1::RejectCheckpointRequest& req,
-                                        v1::RejectCheckpointResponse* resp) = 0;
 
   // Health for /healthz and grpc.health.v1: OK while the controller can serve.
   virtual absl::Status Health() = 0;
