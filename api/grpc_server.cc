@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "api/authz.h"
 #include "api/grpc_status.h"
 #include "dhp/v1/service.grpc.pb.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -21,14 +22,6 @@ std::string_view Authorization(const ServerContext* ctx) {
   return std::string_view(it->second.data(), it->second.size());
 }
 
-// Forwards a unary RPC to the same-named DhpService method, after the token check.
-#define DHP_UNARY(Method)                                                               \
-  grpc::Status Method(ServerContext* ctx, const v1::Method##Request* req,               \
-                      v1::Method##Response* resp) override {                            \
-    if (absl::Status s = auth_.Check(Authorization(ctx)); !s.ok()) return ToGrpcStatus(s); \
-    return ToGrpcStatus(service_.Method(*req, resp));                                   \
-  }
-
 class GrpcEventSink : public EventSink {
  public:
   GrpcEventSink(ServerContext* ctx, grpc::ServerWriter<v1::Event>* writer)
@@ -40,61 +33,6 @@ class GrpcEventSink : public EventSink {
   ServerContext* ctx_;
   grpc::ServerWriter<v1::Event>* writer_;
 };
-
-class JobServiceImpl final : public v1::JobService::Service {
- public:
-  JobServiceImpl(DhpService& service, const TokenAuth& auth) : service_(service), auth_(auth) {}
-  DHP_UNARY(SubmitJob)
-  DHP_UNARY(GetJob)
-  DHP_UNARY(GetLogs)
-  DHP_UNARY(ListJobs)
-  DHP_UNARY(CancelJob)
-  DHP_UNARY(ResumeJob)
-
-  grpc::Status WatchJob(ServerContext* ctx, const v1::WatchJobRequest* req,
-                        grpc::ServerWriter<v1::Event>* writer) override {
-    if (absl::Status s = auth_.Check(Authorization(ctx)); !s.ok()) return ToGrpcStatus(s);
-    GrpcEventSink sink(ctx, writer);
-    return ToGrpcStatus(service_.WatchJob(*req, sink));
-  }
-
- private:
-  DhpService& service_;
-  const TokenAuth& auth_;
-};
-
-class NodeServiceImpl final : public v1::NodeService::Service {
- public:
-  NodeServiceImpl(DhpService& service, const TokenAuth& auth) : service_(service), auth_(auth) {}
-  DHP_UNARY(ListNodes)
-
- private:
-  DhpService& service_;
-  const TokenAuth& auth_;
-};
-
-class WorkerServiceImpl final : public v1::WorkerService::Service {
- public:
-  WorkerServiceImpl(DhpService& service, const TokenAuth& auth) : service_(service), auth_(auth) {}
-  DHP_UNARY(RegisterNode)
-  DHP_UNARY(Heartbeat)
-  DHP_UNARY(KvSet)
-  DHP_UNARY(KvGet)
-  DHP_UNARY(KvAdd)
-  DHP_UNARY(KvWait)
-  DHP_UNARY(KvCheck)
-  DHP_UNARY(KvDelete)
-  DHP_UNARY(ReportProgress)
-  DHP_UNARY(AppendLogs)
-  DHP_UNARY(ReportCheckpoint)
-  DHP_UNARY(RejectCheckpoint)
-
- private:
-  DhpService& service_;
-  const TokenAuth& auth_;
-};
-
-#undef DHP_UNARY
 
 std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const TlsPems& tls) {
   if (tls.cert.empty()) return grpc::InsecureServerCredentials();
@@ -111,6 +49,32 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const TlsPems& tls) {
 
 }  // namespace
 
+// The three gRPC services of dhp.v1 in one object: each method of api/methods.h forwards to
+// the same-named DhpService method through the Authorizer (api/authz.h). Registered once per service.
+class GrpcServices final : public v1::JobService::Service,
+                       public v1::NodeService::Service,
+                       public v1::WorkerService::Service {
+ public:
+  GrpcServices(DhpService& service, const TokenAuth& auth) : authz_(auth, service) {}
+
+#define DHP_GRPC_UNARY(S, M, A, V, P, D)                                                   \
+  grpc::Status M(ServerContext* ctx, const v1::M##Request* req, v1::M##Response* resp)     \
+      override {                                                                           \
+    return ToGrpcStatus(authz_.Call(Authorization(ctx), #M, &DhpService::M, *req, resp)); \
+  }
+  DHP_UNARY_METHODS(DHP_GRPC_UNARY)
+#undef DHP_GRPC_UNARY
+
+  grpc::Status WatchJob(ServerContext* ctx, const v1::WatchJobRequest* req,
+                        grpc::ServerWriter<v1::Event>* writer) override {
+    GrpcEventSink sink(ctx, writer);
+    return ToGrpcStatus(authz_.Watch(Authorization(ctx), *req, sink));
+  }
+
+ private:
+  const Authorizer authz_;
+};
+
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string& address,
                                                               DhpService& service, TokenAuth auth,
                                                               const TlsPems& tls) {
@@ -119,15 +83,14 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string&
 
   std::unique_ptr<GrpcServer> s(new GrpcServer());
   s->auth_ = std::move(auth);
-  s->jobs_ = std::make_unique<JobServiceImpl>(service, s->auth_);
-  s->nodes_ = std::make_unique<NodeServiceImpl>(service, s->auth_);
-  s->workers_ = std::make_unique<WorkerServiceImpl>(service, s->auth_);
+  auto services = std::make_unique<GrpcServices>(service, s->auth_);
 
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address, ServerCredentials(tls), &s->port_);
-  builder.RegisterService(s->jobs_.get());
-  builder.RegisterService(s->nodes_.get());
-  builder.RegisterService(s->workers_.get());
+  builder.RegisterService(static_cast<v1::JobService::Service*>(services.get()));
+  builder.RegisterService(static_cast<v1::NodeService::Service*>(services.get()));
+  builder.RegisterService(static_cast<v1::WorkerService::Service*>(services.get()));
+  s->services_ = std::move(services);
   builder.SetMaxReceiveMessageSize(16 << 20);
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {

@@ -22,6 +22,8 @@ class Service;
 
 namespace dhp::api {
 
+class GrpcServices;  // the dhp.v1 services, in grpc_server.cc
+
 class GrpcServer {
  public:
   // Listens on `address` ("127.0.0.1:0" picks a free port; see port()). Metrics are
@@ -43,9 +45,7 @@ class GrpcServer {
  private:
   GrpcServer() = default;
 
-  std::unique_ptr<grpc::Service> jobs_;
-  std::unique_ptr<grpc::Service> nodes_;
-  std::unique_ptr<grpc::Service> workers_;
+  std::unique_ptr<GrpcServices> services_;
   std::unique_ptr<grpc::Server> server_;
   TokenAuth auth_;
   int port_ = 0;

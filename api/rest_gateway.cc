@@ -1,6 +1,7 @@
 #include "api/rest_gateway.h"
 
 #include <algorithm>
+#include <map>
 #include <atomic>
 #include <cstdio>
 #include <mutex>
@@ -16,8 +17,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "api/authz.h"
+#include "api/methods.h"
 #include "api/openapi.h"
 #include "api/rest_body.h"
+#include "common/check.h"
 #include "common/proto_enum.h"
 #include "common/proto_yaml.h"
 #include "common/utf8.h"
@@ -32,9 +36,18 @@ using QueryParams = std::vector<std::pair<std::string, std::string>>;
 
 constexpr char kJson[] = "application/json";
 
-constexpr auto kNoId = [](auto&, const std::string&) {};
-constexpr auto kSetJobId = [](auto& req, const std::string& id) { req.set_job_id(id); };
-constexpr auto kSetNodeId = [](auto& req, const std::string& id) { req.set_node_id(id); };
+// Stores the id from the path in the request's job_id or node_id, whichever it has
+// (SetIdField(req, id, 0): the int overload is preferred, then long, then the rest).
+template <typename Req>
+auto SetIdField(Req& req, const std::string& id, int) -> decltype(req.set_job_id(id), void()) {
+  req.set_job_id(id);
+}
+template <typename Req>
+auto SetIdField(Req& req, const std::string& id, long) -> decltype(req.set_node_id(id), void()) {
+  req.set_node_id(id);
+}
+template <typename Req>
+void SetIdField(Req&, const std::string&, ...) {}
 
 std::string JsonEscape(absl::string_view s) {
   std::string out = "\"";
@@ -200,7 +213,10 @@ std::string StatusToJson(const absl::Status& status) {
 class RestGateway::Router {
  public:
   Router(DhpService& service, TokenAuth auth, RestRequestObserver observer)
-      : service_(service), auth_(std::move(auth)), observer_(std::move(observer)) {
+      : service_(service),
+        auth_(std::move(auth)),
+        authz_(auth_, service),
+        observer_(std::move(observer)) {
     AddRoutes();
     std::vector<RestOperation> ops;
     for (const Route& route : routes_) ops.push_back(route.op);
@@ -249,6 +265,8 @@ class RestGateway::Router {
     const QueryParams& query;
     bool pretty = false;
     bool* reached_service;  // set when the request is handed to the service
+    std::string_view method;         // the route's method (api/methods.h)
+    std::string_view authorization;  // the request's Authorization header
   };
   struct Route {
     http::verb method;
@@ -260,6 +278,9 @@ class RestGateway::Router {
   using Q = QueryParam::Type;
 
   void AddRoutes();
+  // The route of a method of api/methods.h: its verb, path and summary from the table.
+  void AddMethod(std::string_view name, std::vector<QueryParam> query,
+                 std::function<void(Call&)> handle);
   void Add(http::verb method, absl::string_view pattern, std::string name, std::string summary,
            std::vector<QueryParam> query, std::function<void(Call&)> handle);
   static bool Match(const Route& route, const std::vector<absl::string_view>& parts,
@@ -273,19 +294,18 @@ class RestGateway::Router {
     Resp resp;
     if (status.ok()) {
       *call.reached_service = true;
-      status = (service_.*method)(req, &resp);
+      status = authz_.Call(call.authorization, call.method, method, req, &resp);
     }
     if (!status.ok()) return SendError(call.responder, status);
     call.responder.Respond(http::status::ok, kJson, ProtoToJson(resp, call.pretty) + "\n");
   }
-  // A POST whose body is the request; `set_id(req, id)` stores the path id (if any).
-  template <typename Req, typename Resp, typename SetId = decltype(kNoId)>
-  void BodyCall(Call& call, absl::Status (DhpService::*method)(const Req&, Resp*),
-                SetId set_id = kNoId) {
+  // A POST whose body is the request; the path id (if any) fills its job_id or node_id.
+  template <typename Req, typename Resp>
+  void BodyCall(Call& call, absl::Status (DhpService::*method)(const Req&, Resp*)) {
     if (!FormatOrRespond(call.request, call.responder, false)) return;
     Unary(call, method, [&](Req& req) {
       absl::Status s = ParseJsonBody(call.request.body(), &req);
-      if (s.ok()) set_id(req, call.id);
+      if (s.ok() && !call.id.empty()) SetIdField(req, call.id, 0);
       return s;
     });
   }
@@ -296,6 +316,7 @@ class RestGateway::Router {
 
   DhpService& service_;
   const TokenAuth auth_;
+  const Authorizer authz_;  // every call of the service goes through it
   const RestRequestObserver observer_;
   std::vector<Route> routes_;  // immutable after construction
   std::string openapi_;        // the document of routes_, built once after them
@@ -350,75 +371,70 @@ bool RestGateway::Router::Match(const Route& route, const std::vector<absl::stri
   return true;
 }
 
+void RestGateway::Router::AddMethod(std::string_view name, std::vector<QueryParam> query,
+                                    std::function<void(Call&)> handle) {
+  const MethodInfo* m = FindMethod(name);
+  DHP_CHECK(m != nullptr) << "no method " << name << " in api/methods.h";
+  Add(m->verb == "GET" ? http::verb::get : http::verb::post,
+      absl::string_view(m->path.data(), m->path.size()), std::string(m->name),
+      std::string(m->summary), std::move(query), std::move(handle));
+}
+
 void RestGateway::Router::AddRoutes() {
   using V = http::verb;
   const QueryParam after{"after", Q::kInt64, "Only events with a larger id", 0};
   const QueryParam follow{"follow", Q::kBool, "Keep the stream open for new events"};
-  Add(V::post, "/v1/jobs", "SubmitJob", "Validate and submit a job",
-      {{"dry_run", Q::kBool, "Validate and normalise only; store nothing"}},
-      [this](Call& c) { SubmitJob(c); });
-  routes_.back().op.provides_id_field = "job_id";
-  routes_.back().op.provides_id_pointer = "/job/id";
-  Add(V::get, "/v1/jobs", "ListJobs", "Jobs, newest first",
+  // The methods whose REST form is not "a POST whose body is the request": their query
+  // parameters and handlers.
+  struct Own {
+    std::vector<QueryParam> query;
+    std::function<void(Call&)> handle;
+  };
+  std::map<std::string_view, Own> own;
+  own["SubmitJob"] = {{{"dry_run", Q::kBool, "Validate and normalise only; store nothing"}},
+                      [this](Call& c) { SubmitJob(c); }};
+  own["ListJobs"] = {
       {{"state", Q::kEnumList, "Only jobs in these states", -1, v1::JobState_descriptor()},
        {"label", Q::kLabels, "Only jobs with this label (key=value)"},
+       {"owner", Q::kString, "Only jobs of this owner (a user sees only their own)"},
        {"page_size", Q::kInt32, "At most this many (0: the default)", 0},
        {"page_token", Q::kString, "next_page_token of the previous page"}},
-      [this](Call& c) { ListJobs(c); });
-  Add(V::get, "/v1/jobs/{id}", "GetJob", "A job with its runs and checkpoints", {},
-      [this](Call& c) {
-        Unary(c, &DhpService::GetJob, [&](v1::GetJobRequest& r) {
-          r.set_job_id(c.id);
-          return absl::OkStatus();
-        });
-      });
-  Add(V::post, "/v1/jobs/{id}:cancel", "CancelJob", "Cancel a job", {},
-      [this](Call& c) { BodyCall(c, &DhpService::CancelJob, kSetJobId); });
-  Add(V::post, "/v1/jobs/{id}:resume", "ResumeJob", "A new run from the latest checkpoint", {},
-      [this](Call& c) { BodyCall(c, &DhpService::ResumeJob, kSetJobId); });
-  Add(V::get, "/v1/jobs/{id}/events", "WatchJob", "A job's events", {after, follow},
-      [this](Call& c) { Watch(c, c.id); });
-  Add(V::get, "/v1/events", "WatchJob", "The events of all jobs and nodes", {after, follow},
-      [this](Call& c) { Watch(c, ""); });
-  routes_.back().op.operation_id = "WatchEvents";
-  Add(V::get, "/v1/jobs/{id}/logs", "GetLogs", "Rank output of an attempt",
+      [this](Call& c) { ListJobs(c); }};
+  own["GetJob"] = {{}, [this](Call& c) {
+                     Unary(c, &DhpService::GetJob, [&](v1::GetJobRequest& r) {
+                       r.set_job_id(c.id);
+                       return absl::OkStatus();
+                     });
+                   }};
+  own["GetLogs"] = {
       {{"attempt", Q::kInt32, "The attempt (0: the current one)", 0},
        {"rank", Q::kInt32List, "These ranks (none: every rank with output)", 0},
        {"offset", Q::kInt64List, "Per rank, in the order of rank: start at this byte", 0},
        {"max_bytes", Q::kInt32, "At most this many bytes per rank", 0}},
-      [this](Call& c) { GetLogs(c); });
-  Add(V::post, "/v1/jobs/{id}/progress", "ReportProgress", "Worker-facing: a rank's progress", {},
-      [this](Call& c) { BodyCall(c, &DhpService::ReportProgress, kSetJobId); });
-  Add(V::post, "/v1/jobs/{id}/checkpoints", "ReportCheckpoint",
-      "Worker-facing: a checkpoint shard written", {},
-      [this](Call& c) { BodyCall(c, &DhpService::ReportCheckpoint, kSetJobId); });
-  Add(V::post, "/v1/jobs/{id}/checkpoints:reject", "RejectCheckpoint",
-      "Worker-facing: a checkpoint that failed verification", {},
-      [this](Call& c) { BodyCall(c, &DhpService::RejectCheckpoint, kSetJobId); });
-  Add(V::get, "/v1/nodes", "ListNodes", "Worker nodes with their GPUs or CPU slots", {},
-      [this](Call& c) {
-        Unary(c, &DhpService::ListNodes, [](v1::ListNodesRequest&) { return absl::OkStatus(); });
-      });
-  Add(V::post, "/v1/nodes:register", "RegisterNode", "Worker-facing: an agent registers", {},
-      [this](Call& c) { BodyCall(c, &DhpService::RegisterNode); });
-  routes_.back().op.provides_id_field = "node_id";
-  routes_.back().op.provides_id_pointer = "/node_id";
-  Add(V::post, "/v1/nodes/{id}:heartbeat", "Heartbeat", "Worker-facing: an agent's heartbeat", {},
-      [this](Call& c) { BodyCall(c, &DhpService::Heartbeat, kSetNodeId); });
-  Add(V::post, "/v1/nodes/{id}/logs", "AppendLogs", "Worker-facing: rank output", {},
-      [this](Call& c) { BodyCall(c, &DhpService::AppendLogs, kSetNodeId); });
-  Add(V::post, "/v1/kv:set", "KvSet", "Rendezvous: set a key", {},
-      [this](Call& c) { BodyCall(c, &DhpService::KvSet); });
-  Add(V::post, "/v1/kv:get", "KvGet", "Rendezvous: get a key", {},
-      [this](Call& c) { BodyCall(c, &DhpService::KvGet); });
-  Add(V::post, "/v1/kv:add", "KvAdd", "Rendezvous: add to a counter", {},
-      [this](Call& c) { BodyCall(c, &DhpService::KvAdd); });
-  Add(V::post, "/v1/kv:wait", "KvWait", "Rendezvous: wait for keys", {},
-      [this](Call& c) { BodyCall(c, &DhpService::KvWait); });
-  Add(V::post, "/v1/kv:check", "KvCheck", "Rendezvous: whether keys exist", {},
-      [this](Call& c) { BodyCall(c, &DhpService::KvCheck); });
-  Add(V::post, "/v1/kv:delete", "KvDelete", "Rendezvous: delete a key", {},
-      [this](Call& c) { BodyCall(c, &DhpService::KvDelete); });
+      [this](Call& c) { GetLogs(c); }};
+  own["ListNodes"] = {{}, [this](Call& c) {
+                        Unary(c, &DhpService::ListNodes,
+                              [](v1::ListNodesRequest&) { return absl::OkStatus(); });
+                      }};
+  own["WatchJob"] = {{after, follow}, [this](Call& c) { Watch(c, c.id); }};
+  for (const MethodInfo& m : kMethods) {
+    auto it = own.find(m.name);
+    if (it != own.end()) AddMethod(m.name, it->second.query, it->second.handle);
+#define DHP_REST_BODY_CALL(S, M, A, V, P, D) \
+    if (it == own.end() && m.name == #M) AddMethod(#M, {}, [this](Call& c) { BodyCall(c, &DhpService::M); });
+    DHP_UNARY_METHODS(DHP_REST_BODY_CALL)
+#undef DHP_REST_BODY_CALL
+    if (m.name == "SubmitJob") {
+      routes_.back().op.provides_id_field = "job_id";
+      routes_.back().op.provides_id_pointer = "/job/id";
+    } else if (m.name == "RegisterNode") {
+      routes_.back().op.provides_id_field = "node_id";
+      routes_.back().op.provides_id_pointer = "/node_id";
+    }
+  }
+  Add(V::get, "/v1/events", "WatchJob", "The events of all jobs and nodes", {after, follow},
+      [this](Call& c) { Watch(c, ""); });
+  routes_.back().op.operation_id = "WatchEvents";
   Add(V::get, "/healthz", "Healthz", "200 ok, or 503 and the reason", {}, [this](Call& c) {
     const absl::Status health = service_.Health();
     if (health.ok()) {
@@ -493,6 +509,8 @@ void RestGateway::Router::ListJobs(Call& c) {
         req.set_page_size(*n);
       } else if (key == "page_token") {
         req.set_page_token(value);
+      } else if (key == "owner") {
+        req.set_owner(value);
       }
     }
     return absl::OkStatus();
@@ -568,7 +586,7 @@ void RestGateway::Router::Watch(Call& c, const std::string& job_id) {
   }
   NdjsonSink sink(c.responder);
   *c.reached_service = true;
-  const absl::Status status = service_.WatchJob(req, sink);
+  const absl::Status status = authz_.Watch(c.authorization, req, sink);
   sink.Finish(status);
 }
 
@@ -612,7 +630,9 @@ void RestGateway::Router::Handle(const HttpRequest& request, HttpResponder& resp
           {{"Allow", allow}});
     } else {
       route_name = match->op.rpc;
-      Call call{request, responder, "", target->query, false, &reached_service};
+      const auto authorization = request[http::field::authorization];
+      Call call{request, responder, "", target->query, false, &reached_service, match->op.rpc,
+                std::string_view(authorization.data(), authorization.size())};
       absl::Status status;
       absl::StatusOr<std::string> id =
           PercentDecode(std::string_view(captured.data(), captured.size()), false);
@@ -621,8 +641,7 @@ void RestGateway::Router::Handle(const HttpRequest& request, HttpResponder& resp
       else
         call.id = *std::move(id);
       if (status.ok() && match->op.needs_auth) {  // /healthz, /metrics, /openapi.json: no token
-        const auto authorization = request[http::field::authorization];
-        status = auth_.Check(std::string_view(authorization.data(), authorization.size()));
+        status = auth_.Check(call.authorization);  // who may call what: authz_, per call
       }
       // Text from the path and the query becomes proto strings: UTF-8 only, as in bodies.
       if (status.ok()) status = CheckUtf8("path: the id", call.id);

@@ -108,6 +108,10 @@ absl::Status ValidateControllerConfig(const v1::ControllerConfig& config) {
   }
   if (c.data_dir().empty()) errors.Add("data_dir", "must not be empty");
   if (!c.auth().token_file().empty()) CheckTokenFile(c.auth().token_file(), errors);
+  if (absl::StatusOr<api::TokenAuth> auth = api::TokenAuth::Create(AuthSettingsOf(c));
+      !auth.ok()) {
+    errors.Add("auth", std::string(auth.status().message()));
+  }
   if (absl::StatusOr<api::TlsPems> tls = api::LoadTls(TlsFiles(c)); !tls.ok()) {
     errors.Add("listen.tls", std::string(tls.status().message()));
   }
@@ -251,14 +255,52 @@ absl::StatusOr<v1::ControllerConfig> ResolveControllerConfig(
   // Checked on the merged settings only: the file may leave the token to a flag.
   const std::string& bind = merged.listen().bind();
   const bool loopback = bind == "127.0.0.1" || bind == "localhost" || bind == "::1";
-  if (!loopback && merged.auth().token_file().empty() && !merged.auth().allow_unauthenticated()) {
+  const bool auth_on = !merged.auth().token_file().empty() || merged.auth().users_size() > 0;
+  if (!loopback && !auth_on && !merged.auth().allow_unauthenticated()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "listen.bind: ", bind,
-        " is not loopback and auth.token_file is unset: anyone who reaches the port could act "
-        "as any user, node or rank; set auth.token_file (--auth-token-file), or "
-        "auth.allow_unauthenticated (--allow-unauthenticated) to accept that"));
+        " is not loopback and neither auth.token_file nor auth.users is set: anyone who "
+        "reaches the port could act as any user, node or rank; set auth.token_file "
+        "(--auth-token-file) or auth.users, or auth.allow_unauthenticated "
+        "(--allow-unauthenticated) to accept that"));
   }
   return merged;
+}
+
+api::AuthSettings AuthSettingsOf(const v1::ControllerConfig& config) {
+  api::AuthSettings settings;
+  for (const v1::ControllerAuthUser& u : config.auth().users()) {
+    api::UserCredential user{u.name(), api::Role::kUser, u.token_sha256()};
+    absl::StatusOr<api::Role> role = api::ParseUserRole(u.role());
+    user.role = role.ok() ? *role : api::Role::kNode;  // refused by TokenAuth::Create
+    settings.users.push_back(std::move(user));
+  }
+  for (const v1::ControllerAuthNode& n : config.auth().nodes()) {
+    settings.nodes.push_back({n.node_id(), n.token_sha256()});
+  }
+  return settings;
+}
+
+absl::StatusOr<api::TokenAuth> AuthFromConfig(const v1::ControllerConfig& config) {
+  api::AuthSettings settings = AuthSettingsOf(config);
+  if (!config.auth().token_file().empty()) {
+    absl::StatusOr<std::string> token = api::ReadTokenFile(config.auth().token_file());
+    if (!token.ok()) return token.status();
+    settings.admin_token = *std::move(token);
+  }
+  const bool any = !settings.admin_token.empty() || !settings.users.empty() ||
+                   !settings.nodes.empty();
+  if (any) {
+    const std::string key_file = config.auth().rank_key_file().empty()
+                                     ? config.data_dir() + "/rank-token.key"
+                                     : config.auth().rank_key_file();
+    absl::StatusOr<std::string> key = api::LoadOrCreateRankKey(key_file);
+    if (!key.ok()) {
+      return absl::InvalidArgumentError("auth.rank_key_file: " + std::string(key.status().message()));
+    }
+    settings.rank_key = *std::move(key);
+  }
+  return api::TokenAuth::Create(std::move(settings));
 }
 
 }  // namespace dhp::controller

@@ -14,6 +14,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "api/auth.h"
 #include "api/tls.h"
 #include "dhp/v1/controller_config.pb.h"
 
@@ -31,6 +32,12 @@ absl::StatusOr<v1::ControllerConfig> LoadControllerConfig(const std::string& pat
 // Checks every value of `config`, unset fields taking their defaults. INVALID_ARGUMENT listing
 // every problem as "field: reason"; OK when there is none.
 absl::Status ValidateControllerConfig(const v1::ControllerConfig& config);
+
+// auth.users and auth.nodes as TokenAuth takes them (no tokens read, no key).
+api::AuthSettings AuthSettingsOf(const v1::ControllerConfig& config);
+// The controller's TokenAuth: the admin token from auth.token_file, users, nodes, and (when
+// any of them is set) the rank key from auth.rank_key_file, created when missing.
+absl::StatusOr<api::TokenAuth> AuthFromConfig(const v1::ControllerConfig& config);
 
 // listen.tls as the files api::LoadTls reads.
 api::TlsServerFiles TlsFiles(const v1::ControllerConfig& config);

@@ -246,7 +246,7 @@ absl::Status Controller::SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJo
   return OnLoop([&] {
     if (absl::Status s = supervisor_.CheckAdmission(*spec); !s.ok()) return s;
     std::vector<v1::Event> events;
-    absl::Status s = jobs_.SubmitValidated(*spec, req.dry_run(), resp, &events);
+    absl::Status s = jobs_.SubmitValidated(*spec, req.dry_run(), resp, &events, req.owner());
     if (s.ok() && !req.dry_run()) supervisor_.OnJobQueued(resp->job());
     Settle(events);
     if (s.ok() && !req.dry_run()) {  // the job as the scheduling pass left it

@@ -50,6 +50,10 @@ v1::Event JobManager::MakeEvent(const v1::Job& job, const std::string& type,
 
 absl::StatusOr<v1::JobSpec> JobManager::ValidateSubmission(
     const v1::SubmitJobRequest& req) const {
+  if (req.owner().size() > 256) {
+    return absl::InvalidArgumentError("owner: " + std::to_string(req.owner().size()) +
+                                      " bytes; at most 256");
+  }
   if (!req.spec_text().empty()) {
     if (req.has_spec()) {
       return absl::InvalidArgumentError("set either spec or spec_text, not both");
@@ -69,12 +73,13 @@ absl::Status JobManager::Submit(const v1::SubmitJobRequest& req, v1::SubmitJobRe
   DHP_CHECK_ON_THREAD(loop_);
   absl::StatusOr<v1::JobSpec> spec = ValidateSubmission(req);
   if (!spec.ok()) return spec.status();
-  return SubmitValidated(*spec, req.dry_run(), resp, events);
+  return SubmitValidated(*spec, req.dry_run(), resp, events, req.owner());
 }
 
 absl::Status JobManager::SubmitValidated(const v1::JobSpec& spec, bool dry_run,
                                          v1::SubmitJobResponse* resp,
-                                         std::vector<v1::Event>* events) {
+                                         std::vector<v1::Event>* events,
+                                         const std::string& owner) {
   DHP_CHECK_ON_THREAD(loop_);
   const int64_t now = clock_.NowMicros();
   v1::Job job;
@@ -85,6 +90,7 @@ absl::Status JobManager::SubmitValidated(const v1::JobSpec& spec, bool dry_run,
   *job.mutable_update_time() = MicrosToTimestamp(now);
   job.set_current_attempt(1);
   job.set_submit_seq(now);
+  job.set_owner(owner);
   if (dry_run) {
     job.set_message("dry run: the spec is valid; nothing was stored");
     *resp->mutable_job() = job;
@@ -141,6 +147,7 @@ absl::Status JobManager::List(const v1::ListJobsRequest& req, v1::ListJobsRespon
     query.states.push_back(static_cast<v1::JobState>(s));
   }
   query.labels.insert(req.labels().begin(), req.labels().end());
+  query.owner = req.owner();
   query.limit = req.page_size() == 0 ? kDefaultPageSize : req.page_size();
   if (!req.page_token().empty()) {
     absl::StatusOr<int64_t> before = DecodePageToken(req.page_token());

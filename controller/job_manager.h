@@ -30,7 +30,7 @@ class JobManager {
   absl::StatusOr<v1::JobSpec> ValidateSubmission(const v1::SubmitJobRequest& req) const;
   // Stores a job for a spec that ValidateSubmission returned.
   absl::Status SubmitValidated(const v1::JobSpec& spec, bool dry_run, v1::SubmitJobResponse* resp,
-                               std::vector<v1::Event>* events);
+                               std::vector<v1::Event>* events, const std::string& owner = "");
   absl::Status Get(const v1::GetJobRequest& req, v1::GetJobResponse* resp);
   absl::Status List(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp);
   absl::Status Cancel(const v1::CancelJobRequest& req, v1::CancelJobResponse* resp,

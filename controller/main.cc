@@ -93,12 +93,10 @@ int main(int argc, char** argv) {
   if (!store.ok()) return Fail("cannot open the database " + db + ": " +
                                std::string(store.status().message()));
 
-  dhp::api::TokenAuth auth;
-  if (!config.auth().token_file().empty()) {
-    absl::StatusOr<std::string> token = dhp::api::ReadTokenFile(config.auth().token_file());
-    if (!token.ok()) return Fail(std::string(token.status().message()));
-    auth = dhp::api::TokenAuth(*token);
-  } else if (bind != "127.0.0.1" && bind != "localhost" && bind != "::1") {
+  absl::StatusOr<dhp::api::TokenAuth> authenticated = dhp::controller::AuthFromConfig(config);
+  if (!authenticated.ok()) return Fail(std::string(authenticated.status().message()));
+  const dhp::api::TokenAuth auth = *std::move(authenticated);
+  if (!auth.enabled() && bind != "127.0.0.1" && bind != "localhost" && bind != "::1") {
     DHP_LOG(WARNING) << "listening on " << bind << " without --auth-token-file "
                      << "(auth.token_file): anyone who can reach this host can submit and "
                      << "cancel jobs";

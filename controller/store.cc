@@ -102,6 +102,10 @@ const Migration kMigrations[] = {
       );
       CREATE INDEX quarantine_by_row ON quarantine(source, row_key);
     )sql"},
+    {3, "jobs.owner: who submitted a job (set once, at submission)", R"sql(
+      ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+      CREATE INDEX jobs_by_owner ON jobs(owner, seq);
+    )sql"},
 };
 
 int64_t Micros(const google::protobuf::Timestamp& t) {
@@ -277,15 +281,16 @@ absl::StatusOr<std::vector<v1::Event>> Store::Commit(const JobWrite& write) {
     if (exists) return absl::AlreadyExistsError(absl::StrCat("job ", job.id(), " already exists"));
     DHP_ASSIGN_OR_RETURN(
         ScopedStatement insert,
-        db_->Prepare("INSERT INTO jobs (id, name, state, priority, create_us, update_us, proto) "
-                     "VALUES (?, ?, ?, ?, ?, ?, ?)"));
+        db_->Prepare("INSERT INTO jobs (id, name, state, priority, create_us, update_us, proto, "
+                     "owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"));
     insert->BindText(1, job.id())
         .BindText(2, job.spec().name())
         .BindInt(3, job.state())
         .BindInt(4, job.spec().priority())
         .BindInt(5, Micros(job.create_time()))
         .BindInt(6, Micros(job.update_time()))
-        .BindBlob(7, proto);
+        .BindBlob(7, proto)
+        .BindText(8, job.owner());
     DHP_RETURN_IF_ERROR(insert->Run());
   } else {
     DHP_ASSIGN_OR_RETURN(
@@ -370,6 +375,7 @@ absl::StatusOr<JobPage> Store::ListJobs(const JobQuery& query) {
   // The statement's shape depends only on how many states and labels are asked for, so the
   // statement cache holds a handful of variants.
   std::string sql = "SELECT seq, id, proto, id, '' FROM jobs WHERE seq < ?";
+  if (!query.owner.empty()) sql += " AND owner = ?";
   if (!query.states.empty()) {
     sql += " AND state IN (";
     for (size_t i = 0; i < query.states.size(); ++i) sql += i == 0 ? "?" : ", ?";
@@ -392,6 +398,7 @@ absl::StatusOr<JobPage> Store::ListJobs(const JobQuery& query) {
       DHP_ASSIGN_OR_RETURN(ScopedStatement select, db_->Prepare(sql));
       int index = 1;
       select->BindInt(index++, query.before_seq == 0 ? INT64_MAX : query.before_seq);
+      if (!query.owner.empty()) select->BindText(index++, query.owner);
       for (v1::JobState state : query.states) select->BindInt(index++, state);
       for (const auto& [key, value] : query.labels) {
         select->BindText(index, key).BindText(index + 1, value);

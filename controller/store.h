@@ -65,6 +65,7 @@ struct JobWrite {
 struct JobQuery {
   std::vector<v1::JobState> states;           // any of; empty: all
   std::map<std::string, std::string> labels;  // all must match
+  std::string owner;                          // only this owner's; empty: anyone's
   int limit = 50;                             // 0: the default (50); negative: INVALID_ARGUMENT
   int64_t before_seq = 0;                     // page: only jobs older than this; 0: newest
 };

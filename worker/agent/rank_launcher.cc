@@ -51,7 +51,8 @@ std::vector<std::string> RankLauncher::Argv(const v1::RankLaunch& l) const {
       "--device", l.gpu() ? "cuda:0" : "cpu",
       "--data-root", options_.data_root,
   };
-  if (!options_.token_file.empty()) {
+  // A rank with its own credential (DHP_TOKEN, see Env) does not get the agent's token.
+  if (!options_.token_file.empty() && l.credential().empty()) {
     argv.push_back("--token-file");
     argv.push_back(options_.token_file);
   }
@@ -77,6 +78,9 @@ std::vector<std::pair<std::string, std::string>> RankLauncher::Env(
       {"DHP_NODE_ID", options_.node_id},
   };
   if (l.gpu()) env.emplace_back("CUDA_VISIBLE_DEVICES", std::to_string(l.slot()));
+  // The rank's token, good for its job and attempt only (api/auth.h); it replaces any
+  // DHP_TOKEN the agent was started with.
+  if (!l.credential().empty()) env.emplace_back("DHP_TOKEN", l.credential());
   return env;
 }
 
