@@ -15,7 +15,8 @@
 //                                                ?dry_run=true
 //   GET  /v1/jobs                    ListJobs    ?state=running (repeatable, or comma-separated;
 //                                                short or full names) &label=team=vision
-//                                                (repeatable) &page_size=N &page_token=T
+//                                                (repeatable) &owner=alice &page_size=N
+//                                                &page_token=T
 //   GET  /v1/jobs/{id}               GetJob
 //   POST /v1/jobs/{id}:cancel        CancelJob   optional body {"reason": "..."}
 //   POST /v1/jobs/{id}:resume        ResumeJob
@@ -39,6 +40,9 @@
 //   GET  /openapi.json               OpenApi     the OpenAPI 3.0 document of these routes,
 //                                                built from this table and the dhp.v1
 //                                                descriptors (api/openapi.h)
+//
+// The routes of the RPCs come from api/methods.h (verb, path, summary), and every call goes
+// through api/authz.h (who may call what).
 //
 // Every /v1 route also takes ?pretty for indented JSON; other query parameters are refused
 // (400 naming them), as are malformed values (page_size=abc, state=bogus, rank=x, more

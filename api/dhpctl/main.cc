@@ -1,7 +1,7 @@
 // dhpctl: the command-line client of dhp.
 //
 //   dhpctl submit -f spec.yaml [--follow] [--dry-run]
-//   dhpctl list [--state running] [--label team=vision] [--limit N]
+//   dhpctl list [--state running] [--label team=vision] [--owner alice] [--limit N]
 //   dhpctl get JOB | cancel JOB [--reason R] | resume JOB | watch JOB | events | nodes
 //   dhpctl logs JOB [--rank N]... [--attempt A] [-f|--follow]
 //   dhpctl checkpoints JOB
@@ -337,6 +337,8 @@ int main(int argc, char** argv) {
   list->add_option("--state", states, "Only jobs in this state (repeatable)");
   list->add_option("--label", labels, "Only jobs with this label key=value (repeatable)");
   list->add_option("--limit", limit, "At most this many jobs (default: all)");
+  std::string owner;
+  list->add_option("--owner", owner, "Only this owner's jobs (a user sees only their own)");
   CLI::App* get = app.add_subcommand("get", "Show a job with its runs and checkpoints");
   get->add_option("job", job_id, "Job id")->required();
   CLI::App* cancel = app.add_subcommand("cancel", "Cancel a job");
@@ -439,6 +441,7 @@ int main(int argc, char** argv) {
       }
       (*req.mutable_labels())[l.substr(0, eq)] = l.substr(eq + 1);
     }
+    req.set_owner(owner);
     v1::ListJobsResponse all;
     do {
       req.set_page_size(limit > 0 ? std::min(1000, limit - all.jobs_size()) : 500);
