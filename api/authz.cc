@@ -96,6 +96,10 @@ absl::Status Authorizer::Check(const Identity& who, std::string_view method,
   switch (info->access) {
     case Access::kRead:
       if (who.role == Role::kViewer) return absl::OkStatus();
+      // A rank reads its own job (GetJob: the spec, its run, the checkpoint to resume from).
+      if (who.role == Role::kRank && scope.has_job && scope.job_id == who.job_id) {
+        return absl::OkStatus();
+      }
       if (who.role != Role::kUser) return Denied(who, method, "may not read jobs or nodes");
       return scope.has_job ? CheckOwner(who, method, scope.job_id) : absl::OkStatus();
     case Access::kSubmit:

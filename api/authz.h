@@ -9,7 +9,8 @@
 //            job are PERMISSION_DENIED); kSubmit, the job owned by them
 //   node     kNode for its own node id (RegisterNode's node.id or hostname, Heartbeat's and
 //            AppendLogs' node_id)
-//   rank     kRank for its own job and attempt (KV scope, progress, checkpoints)
+//   rank     kRank for its own job and attempt (KV scope, progress, checkpoints), and kRead
+//            of its own job (GetJob, GetLogs, WatchJob of that job id)
 // Anything else is PERMISSION_DENIED naming the method, the role and what it lacks. A
 // heartbeat's launch list gets each rank's token (RankLaunch.credential) when the controller
 // has a rank key. Thread-safe if the service is.

@@ -223,6 +223,12 @@ TEST_F(AuthzTest, RanksActOnlyForTheirJobAndAttempt) {
             StatusCode::kPermissionDenied);
   EXPECT_EQ(As(rank, "ListJobs", &DhpService::ListJobs, v1::ListJobsRequest()).code(),
             StatusCode::kPermissionDenied);
+  // It reads its own job (the spec, its run), and no other.
+  v1::GetJobRequest get;
+  get.set_job_id("j-1");
+  EXPECT_TRUE(As(rank, "GetJob", &DhpService::GetJob, get).ok());
+  get.set_job_id("j-bob");
+  EXPECT_EQ(As(rank, "GetJob", &DhpService::GetJob, get).code(), StatusCode::kPermissionDenied);
 }
 
 TEST_F(AuthzTest, UsersOwnTheirJobs) {

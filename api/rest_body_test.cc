@@ -83,7 +83,7 @@ TEST(ParseJsonBodyTest, ErrorsNameTheField) {
             "request body (JSON): spec.vision.degre: unknown key; known keys: parallelism, "
             "degree, zero_stage, activation_checkpointing, dtype");
   EXPECT_EQ(SubmitError(R"({"nam": 1})"),
-            "request body (JSON): nam: unknown key; known keys: spec, spec_text, dry_run");
+            "request body (JSON): nam: unknown key; known keys: spec, spec_text, dry_run, owner");
   EXPECT_EQ(SubmitError(R"({"spec": {"data": {"registry": {"k": {"bad": 1}}}}})"),
             "request body (JSON): spec.data.registry[0].value.bad: unknown key; known keys: "
             "annotation_path, image_root, weight");

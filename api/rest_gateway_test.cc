@@ -393,12 +393,12 @@ TEST_F(RestGatewayTest, GetLogsQueryParameters) {
 
 TEST_F(RestGatewayTest, GetLogsBadNumbersAre400NamingTheParameter) {
   const int before = service_.calls();
+  // Numbers that do not parse; values out of range (attempt=-1, rank=-2, more offsets than
+  // ranks) are the service's to refuse, for both transports (controller_test).
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"attempt=x", "attempt"},     {"attempt=-1", "attempt"},
-      {"rank=abc", "rank"},         {"rank=-2", "rank"},
+      {"attempt=x", "attempt"},     {"rank=abc", "rank"},
       {"rank=1,,2", "rank"},        {"rank=0&offset=1.5", "offset"},
-      {"rank=0&offset=-3", "offset"}, {"offset=5", "offset"},
-      {"rank=0&offset=1&offset=2", "offset"}, {"max_bytes=lots", "max_bytes"},
+      {"max_bytes=lots", "max_bytes"},
       {"max_bytes=99999999999", "max_bytes"}, {"after=3", "after"},
   };
   for (const auto& [query, name] : cases) {

@@ -200,10 +200,10 @@ TEST(ControllerConfigTest, ANonLoopbackBindNeedsATokenOrAnExplicitFlag) {
   absl::StatusOr<v1::ControllerConfig> c = Resolve({"--bind", "0.0.0.0"});
   ASSERT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(c.status().message(),
-            "listen.bind: 0.0.0.0 is not loopback and auth.token_file is unset: anyone who "
-            "reaches the port could act as any user, node or rank; set auth.token_file "
-            "(--auth-token-file), or auth.allow_unauthenticated (--allow-unauthenticated) to "
-            "accept that");
+            "listen.bind: 0.0.0.0 is not loopback and neither auth.token_file nor auth.users is "
+            "set: anyone who reaches the port could act as any user, node or rank; set "
+            "auth.token_file (--auth-token-file) or auth.users, or auth.allow_unauthenticated "
+            "(--allow-unauthenticated) to accept that");
   c = Resolve({"--bind", "0.0.0.0", "--allow-unauthenticated"});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(c->auth().allow_unauthenticated());
@@ -213,6 +213,41 @@ TEST(ControllerConfigTest, ANonLoopbackBindNeedsATokenOrAnExplicitFlag) {
   c = Resolve({"--config", path, "--auth-token-file", token});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(Resolve({"--bind", "::1"}).ok());
+  // Users' tokens are auth too.
+  const std::string users = WriteFile(
+      "users.yaml", "listen: {bind: 0.0.0.0}\nauth:\n  users:\n    - {name: a, role: user, "
+                    "token_sha256: " + std::string(64, 'a') + "}\n");
+  c = Resolve({"--config", users});
+  ASSERT_TRUE(c.ok()) << c.status();
+}
+
+TEST(ControllerConfigTest, CredentialsAreCheckedAndTheRankKeyIsMade) {
+  const std::string bad = WriteFile(
+      "bad-users.yaml", "auth:\n  users:\n    - {name: eve, role: root, token_sha256: " +
+                            std::string(64, 'b') + "}\n  nodes:\n    - {node_id: n, "
+                            "token_sha256: abc}\n");
+  absl::StatusOr<v1::ControllerConfig> c = Resolve({"--config", bad});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("auth.users[0].role: one of admin, user, viewer"),
+            std::string::npos)
+      << c.status();
+  const std::string good = WriteFile(
+      "good-users.yaml", "auth:\n  users:\n    - {name: eve, role: viewer, token_sha256: " +
+                             std::string(64, 'c') + "}\n");
+  const std::string dir = testing::TempDir() + "/rank-key-dir";
+  std::filesystem::create_directories(dir);
+  c = Resolve({"--config", good, "--data-dir", dir});
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<api::TokenAuth> auth = AuthFromConfig(*c);
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  EXPECT_TRUE(auth->enabled());
+  const std::string token = auth->RankToken("j-1", 1);
+  EXPECT_EQ(std::filesystem::file_size(dir + "/rank-token.key"), 32u);
+  // Restarted: the same key, so running ranks' tokens stay valid.
+  absl::StatusOr<api::TokenAuth> again = AuthFromConfig(*c);
+  EXPECT_EQ(again->Authenticate("Bearer " + token)->job_id, "j-1");
+  EXPECT_EQ(again->Authenticate("Bearer " + api::Sha256Hex("x")).status().code(),
+            absl::StatusCode::kUnauthenticated);
 }
 
 TEST(ControllerConfigTest, DerivedPathsFollowTheEffectiveDataDir) {

@@ -332,16 +332,45 @@ absl::Status Controller::WatchJob(const v1::WatchJobRequest& req, api::EventSink
   }
 }
 
-absl::Status Controller::GetLogs(const v1::GetLogsRequest& req, v1::GetLogsResponse* resp) {
-  if (logs_ == nullptr) return absl::FailedPreconditionError("this controller keeps no logs");
+namespace {
+
+// GetLogs' arguments, for both transports (REST only parses its query parameters).
+absl::Status CheckGetLogsRequest(const v1::GetLogsRequest& req) {
   if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: must not be empty");
+  if (req.attempt() < 0) {
+    return absl::InvalidArgumentError("attempt: " + std::to_string(req.attempt()) +
+                                      " is negative; attempts start at 1 (0: the current one)");
+  }
   if (req.max_bytes() < 0) {
     return absl::InvalidArgumentError("max_bytes: " + std::to_string(req.max_bytes()) +
                                       " must not be negative (0: 64 KiB)");
   }
-  if (req.offsets_size() > req.ranks_size()) {
-    return absl::InvalidArgumentError("offsets: more entries than ranks");
+  for (int32_t rank : req.ranks()) {
+    if (rank < 0) {
+      return absl::InvalidArgumentError("ranks: " + std::to_string(rank) +
+                                        " is negative; ranks start at 0");
+    }
   }
+  for (int64_t offset : req.offsets()) {
+    if (offset < 0) {
+      return absl::InvalidArgumentError("offsets: " + std::to_string(offset) + " is negative");
+    }
+  }
+  if (req.offsets_size() > req.ranks_size()) {
+    return absl::InvalidArgumentError(
+        "offsets: " + std::to_string(req.offsets_size()) + " offsets for " +
+        std::to_string(req.ranks_size()) +
+        " ranks; give one offset per rank, in the same order (REST: "
+        "rank=0&offset=100&rank=1&offset=0)");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Controller::GetLogs(const v1::GetLogsRequest& req, v1::GetLogsResponse* resp) {
+  if (logs_ == nullptr) return absl::FailedPreconditionError("this controller keeps no logs");
+  if (absl::Status s = CheckGetLogsRequest(req); !s.ok()) return s;
   int attempt = req.attempt();
   bool final = false;
   absl::Status found = OnLoop([&] {

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -360,6 +361,25 @@ TEST_F(ControllerTest, LogsAreStoredOnlyForARankPlacedOnTheSendingNode) {
   EXPECT_EQ(logs.chunks(0).world_rank(), 0);
   EXPECT_EQ(logs.chunks(0).data(), "hello\n");  // not the n2 copy
   EXPECT_FALSE(std::filesystem::exists(options_.log_root + "/j-missing"));
+  // GetLogs' argument checks live here, for both transports (REST only parses numbers).
+  const std::vector<std::pair<std::string, std::function<void(v1::GetLogsRequest&)>>> bad = {
+      {"attempt: -1 is negative", [](auto& r) { r.set_attempt(-1); }},
+      {"max_bytes: -5 must not be negative", [](auto& r) { r.set_max_bytes(-5); }},
+      {"ranks: -2 is negative", [](auto& r) { r.add_ranks(-2); }},
+      {"offsets: -3 is negative", [](auto& r) { r.add_ranks(0); r.add_offsets(-3); }},
+      {"offsets: 2 offsets for 1 ranks", [](auto& r) {
+         r.add_ranks(0);
+         r.add_offsets(1);
+         r.add_offsets(2);
+       }},
+  };
+  for (const auto& [message, set] : bad) {
+    v1::GetLogsRequest req = get;
+    set(req);
+    const absl::Status s = controller_->GetLogs(req, &logs);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << message;
+    EXPECT_NE(s.message().find(message), std::string::npos) << s;
+  }
 }
 
 TEST_F(ControllerTest, RetentionDeletesFinalJobsAndOldNodeEvents) {

@@ -89,7 +89,7 @@ class IdentitiesTest(unittest.TestCase):
             self.assertEqual(job.owner, "alice")
             final = c.wait(job.id, timeout=240)
             self.assertEqual(final.state, job_pb2.JOB_STATE_SUCCEEDED,
-                             self.cluster.worker_log("node-a")[-3000:])
+                             self.cluster.worker_log("node-a")[-3000:] + final.message)
             got = c.get(job.id)
             # The ranks reported progress and checkpoints: their tokens were accepted.
             self.assertEqual(got.runs[0].last_step, 6)
@@ -154,17 +154,19 @@ class IdentitiesTest(unittest.TestCase):
                 c.cancel(queued.id)
 
     def test_roles(self):
+        with open(self.cluster.config("tiny-cpu.yaml")) as f:
+            spec = f.read()
         status, body = self.rest("vera", "POST", "/v1/jobs",
-                                 {"spec_text": open(self.cluster.config("tiny-cpu.yaml")).read()})
+                                 {"spec_text": spec})
         self.assertEqual(status, 403, body)
         self.assertEqual(body["message"],
                          "SubmitJob: viewer \"vera\" may not submit jobs (roles user or admin may)")
         status, body = self.rest("alice", "POST", "/v1/jobs?dry_run=true",
-                                 {"spec_text": open(self.cluster.config("tiny-cpu.yaml")).read(),
+                                 {"spec_text": spec,
                                   "owner": "bob"})
         self.assertEqual(status, 403, body)
         status, body = self.rest("admin", "POST", "/v1/jobs?dry_run=true",
-                                 {"spec_text": open(self.cluster.config("tiny-cpu.yaml")).read(),
+                                 {"spec_text": spec,
                                   "owner": "bob"})
         self.assertEqual((status, body["job"]["owner"]), (200, "bob"), body)
         self.assertEqual(self.rest(None, "GET", "/v1/nodes")[0], 401)
