@@ -15,6 +15,7 @@ Usage (tools/test.sh, with dhp_client installed into .venv):
 import hashlib
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -57,6 +58,7 @@ class IdentitiesTest(unittest.TestCase):
             f.write("  nodes:\n")
             for node in ("node-a", "node-b"):
                 f.write("    - {node_id: %s, token_sha256: %s}\n" % (node, sha256(TOKENS[node])))
+        cls.config = config
         cls.cluster.start_controller(extra_args=["--config", config])
         cls.cluster.start_worker("node-a", cpu_slots=2, env={"DHP_TOKEN": TOKENS["node-a"]},
                                  extra_args=["--rank-binary", RANK, "--data-root", cls.data.name,
@@ -152,6 +154,26 @@ class IdentitiesTest(unittest.TestCase):
         finally:
             with self.client("bob") as c:
                 c.cancel(queued.id)
+
+    def test_ranks_keep_their_tokens_across_a_controller_restart(self):
+        # The rank key is kept in the data directory: a restarted controller accepts the tokens
+        # its predecessor handed out, so the run goes on in its first attempt.
+        with self.client("bob") as c:
+            job = c.submit(spec_text(self.cluster, "bob-restart", steps=100, every=25))
+            wait_for(lambda: [r for r in c.get(job.id).ranks if r.step >= 3], timeout=120,
+                     what="bob-restart training")
+            self.assertNotEqual(c.get(job.id).job.state, job_pb2.JOB_STATE_SUCCEEDED)
+        cluster = self.cluster
+        cluster.kill_controller(signal.SIGKILL)
+        cluster.start_controller(grpc_port=cluster.grpc_port, http_port=cluster.http_port,
+                                 extra_args=["--config", self.config])
+        with self.client("bob") as c:
+            final = c.wait(job.id, timeout=240)
+            self.assertEqual(final.state, job_pb2.JOB_STATE_SUCCEEDED,
+                             cluster.worker_log("node-a")[-3000:] + final.message)
+            got = c.get(job.id)
+            self.assertEqual(got.job.current_attempt, 1, got.job.message)
+            self.assertEqual(got.runs[0].last_step, 100)
 
     def test_roles(self):
         with open(self.cluster.config("tiny-cpu.yaml")) as f:
