@@ -53,9 +53,11 @@ constexpr double kParamAtol = 1e-6, kParamRtol = 1e-5;
 // AdamW runs with production's eps 1e-8. Its update m/(sqrt(v) + eps) is about g/|g| per
 // element, so where a gradient is within its own error bound of zero (|g| <~ 1e-7, and the
 // layouts sum it in another order), the sign-like update can differ by up to the learning rate
-// each step. Parameters are compared element-wise where the reference step-1 gradient exceeds
-// kConditionedGrad (100x the gradient atol); elsewhere the difference is bounded by the
-// steps' learning rates (3 x 1e-3; measured at most 3.8e-5 over all layouts).
+// each step. Parameters are compared element-wise where the reference gradient exceeds
+// kConditionedGrad (100x the gradient atol) at every step; elsewhere the difference is bounded
+// by the steps' learning rates (3 x 1e-3; measured at most 3.8e-5 over all layouts). (With the
+// step-1 gradient alone, an element small only at step 2 or 3 came to 1.09x its bound under
+// LibTorch 2.11 on an AVX-512 CPU.)
 constexpr double kConditionedGrad = 1e-5;
 constexpr double kIllConditionedParamDiff = 3e-3;
 
@@ -105,6 +107,7 @@ struct RunResult {
   std::vector<double> losses;
   std::vector<double> grad_norms;  // before clipping
   std::map<std::string, at::Tensor> grads;   // step 1
+  std::map<std::string, at::Tensor> min_abs_grads;  // per element, the least |g| of any step
   std::map<std::string, at::Tensor> params;  // after kSteps
 };
 
@@ -127,10 +130,11 @@ RunResult Reference(const std::vector<PackedBatch>& batches) {
     at::Tensor loss = sum / count.to(at::kFloat);
     loss.backward();
     r.losses.push_back(loss.item<double>());
-    if (s == 0) {
-      for (const auto& [name, p] : params) {
-        r.grads[name] = p.grad().defined() ? p.grad().clone() : at::zeros_like(p);
-      }
+    for (const auto& [name, p] : params) {
+      const at::Tensor g = p.grad().defined() ? p.grad().clone() : at::zeros_like(p);
+      if (s == 0) r.grads[name] = g;
+      auto [it, first] = r.min_abs_grads.emplace(name, g.abs());
+      if (!first) it->second = at::minimum(it->second, g.abs());
     }
     r.grad_norms.push_back(opt.ClipGradNorm());
     opt.SetLearningRate(LearningRateAt(o.schedule, s));
@@ -251,10 +255,10 @@ TEST_P(DistParityTest, MatchesSingleRank) {
     for (const auto& [name, p] : *params) {
       auto it = ref.params.find(name);
       ASSERT_NE(it, ref.params.end()) << name;
-      // Where the step-1 gradient is well above its own error bound, the parameters must agree
-      // element by element; where it is not, Adam's normalisation (see kConditionedGrad) bounds
-      // the difference only by the steps' learning rates.
-      const at::Tensor conditioned = ref.grads.at(name).abs() > kConditionedGrad;
+      // Where the gradient is well above its own error bound at every step, the parameters
+      // must agree element by element; where it is not, Adam's normalisation (see
+      // kConditionedGrad) bounds the difference only by the steps' learning rates.
+      const at::Tensor conditioned = ref.min_abs_grads.at(name) > kConditionedGrad;
       const at::Tensor diff = (p.to(at::kCPU) - it->second).abs();
       const double e = Worst(p.to(at::kCPU).masked_select(conditioned),
                              it->second.masked_select(conditioned), param_bound);
