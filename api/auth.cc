@@ -217,12 +217,22 @@ absl::StatusOr<std::string> LoadOrCreateRankKey(const std::string& path) {
       return absl::InternalError("cannot write the rank key " + path);
     }
   }
+  // stat, not std::filesystem: dhp-rank links this file, and with the PyPI LibTorch some
+  // std::filesystem calls bind to libtorch.so's copy (see ckpt_export_test).
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError("the rank key " + path + " is not a regular file");
+  }
+  if (st.st_size > 4096) {  // a device or a log, not a key: never read to the end
+    return absl::InvalidArgumentError(absl::StrCat("the rank key ", path, " holds ", st.st_size,
+                                                   " bytes; a key is 32 to 4096"));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::InvalidArgumentError("cannot read the rank key " + path);
   std::string key((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (key.size() < 32) {
     return absl::InvalidArgumentError(absl::StrCat("the rank key ", path, " holds ", key.size(),
-                                                   " bytes; at least 32 are needed"));
+                                                   " bytes; a key is 32 to 4096"));
   }
   return key;
 }

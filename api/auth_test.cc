@@ -1,5 +1,7 @@
 #include "api/auth.h"
 
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <fstream>
 
@@ -36,6 +38,31 @@ TEST(TokenAuthTest, ReadsAndTrimsTokenFiles) {
   EXPECT_EQ(ReadTokenFile(path).status().message(), "the token file " + path + " is empty");
   EXPECT_EQ(ReadTokenFile(path + ".missing").status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(RankKeyTest, CreatedOnceKeptAndCheckedBeforeReading) {
+  const std::string path = testing::TempDir() + "/rank.key";
+  std::remove(path.c_str());
+  absl::StatusOr<std::string> key = LoadOrCreateRankKey(path);
+  ASSERT_TRUE(key.ok()) << key.status();
+  EXPECT_EQ(key->size(), 32u);
+  EXPECT_EQ(*LoadOrCreateRankKey(path), *key);  // a restart reads the same key
+  struct stat st;
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600);
+  // Paths that are not a key are refused without reading them to the end.
+  EXPECT_EQ(LoadOrCreateRankKey("/dev/zero").status().message(),
+            "the rank key /dev/zero is not a regular file");
+  EXPECT_EQ(LoadOrCreateRankKey(testing::TempDir()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const std::string big = testing::TempDir() + "/big.key";
+  std::ofstream(big) << std::string(5000, 'k');
+  EXPECT_EQ(LoadOrCreateRankKey(big).status().message(),
+            "the rank key " + big + " holds 5000 bytes; a key is 32 to 4096");
+  const std::string small = testing::TempDir() + "/small.key";
+  std::ofstream(small) << "short";
+  EXPECT_EQ(LoadOrCreateRankKey(small).status().message(),
+            "the rank key " + small + " holds 5 bytes; a key is 32 to 4096");
 }
 
 }  // namespace

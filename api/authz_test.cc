@@ -4,65 +4,13 @@
 #include <string>
 #include <vector>
 
+#include "api/fake_owners_service.h"
 #include "gtest/gtest.h"
 
 namespace dhp::api {
 namespace {
 
 using absl::StatusCode;
-
-// Jobs with owners; every call answers OK and counts itself.
-class OwnersService : public DhpService {
- public:
-  std::map<std::string, std::string> owner_of;  // job id -> owner
-  std::vector<std::string> calls;
-  v1::SubmitJobRequest last_submit;
-  v1::ListJobsRequest last_list;
-  std::vector<v1::Event> events;
-
-#define DHP_FAKE_UNARY(S, M, A, V, P, D)                                              \
-  absl::Status M(const v1::M##Request& req, v1::M##Response* resp) override {         \
-    calls.push_back(#M);                                                              \
-    return Answer(req, resp);                                                         \
-  }
-  DHP_UNARY_METHODS(DHP_FAKE_UNARY)
-#undef DHP_FAKE_UNARY
-
-  absl::Status WatchJob(const v1::WatchJobRequest&, EventSink& sink) override {
-    calls.push_back("WatchJob");
-    for (const v1::Event& e : events) sink.Write(e);
-    return absl::OkStatus();
-  }
-  absl::Status Health() override { return absl::OkStatus(); }
-  std::string MetricsText() override { return ""; }
-
- private:
-  template <typename Req, typename Resp>
-  absl::Status Answer(const Req&, Resp*) {
-    return absl::OkStatus();
-  }
-  absl::Status Answer(const v1::GetJobRequest& req, v1::GetJobResponse* resp) {
-    auto it = owner_of.find(req.job_id());
-    if (it == owner_of.end()) return absl::NotFoundError("job " + req.job_id());
-    resp->mutable_job()->set_id(req.job_id());
-    resp->mutable_job()->set_owner(it->second);
-    return absl::OkStatus();
-  }
-  absl::Status Answer(const v1::SubmitJobRequest& req, v1::SubmitJobResponse*) {
-    last_submit = req;
-    return absl::OkStatus();
-  }
-  absl::Status Answer(const v1::ListJobsRequest& req, v1::ListJobsResponse*) {
-    last_list = req;
-    return absl::OkStatus();
-  }
-  absl::Status Answer(const v1::HeartbeatRequest&, v1::HeartbeatResponse* resp) {
-    v1::RankLaunch* launch = resp->add_ranks();
-    launch->set_job_id("j-1");
-    launch->set_attempt(2);
-    return absl::OkStatus();
-  }
-};
 
 class CollectSink : public EventSink {
  public:
@@ -96,7 +44,7 @@ class AuthzTest : public testing::Test {
     return authz_.Call("Bearer " + token, method, call, req, &resp);
   }
 
-  OwnersService service_;
+  FakeOwnersService service_;
   TokenAuth auth_;
   Authorizer authz_{auth_, service_};
 };

@@ -50,10 +50,11 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const TlsPems& tls) {
 }  // namespace
 
 // The three gRPC services of dhp.v1 in one object: each method of api/methods.h forwards to
-// the same-named DhpService method through the Authorizer (api/authz.h). Registered once per service.
+// the same-named DhpService method through the Authorizer (api/authz.h). Registered once per
+// service.
 class GrpcServices final : public v1::JobService::Service,
-                       public v1::NodeService::Service,
-                       public v1::WorkerService::Service {
+                           public v1::NodeService::Service,
+                           public v1::WorkerService::Service {
  public:
   GrpcServices(DhpService& service, const TokenAuth& auth) : authz_(auth, service) {}
 

@@ -1,9 +1,9 @@
 #include "api/rest_gateway.h"
 
 #include <algorithm>
-#include <map>
 #include <atomic>
 #include <cstdio>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <utility>
@@ -278,9 +278,16 @@ class RestGateway::Router {
   using Q = QueryParam::Type;
 
   void AddRoutes();
-  // The route of a method of api/methods.h: its verb, path and summary from the table.
-  void AddMethod(std::string_view name, std::vector<QueryParam> query,
-                 std::function<void(Call&)> handle);
+  // A method's own query parameters and handler, where its REST form is not "a POST whose
+  // body is the request".
+  struct Own {
+    std::vector<QueryParam> query;
+    std::function<void(Call&)> handle;
+  };
+  // The route of a method of api/methods.h: verb, path and summary from the table; the query
+  // parameters and handler from `own`, else no parameters and `body_call`.
+  void AddMethod(std::string_view name, const std::map<std::string_view, Own>& own,
+                 std::function<void(Call&)> body_call);
   void Add(http::verb method, absl::string_view pattern, std::string name, std::string summary,
            std::vector<QueryParam> query, std::function<void(Call&)> handle);
   static bool Match(const Route& route, const std::vector<absl::string_view>& parts,
@@ -371,13 +378,15 @@ bool RestGateway::Router::Match(const Route& route, const std::vector<absl::stri
   return true;
 }
 
-void RestGateway::Router::AddMethod(std::string_view name, std::vector<QueryParam> query,
-                                    std::function<void(Call&)> handle) {
+void RestGateway::Router::AddMethod(std::string_view name, const std::map<std::string_view, Own>& own,
+                                    std::function<void(Call&)> body_call) {
   const MethodInfo* m = FindMethod(name);
   DHP_CHECK(m != nullptr) << "no method " << name << " in api/methods.h";
+  auto it = own.find(name);
   Add(m->verb == "GET" ? http::verb::get : http::verb::post,
       absl::string_view(m->path.data(), m->path.size()), std::string(m->name),
-      std::string(m->summary), std::move(query), std::move(handle));
+      std::string(m->summary), it == own.end() ? std::vector<QueryParam>() : it->second.query,
+      it == own.end() ? std::move(body_call) : it->second.handle);
 }
 
 void RestGateway::Router::AddRoutes() {
@@ -386,10 +395,6 @@ void RestGateway::Router::AddRoutes() {
   const QueryParam follow{"follow", Q::kBool, "Keep the stream open for new events"};
   // The methods whose REST form is not "a POST whose body is the request": their query
   // parameters and handlers.
-  struct Own {
-    std::vector<QueryParam> query;
-    std::function<void(Call&)> handle;
-  };
   std::map<std::string_view, Own> own;
   own["SubmitJob"] = {{{"dry_run", Q::kBool, "Validate and normalise only; store nothing"}},
                       [this](Call& c) { SubmitJob(c); }};
@@ -417,19 +422,19 @@ void RestGateway::Router::AddRoutes() {
                               [](v1::ListNodesRequest&) { return absl::OkStatus(); });
                       }};
   own["WatchJob"] = {{after, follow}, [this](Call& c) { Watch(c, c.id); }};
-  for (const MethodInfo& m : kMethods) {
-    auto it = own.find(m.name);
-    if (it != own.end()) AddMethod(m.name, it->second.query, it->second.handle);
-#define DHP_REST_BODY_CALL(S, M, A, V, P, D) \
-    if (it == own.end() && m.name == #M) AddMethod(#M, {}, [this](Call& c) { BodyCall(c, &DhpService::M); });
-    DHP_UNARY_METHODS(DHP_REST_BODY_CALL)
-#undef DHP_REST_BODY_CALL
-    if (m.name == "SubmitJob") {
-      routes_.back().op.provides_id_field = "job_id";
-      routes_.back().op.provides_id_pointer = "/job/id";
-    } else if (m.name == "RegisterNode") {
-      routes_.back().op.provides_id_field = "node_id";
-      routes_.back().op.provides_id_pointer = "/node_id";
+  // Every unary method, in the table's order; by default a POST whose body is the request.
+#define DHP_REST_ROUTE(S, M, A, V, P, D) \
+  AddMethod(#M, own, [this](Call& c) { BodyCall(c, &DhpService::M); });
+  DHP_UNARY_METHODS(DHP_REST_ROUTE)
+#undef DHP_REST_ROUTE
+  AddMethod("WatchJob", own, nullptr);
+  for (Route& route : routes_) {  // the ids these return, for /openapi.json's links
+    if (route.op.rpc == "SubmitJob") {
+      route.op.provides_id_field = "job_id";
+      route.op.provides_id_pointer = "/job/id";
+    } else if (route.op.rpc == "RegisterNode") {
+      route.op.provides_id_field = "node_id";
+      route.op.provides_id_pointer = "/node_id";
     }
   }
   Add(V::get, "/v1/events", "WatchJob", "The events of all jobs and nodes", {after, follow},

@@ -15,40 +15,12 @@
 
 #include "CLI/CLI.hpp"
 #include "api/authz.h"
+#include "api/fake_owners_service.h"
 #include "bench/bench_util.h"
 #include "nlohmann/json.hpp"
 
 namespace dhp::bench {
 namespace {
-
-// Answers every call at once; GetJob names "alice" the owner; counts calls.
-class InstantService : public api::DhpService {
- public:
-  int64_t calls = 0;
-#define DHP_INSTANT(S, M, A, V, P, D)                                            \
-  absl::Status M(const v1::M##Request& req, v1::M##Response* resp) override { \
-    ++calls;                                                                   \
-    return Answer(req, resp);                                                  \
-  }
-  DHP_UNARY_METHODS(DHP_INSTANT)
-#undef DHP_INSTANT
-  absl::Status WatchJob(const v1::WatchJobRequest&, api::EventSink&) override {
-    return absl::OkStatus();
-  }
-  absl::Status Health() override { return absl::OkStatus(); }
-  std::string MetricsText() override { return ""; }
-
- private:
-  template <typename Req, typename Resp>
-  absl::Status Answer(const Req&, Resp*) {
-    return absl::OkStatus();
-  }
-  absl::Status Answer(const v1::GetJobRequest& req, v1::GetJobResponse* resp) {
-    resp->mutable_job()->set_id(req.job_id());
-    resp->mutable_job()->set_owner("alice");
-    return absl::OkStatus();
-  }
-};
 
 struct Row {
   std::string what;
@@ -94,7 +66,9 @@ int Main(int argc, char** argv) {
   settings.rank_key = std::string(32, 'k');
   const api::TokenAuth auth = *api::TokenAuth::Create(settings);
   const std::string rank = "Bearer " + auth.RankToken("j-1", 1);
-  InstantService service;
+  api::FakeOwnersService service;  // answers at once; counts calls
+  service.record_names = false;
+  service.owner_of = {{"j-1", "alice"}};
   api::Authorizer authz(auth, service);
 
   std::vector<Row> rows;

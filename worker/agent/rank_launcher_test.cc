@@ -16,8 +16,11 @@
 namespace dhp::worker {
 namespace {
 
+using ::testing::_;
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::Pair;
 
 // A stand-in for dhp-rank: prints its argv and environment, then world rank 1 fails with
@@ -130,6 +133,17 @@ TEST_F(RankLauncherTest, CpuRankRunsOnCpuWithoutCudaDevicesOrToken) {
   const std::string log = options_.log_dir + "/j1/attempt-1/rank-0.log";
   ASSERT_TRUE(PollUntil(launcher, [&] { return LogSays(log, "ready"); }));
   EXPECT_THAT(ReadFile(log), HasSubstr("--device cpu --data-root /data\nenv: 1 PASSIVE 1 node-a unset\n"));
+}
+
+TEST_F(RankLauncherTest, ARankWithItsOwnCredentialGetsItInsteadOfTheAgentsToken) {
+  options_.token_file = "/etc/dhp/token";
+  RankLauncher launcher(options_);
+  v1::RankLaunch launch = Launch("j1", 1, 0, 1, /*slot=*/1);
+  EXPECT_THAT(launcher.Argv(launch), Contains("--token-file"));
+  EXPECT_THAT(launcher.Env(launch), Not(Contains(Pair("DHP_TOKEN", _))));
+  launch.set_credential("rank.j1.1.abc");
+  EXPECT_THAT(launcher.Argv(launch), Not(Contains("--token-file")));
+  EXPECT_THAT(launcher.Env(launch), Contains(Pair("DHP_TOKEN", "rank.j1.1.abc")));
 }
 
 TEST_F(RankLauncherTest, ExitedRankIsNeverRestartedButANewAttemptStarts) {
