@@ -403,6 +403,8 @@ void CheckLimits(const v1::JobSpec& spec, Errors& errors) {
   CheckAtMost("checkpoint.keep_latest", spec.checkpoint().keep_latest(), 1000, errors);
   CheckAtMost("restart.max_restarts", spec.restart().max_restarts(), 10000, errors);
   CheckAtMost("restart.stall_timeout_s", spec.restart().stall_timeout_s(), 7 * 24 * 3600, errors);
+  CheckAtMost("restart.launch_timeout_s", spec.restart().launch_timeout_s(), 7 * 24 * 3600,
+              errors);
 }
 
 absl::Status NormalizeAndValidateSpec(v1::JobSpec* spec, const SpecOptions& options) {
@@ -451,6 +453,11 @@ absl::Status NormalizeAndValidateSpec(v1::JobSpec* spec, const SpecOptions& opti
   if (spec->restart().stall_timeout_s() < 1) {
     errors.Add("restart.stall_timeout_s",
                absl::StrCat(spec->restart().stall_timeout_s(), " must be at least 1 (seconds)"));
+  }
+  if (!spec->restart().has_launch_timeout_s()) spec->mutable_restart()->set_launch_timeout_s(120);
+  if (spec->restart().launch_timeout_s() < 1) {
+    errors.Add("restart.launch_timeout_s",
+               absl::StrCat(spec->restart().launch_timeout_s(), " must be at least 1 (seconds)"));
   }
   CheckLimits(*spec, errors);
   return errors.ToStatus();

@@ -193,7 +193,8 @@ TEST_F(JobManagerTest, InvalidSpecIsRefusedWithTheValidationMessageAndNothingSto
   s = jobs_->Submit(req, &resp, &events);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(),
-            "restart.max_restart: unknown key; known keys: max_restarts, stall_timeout_s");
+            "restart.max_restart: unknown key; known keys: max_restarts, stall_timeout_s, "
+            "launch_timeout_s");
 
   EXPECT_TRUE(events.empty());
   EXPECT_EQ(resp.job().id(), "");

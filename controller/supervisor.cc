@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/proto_enum.h"
 #include "controller/job_events.h"
@@ -83,11 +84,28 @@ bool Supervisor::HasProcesses(const std::string& job_id, int attempt) const {
   return runs_.count(RunKey(job_id, attempt)) > 0;
 }
 
-std::vector<std::string> Supervisor::RunKeys() const {
-  std::vector<std::string> keys;
-  for (const auto& [key, run] : runs_) keys.push_back(key);
-  return keys;
+void Supervisor::AddRun(ActiveRun run) {
+  const std::string key = RunKey(run.job_id, run.attempt);
+  for (const v1::RankPlacement& p : run.placement) {
+    by_node_[p.node_id()][key].push_back(p.world_rank());
+  }
+  if (run.draining && run.drain_nodes.empty()) drained_.insert(key);
+  runs_[key] = std::move(run);
 }
+
+void Supervisor::EraseRun(const std::string& key) {
+  auto it = runs_.find(key);
+  if (it == runs_.end()) return;
+  for (const v1::RankPlacement& p : it->second.placement) {
+    auto node = by_node_.find(p.node_id());
+    if (node == by_node_.end()) continue;
+    node->second.erase(key);
+    if (node->second.empty()) by_node_.erase(node);
+  }
+  drained_.erase(key);
+  runs_.erase(it);
+}
+
 
 std::string Supervisor::CheckpointDir(const v1::Job& job, int attempt) const {
   const std::string& dir = job.spec().checkpoint().directory();
@@ -127,8 +145,10 @@ absl::Status Supervisor::Recover() {
       run.ranks.resize(run.placement.size());
       run.start_step = loaded->run.start_step();
       run.max_step = loaded->run.last_step();
-      run.last_advance_micros = now;  // a fresh stall period after a controller restart
+      run.last_advance_micros = now;  // fresh stall and launch periods after a restart
+      run.placed_micros = now;
       run.stall_timeout_s = job.spec().restart().stall_timeout_s();
+      run.launch_timeout_s = job.spec().restart().launch_timeout_s();
       std::vector<SlotRef> slots;
       for (const v1::RankPlacement& p : run.placement) {
         slots.push_back(SlotRef{p.node_id(), p.slot(), p.gpu()});
@@ -139,7 +159,7 @@ absl::Status Supervisor::Recover() {
         run.cancelling = true;
         StartDraining(run);
       }
-      runs_[RunKey(run.job_id, run.attempt)] = std::move(run);
+      AddRun(std::move(run));
     }
     if (page->next_before_seq == 0) break;
     query.before_seq = page->next_before_seq;
@@ -235,19 +255,18 @@ absl::Status Supervisor::OnNodeLost(const std::string& node_id, std::vector<v1::
   absl::StatusOr<v1::Node> node = store_.GetNode(node_id);
   if (node.ok()) OnNodeChanged(*node);
   lost_nodes_.insert(node_id);
-  for (const std::string& key : RunKeys()) {
-    ActiveRun& run = runs_[key];
+  auto placed = by_node_.find(node_id);
+  if (placed == by_node_.end()) return SweepDrained(events);
+  // FailRun changes neither runs_ nor by_node_ (only SweepDrained does): iterating is safe.
+  for (const auto& [key, world_ranks] : placed->second) {
+    ActiveRun& run = runs_.at(key);
     if (run.draining) {
       run.drain_nodes.erase(node_id);
+      if (run.drain_nodes.empty()) drained_.insert(key);
       continue;
     }
-    std::string ranks;
-    for (const v1::RankPlacement& p : run.placement) {
-      if (p.node_id() == node_id) absl::StrAppend(&ranks, ranks.empty() ? "" : ", ", p.world_rank());
-    }
-    if (ranks.empty()) continue;
-    const std::string reason =
-        absl::StrCat("node ", node_id, " was lost (no heartbeat) with ranks ", ranks);
+    const std::string reason = absl::StrCat("node ", node_id, " was lost (no heartbeat) with ranks ",
+                                            absl::StrJoin(world_ranks, ", "));
     if (absl::Status s = FailRun(run, reason, true, events); !s.ok()) return s;
   }
   return SweepDrained(events);
@@ -325,8 +344,10 @@ absl::Status Supervisor::Place(const PlacementDecision& decision, std::vector<v1
   active.start_step = run.start_step();
   active.max_step = run.start_step();
   active.last_advance_micros = now;
+  active.placed_micros = now;
   active.stall_timeout_s = job.spec().restart().stall_timeout_s();
-  runs_[decision.job_id] = std::move(active);
+  active.launch_timeout_s = job.spec().restart().launch_timeout_s();
+  AddRun(std::move(active));
   queue_.erase(job_id);
   waiting_.erase(job_id);
   return absl::OkStatus();
@@ -355,54 +376,34 @@ absl::Status Supervisor::OnHeartbeat(const v1::HeartbeatRequest& req, v1::Heartb
   for (const v1::RankStatus& st : req.ranks()) {
     by_run[RunKey(st.job_id(), st.attempt())].push_back(&st);
   }
-  for (const std::string& key : RunKeys()) {
-    ActiveRun& run = runs_[key];
-    std::vector<const v1::RankStatus*>& statuses = by_run[key];
-    // The first failure applied names the run's failure. When one report holds several, a rank
-    // killed by a signal (OOM killer, an operator) is the likely cause and its peers' errors
-    // ("connection reset" in a collective) the consequence: it goes first.
-    std::stable_sort(statuses.begin(), statuses.end(),
-                     [](const v1::RankStatus* a, const v1::RankStatus* b) {
-                       return KilledFromOutside(*a) && !KilledFromOutside(*b);
-                     });
-    for (const v1::RankStatus* st : statuses) {
-      if (run.draining) break;
-      if (absl::Status s = ApplyRankStatus(run, *st, node, events); !s.ok()) return s;
-    }
-    if (!run.draining) {
-      bool all_launched = true, all_done = true;
-      for (const RankView& r : run.ranks) {
-        all_launched = all_launched && r.launched;
-        all_done = all_done && r.exited && r.exit_code == 0 && r.signal == 0;
+  // Only the runs with ranks on this node: the work does not grow with the cluster.
+  if (auto placed = by_node_.find(node); placed != by_node_.end()) {
+    for (const auto& [key, world_ranks] : placed->second) {
+      ranks_visited_ += static_cast<int64_t>(world_ranks.size());
+      std::vector<const v1::RankStatus*> statuses;
+      if (auto it = by_run.find(key); it != by_run.end()) {
+        statuses = std::move(it->second);
+        by_run.erase(it);
       }
-      if (all_done) {
-        if (absl::Status s = SucceedRun(run, events); !s.ok()) return s;
-      } else if (all_launched && run.job_state == v1::JOB_STATE_SCHEDULED) {
-        absl::StatusOr<Loaded> loaded = Load(run.job_id, run.attempt);
-        if (!loaded.ok()) return loaded.status();
-        JobWrite write;
-        absl::Status s = MoveJob(loaded->job, v1::JOB_STATE_STARTING,
-                                 absl::StrCat("all ", run.ranks.size(), " ranks launched"),
-                                 clock_.NowMicros(), &write);
-        if (!s.ok()) return s;
-        write.job = loaded->job;
-        if (s = Commit(write, events); !s.ok()) return s;
-        run.job_state = v1::JOB_STATE_STARTING;
+      if (absl::Status s = ApplyNodeReport(runs_.at(key), node, statuses, events); !s.ok()) {
+        return s;
       }
     }
-    if (run.draining && run.drain_nodes.count(node) > 0) {
-      bool running = false;
-      for (const v1::RankStatus* st : statuses) {
-        running = running || st->state() == v1::RANK_PROCESS_STATE_RUNNING;
-      }
-      if (!running) run.drain_nodes.erase(node);
+  }
+  for (const auto& [key, statuses] : by_run) {  // runs with no rank placed on this node
+    if (runs_.count(key) > 0) {
+      DHP_LOG(WARNING) << "node " << node << " reports ranks of run " << key
+                       << ", none of which is placed there; ignored";
     }
   }
   if (absl::Status s = SweepDrained(events); !s.ok()) return s;
-  for (const auto& [key, run] : runs_) {
+  auto placed = by_node_.find(node);  // again: the sweep may have forgotten runs
+  if (placed == by_node_.end()) return absl::OkStatus();
+  for (const auto& [key, world_ranks] : placed->second) {
+    const ActiveRun& run = runs_.at(key);
     if (run.draining) continue;
-    for (const v1::RankPlacement& p : run.placement) {
-      if (p.node_id() != node) continue;
+    for (int w : world_ranks) {
+      const v1::RankPlacement& p = run.placement[w];
       v1::RankLaunch* launch = resp->add_ranks();
       launch->set_job_id(run.job_id);
       launch->set_attempt(run.attempt);
@@ -410,6 +411,49 @@ absl::Status Supervisor::OnHeartbeat(const v1::HeartbeatRequest& req, v1::Heartb
       launch->set_world_size(static_cast<int>(run.placement.size()));
       launch->set_slot(p.slot());
       launch->set_gpu(p.gpu());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Supervisor::ApplyNodeReport(ActiveRun& run, const std::string& node,
+                                         std::vector<const v1::RankStatus*>& statuses,
+                                         std::vector<v1::Event>* events) {
+  // The first failure applied names the run's failure. When one report holds several, a rank
+  // killed by a signal (OOM killer, an operator) is the likely cause and its peers' errors
+  // ("connection reset" in a collective) the consequence: it goes first.
+  std::stable_sort(statuses.begin(), statuses.end(),
+                   [](const v1::RankStatus* a, const v1::RankStatus* b) {
+                     return KilledFromOutside(*a) && !KilledFromOutside(*b);
+                   });
+  for (const v1::RankStatus* st : statuses) {
+    if (run.draining) break;
+    if (absl::Status s = ApplyRankStatus(run, *st, node, events); !s.ok()) return s;
+  }
+  const int world = static_cast<int>(run.ranks.size());
+  if (!run.draining && run.finished == world) {
+    if (absl::Status s = SucceedRun(run, events); !s.ok()) return s;
+  } else if (!run.draining && run.launched == world &&
+             run.job_state == v1::JOB_STATE_SCHEDULED) {
+    absl::StatusOr<Loaded> loaded = Load(run.job_id, run.attempt);
+    if (!loaded.ok()) return loaded.status();
+    JobWrite write;
+    absl::Status s = MoveJob(loaded->job, v1::JOB_STATE_STARTING,
+                             absl::StrCat("all ", world, " ranks launched"), clock_.NowMicros(),
+                             &write);
+    if (!s.ok()) return s;
+    write.job = loaded->job;
+    if (s = Commit(write, events); !s.ok()) return s;
+    run.job_state = v1::JOB_STATE_STARTING;
+  }
+  if (run.draining && run.drain_nodes.count(node) > 0) {
+    bool running = false;
+    for (const v1::RankStatus* st : statuses) {
+      running = running || st->state() == v1::RANK_PROCESS_STATE_RUNNING;
+    }
+    if (!running) {
+      run.drain_nodes.erase(node);
+      if (run.drain_nodes.empty()) drained_.insert(RunKey(run.job_id, run.attempt));
     }
   }
   return absl::OkStatus();
@@ -426,12 +470,16 @@ absl::Status Supervisor::ApplyRankStatus(ActiveRun& run, const v1::RankStatus& s
     return absl::OkStatus();
   }
   RankView& rank = run.ranks[w];
-  rank.launched = true;
+  if (!rank.launched) {
+    rank.launched = true;
+    ++run.launched;
+  }
   if (st.state() != v1::RANK_PROCESS_STATE_EXITED || rank.exited) return absl::OkStatus();
   rank.exited = true;
   rank.exit_code = st.exit_code();
   rank.signal = st.signal();
   rank.stopped_by_agent = st.stopped_by_agent();
+  if (st.exit_code() == 0 && st.signal() == 0) ++run.finished;
   if ((st.exit_code() == 0 && st.signal() == 0) || st.stopped_by_agent()) return absl::OkStatus();
   std::string reason = absl::StrCat("rank ", w, " on node ", node_id);
   if (st.signal() != 0) {
@@ -530,17 +578,24 @@ void Supervisor::StartDraining(ActiveRun& run) {
   for (const v1::RankPlacement& p : run.placement) {
     if (lost_nodes_.count(p.node_id()) == 0) run.drain_nodes.insert(p.node_id());
   }
+  if (run.drain_nodes.empty()) drained_.insert(RunKey(run.job_id, run.attempt));
 }
 
 absl::Status Supervisor::SweepDrained(std::vector<v1::Event>* events) {
-  for (const std::string& key : RunKeys()) {
-    const ActiveRun& run = runs_[key];
-    if (!run.draining || !run.drain_nodes.empty()) continue;
-    ActiveRun done = run;
-    runs_.erase(key);
+  std::set<std::string> keys;
+  keys.swap(drained_);
+  for (auto k = keys.begin(); k != keys.end(); ++k) {
+    const std::string key = *k;
+    auto it = runs_.find(key);
+    if (it == runs_.end() || !it->second.draining || !it->second.drain_nodes.empty()) continue;
+    ActiveRun done = it->second;  // a copy: EraseRun reads its placement
+    EraseRun(key);
     scheduler_.Release(key);
     dirty_ = true;
-    if (absl::Status s = FinishDrain(done, events); !s.ok()) return s;
+    if (absl::Status s = FinishDrain(done, events); !s.ok()) {
+      drained_.insert(std::next(k), keys.end());  // swept by the next call
+      return s;
+    }
   }
   return absl::OkStatus();
 }

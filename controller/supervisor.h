@@ -60,6 +60,8 @@ struct ActiveRun {
   int attempt = 0;
   std::vector<v1::RankPlacement> placement;  // by world rank
   std::vector<RankView> ranks;
+  int launched = 0;                 // ranks with RankView::launched, kept as reports arrive
+  int finished = 0;                 // ranks that exited with code 0 and no signal
   v1::JobState job_state = v1::JOB_STATE_SCHEDULED;  // cached from the store
   int64_t start_step = 0;           // the step it resumes from
   int64_t max_step = -1;
@@ -68,8 +70,10 @@ struct ActiveRun {
   double tokens_per_second = 0;
   double step_seconds = 0;
   int64_t last_advance_micros = 0;  // when max_step last grew (or the run was placed)
+  int64_t placed_micros = 0;        // when it was placed (or recovered after a restart)
   int64_t last_persist_micros = 0;
   int stall_timeout_s = 600;
+  int launch_timeout_s = 120;       // every rank must be reported launched by then
   bool draining = false;             // ended: its ranks must go; slots held until they have
   bool cancelling = false;           // drained -> the job becomes CANCELLED
   std::set<std::string> drain_nodes;  // nodes that have not yet reported the ranks gone
@@ -109,7 +113,8 @@ class Supervisor {
 
   // Places queued jobs when something changed since the last pass (cheap otherwise).
   absl::Status Schedule(std::vector<v1::Event>* events);
-  // Periodic: fails runs whose step has not advanced for their stall timeout.
+  // Periodic: fails runs whose step has not advanced for their stall timeout, and runs with
+  // ranks their agents have not reported launched within the launch timeout.
   absl::Status CheckStalls(std::vector<v1::Event>* events);
 
   // Checkpoint directories garbage-collected since the last call, for the caller to delete off
@@ -128,6 +133,9 @@ class Supervisor {
   const Scheduler& scheduler() const { return scheduler_; }
   const std::map<std::string, ActiveRun>& runs() const { return runs_; }
   size_t queue_size() const { return queue_.size(); }
+  // Placed ranks that heartbeats have looked at, in all; a heartbeat looks only at the ranks
+  // placed on its own node (for tests).
+  int64_t ranks_visited() const { return ranks_visited_; }
 
  private:
   ThreadChecker loop_;  // the controller's loop thread: every entry point checks it
@@ -142,6 +150,11 @@ class Supervisor {
   absl::Status FailRun(ActiveRun& run, const std::string& reason, bool counted,
                        std::vector<v1::Event>* events);
   absl::Status SucceedRun(ActiveRun& run, std::vector<v1::Event>* events);
+  // One node's report on one run: applies the statuses, moves the job when all ranks launched or
+  // finished, and counts the node as confirmed when the run is draining.
+  absl::Status ApplyNodeReport(ActiveRun& run, const std::string& node,
+                               std::vector<const v1::RankStatus*>& statuses,
+                               std::vector<v1::Event>* events);
   absl::Status ApplyRankStatus(ActiveRun& run, const v1::RankStatus& status,
                                const std::string& node_id, std::vector<v1::Event>* events);
   void StartDraining(ActiveRun& run);
@@ -153,7 +166,10 @@ class Supervisor {
   // Recover: a live job whose current run cannot be loaded ends (FAILED, or CANCELLED when it
   // was CANCELLING) with `why` in its message, so that recovery goes on and it can be resumed.
   void EndUnrecoverable(v1::Job job, const absl::Status& why, int64_t now);
-  std::vector<std::string> RunKeys() const;
+  // runs_ and the by-node index change together, through these two.
+  void AddRun(ActiveRun run);
+  void EraseRun(const std::string& key);
+  absl::Status CheckLaunched(ActiveRun& run, int64_t now, std::vector<v1::Event>* events);
   absl::Status CollectGarbage(const v1::Job& job, std::vector<v1::Event>* events);
   std::string StallReason(const ActiveRun& run, int64_t now) const;
   std::string CheckpointDir(const v1::Job& job, int attempt) const;
@@ -165,6 +181,11 @@ class Supervisor {
   Scheduler scheduler_;
   std::map<std::string, JobDemand> queue_;     // QUEUED jobs by job id
   std::map<std::string, ActiveRun> runs_;      // by RunKey(job, attempt)
+  // node id -> run key -> world ranks placed there, for every run in runs_ (draining included):
+  // a heartbeat, a lost node, touch only their own node's runs.
+  std::map<std::string, std::map<std::string, std::vector<int>>> by_node_;
+  std::set<std::string> drained_;  // draining runs whose nodes have all confirmed; to sweep
+  int64_t ranks_visited_ = 0;
   std::map<std::string, std::string> waiting_;  // job id -> why it waits (last persisted)
   std::vector<std::string> deletions_;
   std::vector<std::pair<std::string, std::string>> manifests_;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/job_layout.h"
 #include "common/logging.h"
 #include "common/path_inside.h"
@@ -138,13 +139,40 @@ void Supervisor::DescribeRanks(const v1::Job& job, v1::GetJobResponse* resp) con
 absl::Status Supervisor::CheckStalls(std::vector<v1::Event>* events) {
   DHP_CHECK_ON_THREAD(loop_);
   const int64_t now = clock_.NowMicros();
-  for (const std::string& key : RunKeys()) {
-    ActiveRun& run = runs_[key];
+  // FailRun changes neither runs_ nor by_node_ (only SweepDrained does): iterating is safe.
+  for (auto& [key, run] : runs_) {
+    if (run.draining) continue;
+    if (absl::Status s = CheckLaunched(run, now, events); !s.ok()) return s;
     if (run.draining) continue;
     if (now - run.last_advance_micros < int64_t{run.stall_timeout_s} * 1000000) continue;
     if (absl::Status s = FailRun(run, StallReason(run, now), true, events); !s.ok()) return s;
   }
   return SweepDrained(events);
+}
+
+absl::Status Supervisor::CheckLaunched(ActiveRun& run, int64_t now,
+                                       std::vector<v1::Event>* events) {
+  if (run.launched == static_cast<int>(run.ranks.size())) return absl::OkStatus();
+  if (now - run.placed_micros < int64_t{run.launch_timeout_s} * 1000000) return absl::OkStatus();
+  std::map<std::string, std::vector<int>> missing;  // node -> ranks never reported
+  for (size_t w = 0; w < run.ranks.size(); ++w) {
+    const RankView& r = run.ranks[w];
+    // A rank that reported progress runs, whatever its agent has said so far.
+    if (!r.launched && r.report_micros == 0) {
+      missing[run.placement[w].node_id()].push_back(static_cast<int>(w));
+    }
+  }
+  if (missing.empty()) return absl::OkStatus();
+  std::string where;
+  for (const auto& [node, ranks] : missing) {
+    absl::StrAppend(&where, where.empty() ? "" : "; ", "node ", node, ": ranks ",
+                    absl::StrJoin(ranks, ", "));
+  }
+  const std::string reason =
+      absl::StrCat("ranks placed ", (now - run.placed_micros) / 1000000,
+                   " s ago were never reported running (restart.launch_timeout_s ",
+                   run.launch_timeout_s, "): ", where);
+  return FailRun(run, reason, true, events);
 }
 
 std::string Supervisor::StallReason(const ActiveRun& run, int64_t now) const {

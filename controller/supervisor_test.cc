@@ -18,11 +18,13 @@ using ::testing::HasSubstr;
 constexpr char kRoot[] = "/data/ckpt";
 
 // Tiny model, vision SP 2 x text TP 2 collocated: 2 ranks forming one tensor-parallel group.
-std::string Spec(const std::string& name, int max_restarts, int priority = 0) {
+std::string Spec(const std::string& name, int max_restarts, int priority = 0,
+                 int launch_timeout_s = 120) {
   return "name: " + name + "\nmodel: {preset: tiny}\npriority: " + std::to_string(priority) +
          "\nvision: {parallelism: sequence, degree: 2}\ntext: {parallelism: tensor, degree: 2}\n"
          "training: {max_steps: 10}\ncheckpoint: {every_steps: 5, keep_latest: 2}\n"
-         "restart: {max_restarts: " + std::to_string(max_restarts) + ", stall_timeout_s: 30}\n"
+         "restart: {max_restarts: " + std::to_string(max_restarts) + ", stall_timeout_s: 30, "
+         "launch_timeout_s: " + std::to_string(launch_timeout_s) + "}\n"
          "data: {datasets: [shapes], registry: {shapes: {annotation_path: data/train.jsonl}}}\n";
 }
 
@@ -45,9 +47,10 @@ class SupervisorTest : public ::testing::Test {
     sup_->OnNodeChanged(node);
   }
 
-  v1::Job Submit(const std::string& name, int max_restarts = 1, int priority = 0) {
+  v1::Job Submit(const std::string& name, int max_restarts = 1, int priority = 0,
+                 int launch_timeout_s = 120) {
     v1::SubmitJobRequest req;
-    req.set_spec_text(Spec(name, max_restarts, priority));
+    req.set_spec_text(Spec(name, max_restarts, priority, launch_timeout_s));
     absl::StatusOr<v1::JobSpec> spec = jobs_->ValidateSubmission(req);
     EXPECT_TRUE(spec.ok()) << spec.status();
     EXPECT_TRUE(sup_->CheckAdmission(*spec).ok());
@@ -332,6 +335,76 @@ TEST_F(SupervisorTest, AStalledRunFailsNamingTheSilentRankAndTheWaitingOne) {
             "(node n1) silent for 31 s after step 1; rank 0 waits in all_reduce on group "
             "text.tp0 (call 7) for 19 s");
   EXPECT_EQ(Stored(job.id()).state(), v1::JOB_STATE_QUEUED);  // restart 1 of 1
+}
+
+TEST_F(SupervisorTest, RanksNeverReportedRunningEndTheAttemptAtTheLaunchDeadline) {
+  AddNode("n1", 2);
+  const v1::Job job = Submit("launch", 1, 0, 10);
+  Schedule();
+  ASSERT_EQ(Beat("n1").size(), 2u);  // the node accepts both ranks...
+  Beat("n1", {Status(job, 1, 0, true)});  // ...but only rank 0 ever starts
+  std::vector<v1::Event> events;
+  clock_.AdvanceMicros(9'000'000);
+  ASSERT_TRUE(sup_->CheckStalls(&events).ok());
+  EXPECT_EQ(Stored(job.id()).state(), v1::JOB_STATE_SCHEDULED);  // 9 s < 10 s
+  clock_.AdvanceMicros(2'000'000);
+  ASSERT_TRUE(sup_->CheckStalls(&events).ok());
+  const v1::Run failed = Run(job.id(), 1);
+  EXPECT_EQ(failed.state(), v1::RUN_STATE_FAILED);
+  EXPECT_EQ(failed.reason(), "ranks placed 11 s ago were never reported running "
+                             "(restart.launch_timeout_s 10): node n1: ranks 1");
+  EXPECT_EQ(Stored(job.id()).state(), v1::JOB_STATE_QUEUED);  // restart 1 of 1
+  EXPECT_EQ(Stored(job.id()).restart_count(), 1);
+  // The GPUs come back once the node confirms nothing of the attempt runs, and the next
+  // attempt is placed there.
+  EXPECT_EQ(sup_->scheduler().free_slots(), 0);
+  EXPECT_TRUE(Beat("n1", {Status(job, 1, 0, false, 0, 15)}).empty());
+  EXPECT_EQ(sup_->scheduler().free_slots(), 2);
+  Schedule();
+  const std::vector<v1::RankLaunch> next = Beat("n1");
+  ASSERT_EQ(next.size(), 2u);
+  EXPECT_EQ(next[0].attempt(), 2);
+}
+
+TEST_F(SupervisorTest, ALaunchedRunIsNotEndedByTheLaunchDeadline) {
+  AddNode("n1", 2);
+  const v1::Job job = Submit("launched", 1, 0, 10);
+  StartRunning(job);
+  clock_.AdvanceMicros(20'000'000);  // past the launch deadline, within the stall timeout
+  ASSERT_TRUE(Progress(job, 1, 0, 2).ok());
+  std::vector<v1::Event> events;
+  ASSERT_TRUE(sup_->CheckStalls(&events).ok());
+  EXPECT_EQ(Stored(job.id()).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Run(job.id(), 1).state(), v1::RUN_STATE_RUNNING);
+}
+
+// One heartbeat looks at the ranks placed on its node and at nothing else, however many runs
+// the rest of the cluster holds.
+TEST_F(SupervisorTest, AHeartbeatVisitsOnlyTheRanksOfItsOwnNode) {
+  auto fill = [&](int from, int to) {
+    for (int i = from; i < to; ++i) {
+      AddNode("n" + std::to_string(i), 2);
+      Submit("job" + std::to_string(i));
+    }
+    Schedule();
+  };
+  auto visits = [&](const std::string& node, size_t* launches) {
+    const int64_t before = sup_->ranks_visited();
+    *launches = Beat(node).size();
+    return sup_->ranks_visited() - before;
+  };
+  fill(0, 10);
+  size_t launches = 0;
+  EXPECT_EQ(visits("n3", &launches), 2);
+  EXPECT_EQ(launches, 2u);
+  fill(10, 200);
+  ASSERT_EQ(sup_->runs().size(), 200u);
+  EXPECT_EQ(visits("n3", &launches), 2);
+  EXPECT_EQ(launches, 2u);
+  EXPECT_EQ(visits("n150", &launches), 2);
+  AddNode("idle", 2);  // nothing queued is left to place there
+  EXPECT_EQ(visits("idle", &launches), 0);
+  EXPECT_EQ(launches, 0u);
 }
 
 TEST_F(SupervisorTest, ALostNodeFailsItsRuns) {
