@@ -90,6 +90,10 @@ void Controller::Start() {
 }
 
 void Controller::Stop() {
+  if (loop_.joinable() && !stopped_) {  // heartbeat times not yet written, so none goes back
+    absl::Status flushed = OnLoop([this] { return nodes_.Flush(); });
+    if (!flushed.ok()) DHP_LOG(WARNING) << "writing heartbeat times at shutdown: " << flushed;
+  }
   if (stopped_.exchange(true)) return;
   events_cv_.notify_all();
   boost::asio::post(io_, [this] {
@@ -230,7 +234,7 @@ absl::Status Controller::ApplyNodeEvents(const std::vector<v1::Event>& events,
   for (const v1::Event& e : changes) {
     if (e.to_state() == "LOST") {
       if (absl::Status s = supervisor_.OnNodeLost(e.node_id(), more); !s.ok()) return s;
-    } else if (absl::StatusOr<v1::Node> node = store_.GetNode(e.node_id()); node.ok()) {
+    } else if (absl::StatusOr<v1::Node> node = nodes_.Get(e.node_id()); node.ok()) {
       supervisor_.OnNodeChanged(*node);
     }
   }
@@ -498,7 +502,7 @@ absl::Status Controller::RegisterNode(const v1::RegisterNodeRequest& req,
     std::vector<v1::Event> events;
     absl::Status s = nodes_.Register(req, resp, &events);
     if (s.ok()) {
-      if (absl::StatusOr<v1::Node> node = store_.GetNode(resp->node_id()); node.ok()) {
+      if (absl::StatusOr<v1::Node> node = nodes_.Get(resp->node_id()); node.ok()) {
         supervisor_.OnNodeChanged(*node);
       }
     }

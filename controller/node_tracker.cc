@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/logging.h"
 #include "common/proto_enum.h"
 #include "controller/time_util.h"
 
@@ -38,23 +39,36 @@ std::string FormatSeconds(int64_t micros) {
 NodeTracker::NodeTracker(Store& store, const Clock& clock, NodeTrackerOptions options)
     : store_(store), clock_(clock), options_(options), started_micros_(clock.NowMicros()) {}
 
-absl::Status NodeTracker::SetState(v1::Node* node, v1::NodeState state,
-                                   const std::string& reason, std::vector<v1::Event>* events) {
+void NodeTracker::EnsureLoaded() {
+  if (loaded_) return;
+  loaded_ = true;
+  for (v1::Node& node : store_.ListNodes()) {
+    Tracked& t = nodes_[node.id()];
+    t.last_beat = t.persisted = TimestampToMicros(node.last_heartbeat_time());
+    t.node = std::move(node);
+  }
+}
+
+absl::Status NodeTracker::SetState(Tracked& t, v1::NodeState state, const std::string& reason,
+                                   std::vector<v1::Event>* events) {
   std::vector<v1::Event> new_events;
-  if (node->state() != state) {
+  v1::Node node = t.node;
+  if (node.state() != state) {
     v1::Event e;
-    e.set_node_id(node->id());
+    e.set_node_id(node.id());
     *e.mutable_time() = MicrosToTimestamp(clock_.NowMicros());
     e.set_type("node.state");
-    e.set_from_state(node->state() == v1::NODE_STATE_UNSPECIFIED ? "" : ShortName(node->state()));
+    e.set_from_state(node.state() == v1::NODE_STATE_UNSPECIFIED ? "" : ShortName(node.state()));
     e.set_to_state(ShortName(state));
     e.set_reason(reason);
     new_events.push_back(e);
   }
-  node->set_state(state);
-  absl::StatusOr<std::vector<v1::Event>> added = store_.PutNode(*node, new_events);
+  node.set_state(state);
+  *node.mutable_last_heartbeat_time() = MicrosToTimestamp(t.last_beat);
+  absl::StatusOr<std::vector<v1::Event>> added = store_.PutNode(node, new_events);
   if (!added.ok()) return added.status();
-  last_persisted_[node->id()] = TimestampToMicros(node->last_heartbeat_time());
+  t.node = std::move(node);
+  t.persisted = t.last_beat;
   events->insert(events->end(), added->begin(), added->end());
   return absl::OkStatus();
 }
@@ -63,6 +77,7 @@ absl::Status NodeTracker::Register(const v1::RegisterNodeRequest& req,
                                    v1::RegisterNodeResponse* resp,
                                    std::vector<v1::Event>* events) {
   DHP_CHECK_ON_THREAD(loop_);
+  EnsureLoaded();
   v1::Node node = req.node();
   if (node.id().empty()) node.set_id(node.hostname());
   if (absl::Status s = CheckNodeId(node.id()); !s.ok()) return s;
@@ -73,19 +88,22 @@ absl::Status NodeTracker::Register(const v1::RegisterNodeRequest& req,
   }
   const int64_t now = clock_.NowMicros();
   std::string reason = "registered";
-  absl::StatusOr<v1::Node> existing = store_.GetNode(node.id());
-  if (existing.ok()) {
-    *node.mutable_register_time() = existing->register_time();
-    node.set_state(existing->state());
+  auto existing = nodes_.find(node.id());
+  if (existing != nodes_.end()) {
+    *node.mutable_register_time() = existing->second.node.register_time();
+    node.set_state(existing->second.node.state());
     reason = "re-registered";
   } else {
     *node.mutable_register_time() = MicrosToTimestamp(now);
     node.set_state(v1::NODE_STATE_UNSPECIFIED);
   }
-  *node.mutable_last_heartbeat_time() = MicrosToTimestamp(now);
-  last_beat_[node.id()] = now;
   if (node.state() == v1::NODE_STATE_READY) node.set_state(v1::NODE_STATE_UNSPECIFIED);
-  if (absl::Status s = SetState(&node, v1::NODE_STATE_READY, reason, events); !s.ok()) return s;
+  Tracked t = existing != nodes_.end() ? existing->second : Tracked{};
+  t.node = node;
+  t.last_beat = now;
+  t.heard = true;
+  if (absl::Status s = SetState(t, v1::NODE_STATE_READY, reason, events); !s.ok()) return s;
+  nodes_[node.id()] = std::move(t);  // only once stored: a refused write leaves no trace
   resp->set_node_id(node.id());
   resp->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
   return absl::OkStatus();
@@ -94,52 +112,98 @@ absl::Status NodeTracker::Register(const v1::RegisterNodeRequest& req,
 absl::Status NodeTracker::Heartbeat(const v1::HeartbeatRequest& req,
                                     std::vector<v1::Event>* events) {
   DHP_CHECK_ON_THREAD(loop_);
-  absl::StatusOr<v1::Node> node = store_.GetNode(req.node_id());
-  if (!node.ok()) {
+  EnsureLoaded();
+  auto it = nodes_.find(req.node_id());
+  if (it == nodes_.end()) {
     return absl::NotFoundError("node " + req.node_id() + " is not registered; register first");
   }
+  Tracked& t = it->second;
   const int64_t now = clock_.NowMicros();
-  last_beat_[node->id()] = now;
-  *node->mutable_last_heartbeat_time() = MicrosToTimestamp(now);
-  if (node->state() != v1::NODE_STATE_READY) {
-    return SetState(&*node, v1::NODE_STATE_READY, "heartbeat resumed", events);
+  t.last_beat = now;
+  t.heard = true;
+  if (t.node.state() != v1::NODE_STATE_READY) {
+    return SetState(t, v1::NODE_STATE_READY, "heartbeat resumed", events);
   }
-  if (now - last_persisted_[node->id()] >= kPersistEveryMicros) {
-    return SetState(&*node, v1::NODE_STATE_READY, "", events);
+  // Written by the next tick; `persisted` moves now so that the node is queued once.
+  if (now - t.persisted >= kPersistEveryMicros) {
+    t.persisted = now;
+    due_.push_back(t.node.id());
   }
   return absl::OkStatus();
 }
 
 std::vector<v1::Node> NodeTracker::List() {
   DHP_CHECK_ON_THREAD(loop_);
-  std::vector<v1::Node> nodes = store_.ListNodes();
-  for (v1::Node& n : nodes) {
-    auto it = last_beat_.find(n.id());
-    if (it != last_beat_.end()) *n.mutable_last_heartbeat_time() = MicrosToTimestamp(it->second);
+  EnsureLoaded();
+  std::vector<v1::Node> nodes;
+  nodes.reserve(nodes_.size());
+  for (const auto& [id, t] : nodes_) {
+    nodes.push_back(t.node);
+    *nodes.back().mutable_last_heartbeat_time() = MicrosToTimestamp(t.last_beat);
   }
   return nodes;
 }
 
+absl::StatusOr<v1::Node> NodeTracker::Get(const std::string& node_id) {
+  DHP_CHECK_ON_THREAD(loop_);
+  EnsureLoaded();
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) return absl::NotFoundError("node " + node_id + " not found");
+  v1::Node node = it->second.node;
+  *node.mutable_last_heartbeat_time() = MicrosToTimestamp(it->second.last_beat);
+  return node;
+}
+
+absl::Status NodeTracker::FlushDue(bool all) {
+  std::vector<v1::Node> batch;
+  auto add = [&](Tracked& t) {
+    batch.push_back(t.node);
+    *batch.back().mutable_last_heartbeat_time() = MicrosToTimestamp(t.last_beat);
+    t.persisted = t.last_beat;
+  };
+  if (all) {
+    for (auto& [id, t] : nodes_) {
+      if (t.persisted != t.last_beat) add(t);
+    }
+  } else {
+    for (const std::string& id : due_) {
+      if (auto it = nodes_.find(id); it != nodes_.end()) add(it->second);
+    }
+  }
+  due_.clear();
+  absl::Status s = store_.PutNodes(batch);
+  if (!s.ok()) return s;
+  for (const v1::Node& n : batch) {
+    *nodes_[n.id()].node.mutable_last_heartbeat_time() = n.last_heartbeat_time();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NodeTracker::Flush() {
+  DHP_CHECK_ON_THREAD(loop_);
+  EnsureLoaded();
+  return FlushDue(true);
+}
+
 absl::Status NodeTracker::CheckHeartbeats(std::vector<v1::Event>* events) {
   DHP_CHECK_ON_THREAD(loop_);
+  EnsureLoaded();
+  if (absl::Status s = FlushDue(false); !s.ok()) {
+    DHP_LOG(WARNING) << "writing heartbeat times (kept in memory; written again with each node's next due beat): " << s;
+  }
   const int64_t now = clock_.NowMicros();
   const int64_t timeout = static_cast<int64_t>(options_.heartbeat_timeout_ms) * 1000;
-  for (v1::Node& node : store_.ListNodes()) {
-    if (node.state() != v1::NODE_STATE_READY) continue;
-    int64_t last = TimestampToMicros(node.last_heartbeat_time());
-    auto it = last_beat_.find(node.id());
-    const bool heard = it != last_beat_.end();  // since this controller started
-    if (heard) last = std::max(last, it->second);
-    // Grace after a controller restart: a node not heard from since counts its silence from our
-    // start, and gets at least restart_grace_ms. `last` itself stays the real last beat, for
-    // the stored time and the reason.
-    const int64_t grace = std::max<int64_t>(timeout, int64_t{options_.restart_grace_ms} * 1000);
-    if (!heard && now - started_micros_ < grace) continue;
-    if (now - std::max(last, started_micros_) < timeout) continue;
-    *node.mutable_last_heartbeat_time() = MicrosToTimestamp(last);
-    const std::string reason = "no heartbeat for " + FormatSeconds(now - last) + " (timeout " +
-                               FormatSeconds(timeout) + ")";
-    if (absl::Status s = SetState(&node, v1::NODE_STATE_LOST, reason, events); !s.ok()) return s;
+  // Grace after a controller restart: a node not heard from since counts its silence from our
+  // start, and gets at least restart_grace_ms. `last_beat` itself stays the real last beat, for
+  // the stored time and the reason.
+  const int64_t grace = std::max<int64_t>(timeout, int64_t{options_.restart_grace_ms} * 1000);
+  for (auto& [id, t] : nodes_) {
+    if (t.node.state() != v1::NODE_STATE_READY) continue;
+    if (!t.heard && now - started_micros_ < grace) continue;
+    if (now - std::max(t.last_beat, started_micros_) < timeout) continue;
+    const std::string reason = "no heartbeat for " + FormatSeconds(now - t.last_beat) +
+                               " (timeout " + FormatSeconds(timeout) + ")";
+    if (absl::Status s = SetState(t, v1::NODE_STATE_LOST, reason, events); !s.ok()) return s;
   }
   return absl::OkStatus();
 }

@@ -1,5 +1,10 @@
 // NodeTracker: worker registration, heartbeats and loss detection, persisted in the Store.
 //
+// Nodes live in memory (loaded from the Store on first use): a heartbeat and the loss check
+// read no SQLite. A state change is written at once, with its event; heartbeat times are
+// written at most every 30 s per node, in one transaction per CheckHeartbeats tick for all
+// the nodes that are due.
+//
 // A node that has not heartbeated for `heartbeat_timeout_ms` is marked LOST (with an event);
 // its next heartbeat or registration brings it back to READY. After a controller restart every
 // node gets a fresh grace period (its agent cannot have heartbeated while we were down).
@@ -35,23 +40,36 @@ class NodeTracker {
   absl::Status Register(const v1::RegisterNodeRequest& req, v1::RegisterNodeResponse* resp,
                         std::vector<v1::Event>* events);
   absl::Status Heartbeat(const v1::HeartbeatRequest& req, std::vector<v1::Event>* events);
-  std::vector<v1::Node> List();
-  // Marks READY nodes that have been silent too long as LOST. Call periodically.
+  std::vector<v1::Node> List();  // by id, with their newest heartbeat times
+  // A node as the tracker knows it; NOT_FOUND when it never registered.
+  absl::StatusOr<v1::Node> Get(const std::string& node_id);
+  // Writes the heartbeat times that are due, then marks READY nodes that have been silent too
+  // long as LOST. Call periodically.
   absl::Status CheckHeartbeats(std::vector<v1::Event>* events);
+  // Writes every heartbeat time not yet written (on shutdown).
+  absl::Status Flush();
 
  private:
   ThreadChecker loop_;  // the controller's loop thread: every entry point checks it
-  absl::Status SetState(v1::Node* node, v1::NodeState state, const std::string& reason,
+  struct Tracked {
+    v1::Node node;             // as stored, but for last_heartbeat_time
+    int64_t last_beat = 0;     // newest heartbeat (the stored one until it beats)
+    int64_t persisted = 0;     // the heartbeat time the store holds
+    bool heard = false;        // it has beaten or registered since this tracker started
+  };
+  void EnsureLoaded();
+  // Persists `t` in `state` (with an event when the state changes) at its newest beat time.
+  absl::Status SetState(Tracked& t, v1::NodeState state, const std::string& reason,
                         std::vector<v1::Event>* events);
+  absl::Status FlushDue(bool all);
 
   Store& store_;
   const Clock& clock_;
   const NodeTrackerOptions options_;
   const int64_t started_micros_;
-  // Newest heartbeat per node, in memory; the store is updated on state changes and every
-  // few heartbeats, so that a busy cluster does not write SQLite on every beat.
-  std::map<std::string, int64_t> last_beat_;
-  std::map<std::string, int64_t> last_persisted_;
+  bool loaded_ = false;
+  std::map<std::string, Tracked> nodes_;  // by id
+  std::vector<std::string> due_;           // nodes whose heartbeat time is to be written
 };
 
 }  // namespace dhp::controller

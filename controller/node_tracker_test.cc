@@ -217,12 +217,43 @@ TEST_F(NodeTrackerTest, HeartbeatTimesArePersistedEveryThirtySeconds) {
   for (int i = 0; i < 7; ++i) {  // beats at 5, 10, ..., 35 s
     clock_.AdvanceMicros(5 * kSecond);
     ASSERT_TRUE(Heartbeat("n1", &events).ok());
+    ASSERT_TRUE(Check().empty());  // the tick writes the beats that are due
     const int64_t stored = TimestampToMicros(store_->GetNode("n1")->last_heartbeat_time());
     EXPECT_EQ(stored, i < 5 ? registered : registered + 30 * kSecond) << "beat " << i;
     EXPECT_EQ(TimestampToMicros(tracker_->List()[0].last_heartbeat_time()),
               clock_.NowMicros());
   }
   EXPECT_EQ(events.size(), 1u);  // persisting a beat is not an event
+}
+
+// Heartbeats are answered from memory; the times that are due are written together by the next
+// tick, and a new tracker (a controller restart) reads them back.
+TEST_F(NodeTrackerTest, DueHeartbeatTimesAreWrittenTogetherByTheNextTick) {
+  std::vector<v1::Event> events;
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(Register(NodeRequest("n" + std::to_string(i)), &events).ok());
+  }
+  const int64_t registered = clock_.NowMicros();
+  clock_.AdvanceMicros(31 * kSecond);
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(Heartbeat("n" + std::to_string(i), &events).ok());
+  const int64_t beat = clock_.NowMicros();
+  for (const v1::Node& n : store_->ListNodes()) {
+    EXPECT_EQ(TimestampToMicros(n.last_heartbeat_time()), registered) << n.id();
+  }
+  EXPECT_EQ(TimestampToMicros(tracker_->Get("n7")->last_heartbeat_time()), beat);
+  ASSERT_TRUE(Check().empty());
+  for (const v1::Node& n : store_->ListNodes()) {
+    EXPECT_EQ(TimestampToMicros(n.last_heartbeat_time()), beat) << n.id();
+  }
+  clock_.AdvanceMicros(5 * kSecond);
+  ASSERT_TRUE(Heartbeat("n3", &events).ok());  // not due: memory only...
+  ASSERT_TRUE(tracker_->Flush().ok());         // ...until shutdown writes it
+  EXPECT_EQ(TimestampToMicros(store_->GetNode("n3")->last_heartbeat_time()), clock_.NowMicros());
+  EXPECT_EQ(TimestampToMicros(store_->GetNode("n4")->last_heartbeat_time()), beat);
+  tracker_ = std::make_unique<NodeTracker>(*store_, clock_, options_);
+  EXPECT_EQ(TimestampToMicros(tracker_->Get("n3")->last_heartbeat_time()), clock_.NowMicros());
+  EXPECT_EQ(tracker_->List().size(), 100u);
+  EXPECT_EQ(tracker_->Get("nope").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(NodeTrackerTest, HeartbeatAfterLostMakesTheNodeReadyAgain) {

@@ -208,6 +208,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
     // Checkpoint from a background thread instead of inside whichever commit crosses the
     // threshold (see wal_checkpointer.h).
     DHP_RETURN_IF_ERROR(store->db_->Exec("PRAGMA wal_autocheckpoint = 0"));
+    // A writer that restarts a fully checkpointed WAL trims the file to this size.
+    DHP_RETURN_IF_ERROR(store->db_->Exec("PRAGMA journal_size_limit = 4194304"));
     DHP_ASSIGN_OR_RETURN(store->checkpointer_, WalCheckpointer::Start(path));
   }
   return store;
@@ -449,26 +451,41 @@ std::map<v1::JobState, int64_t> Store::CountJobsByState() {
 
 // ---- nodes ----------------------------------------------------------------------------------
 
-absl::StatusOr<std::vector<v1::Event>> Store::PutNode(const v1::Node& node,
-                                                      const std::vector<v1::Event>& events) {
+namespace {
+
+absl::Status UpsertNode(SqliteDb& db, const v1::Node& node) {
   if (node.id().empty()) return absl::InvalidArgumentError("node.id is empty; every node needs an id");
   DHP_RETURN_IF_ERROR(CheckStorable(node, absl::StrCat("node ", node.id())));
-  DHP_ASSIGN_OR_RETURN(Transaction tx, db_->Begin());
   DHP_ASSIGN_OR_RETURN(
       ScopedStatement upsert,
-      db_->Prepare("INSERT INTO nodes (id, hostname, state, last_heartbeat_us, proto) "
-                   "VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
-                   "hostname = excluded.hostname, state = excluded.state, "
-                   "last_heartbeat_us = excluded.last_heartbeat_us, proto = excluded.proto"));
+      db.Prepare("INSERT INTO nodes (id, hostname, state, last_heartbeat_us, proto) "
+                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+                 "hostname = excluded.hostname, state = excluded.state, "
+                 "last_heartbeat_us = excluded.last_heartbeat_us, proto = excluded.proto"));
   upsert->BindText(1, node.id())
       .BindText(2, node.hostname())
       .BindInt(3, node.state())
       .BindInt(4, Micros(node.last_heartbeat_time()))
       .BindBlob(5, node.SerializeAsString());
-  DHP_RETURN_IF_ERROR(upsert->Run());
+  return upsert->Run();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<v1::Event>> Store::PutNode(const v1::Node& node,
+                                                      const std::vector<v1::Event>& events) {
+  DHP_ASSIGN_OR_RETURN(Transaction tx, db_->Begin());
+  DHP_RETURN_IF_ERROR(UpsertNode(*db_, node));
   DHP_ASSIGN_OR_RETURN(std::vector<v1::Event> out, AppendEvents(*db_, events, "", node.id()));
   DHP_RETURN_IF_ERROR(tx.Commit());
   return out;
+}
+
+absl::Status Store::PutNodes(const std::vector<v1::Node>& nodes) {
+  if (nodes.empty()) return absl::OkStatus();
+  DHP_ASSIGN_OR_RETURN(Transaction tx, db_->Begin());
+  for (const v1::Node& node : nodes) DHP_RETURN_IF_ERROR(UpsertNode(*db_, node));
+  return tx.Commit();
 }
 
 absl::StatusOr<v1::Node> Store::GetNode(const std::string& node_id) {

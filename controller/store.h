@@ -97,6 +97,8 @@ class Store {
   // Nodes: insert or replace, with events, in one transaction.
   absl::StatusOr<std::vector<v1::Event>> PutNode(const v1::Node& node,
                                                  const std::vector<v1::Event>& events);
+  // Several nodes (no events) in one transaction: the batched heartbeat times.
+  absl::Status PutNodes(const std::vector<v1::Node>& nodes);
   absl::StatusOr<v1::Node> GetNode(const std::string& node_id);
   std::vector<v1::Node> ListNodes();  // by id
 

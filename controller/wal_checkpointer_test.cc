@@ -31,5 +31,38 @@ TEST(WalCheckpointerTest, CheckpointsWhatTheWriterLeavesInTheWal) {
   EXPECT_GE(std::filesystem::file_size(path), before + 50 * 8192);
 }
 
+TEST(WalCheckpointerTest, TruncateEmptiesTheWalFile) {
+  const std::string path = testing::TempDir() + "/wal_truncate.db";
+  std::filesystem::remove(path);
+  auto writer = SqliteDb::Open(path);
+  ASSERT_TRUE(writer.ok());
+  ASSERT_EQ(*(*writer)->QueryText("PRAGMA journal_mode = WAL"), "wal");
+  ASSERT_TRUE((*writer)->Exec("PRAGMA wal_autocheckpoint = 0; CREATE TABLE t (x BLOB)").ok());
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE((*writer)->Exec("INSERT INTO t VALUES (zeroblob(8192))").ok());
+  }
+  ASSERT_GE(std::filesystem::file_size(path + "-wal"), 50u * 8192);
+  // PASSIVE alone (truncation an hour away) copies the pages but keeps the file's size.
+  {
+    auto passive = WalCheckpointer::Start(path, std::chrono::milliseconds(10), std::chrono::hours(1));
+    ASSERT_TRUE(passive.ok()) << passive.status();
+    for (int i = 0; i < 100 && (*passive)->checkpoints() < 2; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_GE((*passive)->checkpoints(), 2);
+    EXPECT_EQ((*passive)->truncations(), 0);
+    EXPECT_GE(std::filesystem::file_size(path + "-wal"), 50u * 8192);
+  }
+  auto ckpt = WalCheckpointer::Start(path, std::chrono::milliseconds(10),
+                                     std::chrono::milliseconds(30));
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  for (int i = 0; i < 200 && (*ckpt)->truncations() < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_GE((*ckpt)->truncations(), 1);
+  EXPECT_EQ(std::filesystem::file_size(path + "-wal"), 0u);
+  EXPECT_EQ(*(*writer)->QueryInt("SELECT COUNT(*) FROM t"), 50);
+}
+
 }  // namespace
 }  // namespace dhp::controller
