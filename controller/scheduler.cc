@@ -69,6 +69,7 @@ void Scheduler::State::Rebuild() {
   res_mark.assign(nodes.size(), 0);
   res_count.assign(nodes.size(), 0);
   ++epoch;
+  ++version;
 }
 
 int Scheduler::State::PeekHandle() const {
@@ -88,6 +89,7 @@ void Scheduler::State::Commit(const std::string& job_id, const std::vector<SlotR
   handle_job[h] = job_id;
   handle_ranks[h] = job_ranks;
   job_handle[job_id] = h;
+  ++version;
 }
 
 // ---- Scheduler ---------------------------------------------------------------------------
@@ -106,6 +108,7 @@ void Scheduler::UpsertNode(const NodeCapacity& cap) {
     st.Recount(node);
     st.Refresh(it->second);
     ++st.epoch;
+    ++st.version;
     return;
   }
   Node node;
@@ -125,6 +128,7 @@ void Scheduler::UpsertNode(const NodeCapacity& cap) {
   st.res_count.resize(st.nodes.size(), 0);
   st.Refresh(n);
   ++st.epoch;
+  ++st.version;
 }
 
 void Scheduler::RemoveNode(const std::string& node_id) {
@@ -203,6 +207,7 @@ void Scheduler::Release(const std::string& job_id) {
     st.Refresh(n->second);
   }
   st.job_handle.erase(it);
+  ++st.version;
   st.handle_job[h].clear();
   st.handle_ranks[h].clear();
   st.free_handles.push_back(h);
@@ -217,54 +222,106 @@ absl::Status Scheduler::CheckFeasible(const JobDemand& job) const {
   return absl::FailedPreconditionError(s_->Infeasibility(sh));
 }
 
+namespace {
+
+// The pass order: priority descending, then submit_seq, then job id.
+bool Before(const JobDemand& a, const JobDemand& b) {
+  if (a.priority != b.priority) return a.priority > b.priority;
+  if (a.submit_seq != b.submit_seq) return a.submit_seq < b.submit_seq;
+  return a.job_id < b.job_id;
+}
+
+}  // namespace
+
+void Scheduler::State::Decide(const JobDemand& job, Reservation* head,
+                              std::unordered_map<std::string, FailInfo>* failed,
+                              ScheduleResult* out) {
+  if (job_handle.count(job.job_id) > 0) return;
+  Shape& sh = shape;
+  if (absl::Status s = BuildShape(job, &sh); !s.ok()) {
+    out->waiting[job.job_id] = absl::StrCat("invalid demand: ", s.message());
+    return;
+  }
+  auto it = failed->find(sh.key);
+  if (it == failed->end()) {
+    for (int kind : {kGpu, kCpu}) {
+      taken.clear();
+      if (Pack(sh, kind, PeekHandle(), &ranks, &taken)) {
+        Commit(job.job_id, ranks);
+        out->placed.push_back({job.job_id, ranks, head->active});
+        // A shape that failed before still fails, but whether it would fit with the head's
+        // reservation lifted may have changed: reasons are worked out afresh.
+        failed->clear();
+        return;
+      }
+    }
+    FailInfo info = Classify(job, sh, head);
+    if (info.why == Why::kHead) {
+      out->waiting[job.job_id] = std::move(info.text);
+      failed->clear();  // what failed before the reservation is classified again after it
+      return;
+    }
+    it = failed->emplace(sh.key, std::move(info)).first;
+  }
+  out->waiting[job.job_id] = Reason(job, sh, it->second, *head);
+}
+
+void Scheduler::State::EndPass(const JobDemand* last, Reservation* head,
+                               const ScheduleResult& out) {
+  settled = out.placed.empty();
+  settled_version = version;
+  if (last != nullptr) tail = *last;
+  if (head->active) this->head = *head->job;
+  EndReservation(head);
+}
+
 ScheduleResult Scheduler::Schedule(const std::vector<JobDemand>& queue) {
   State& st = *s_;
   ScheduleResult out;
   std::vector<const JobDemand*> order;
   order.reserve(queue.size());
   for (const JobDemand& j : queue) order.push_back(&j);
-  std::sort(order.begin(), order.end(), [](const JobDemand* a, const JobDemand* b) {
-    if (a->priority != b->priority) return a->priority > b->priority;
-    if (a->submit_seq != b->submit_seq) return a->submit_seq < b->submit_seq;
-    return a->job_id < b->job_id;
-  });
+  std::sort(order.begin(), order.end(),
+            [](const JobDemand* a, const JobDemand* b) { return Before(*a, *b); });
   Reservation head;
   // Shapes that failed in this pass, with why. Free slots only shrink during a pass (and after
-  // the head's reservation is made they shrink further), so a shape that failed fails again.
+  // the head's reservation is made they shrink further), so a shape that failed fails again;
+  // its reason holds until the next placement or reservation.
   std::unordered_map<std::string, FailInfo> failed;
-  Shape& sh = st.shape;
-  for (const JobDemand* job : order) {
-    if (st.job_handle.count(job->job_id) > 0) continue;
-    if (absl::Status s = BuildShape(*job, &sh); !s.ok()) {
-      out.waiting[job->job_id] = absl::StrCat("invalid demand: ", s.message());
-      continue;
+  for (const JobDemand* job : order) st.Decide(*job, &head, &failed, &out);
+  st.head.reset();
+  st.tail.reset();
+  st.EndPass(order.empty() ? nullptr : order.back(), &head, out);
+  return out;
+}
+
+std::optional<ScheduleResult> Scheduler::ScheduleAppended(const std::vector<JobDemand>& appended) {
+  State& st = *s_;
+  if (!st.settled || st.settled_version != st.version) return std::nullopt;
+  std::vector<const JobDemand*> order;
+  for (const JobDemand& j : appended) order.push_back(&j);
+  std::sort(order.begin(), order.end(),
+            [](const JobDemand* a, const JobDemand* b) { return Before(*a, *b); });
+  if (order.empty()) return ScheduleResult{};
+  if (st.tail.has_value() && !Before(*st.tail, *order.front())) return std::nullopt;
+  // The state a full pass would be in after its last job: the same head, reserving the same
+  // slots (nothing changed since it was chosen).
+  Reservation head;
+  std::optional<JobDemand> head_job = st.head;
+  if (head_job.has_value()) {
+    if (BuildShape(*head_job, &st.shape).ok()) {
+      const FailInfo info = st.Classify(*head_job, st.shape, &head);
+      if (info.why != Why::kHead) {  // cannot happen while settled; be safe: a full pass
+        st.EndReservation(&head);
+        return std::nullopt;
+      }
     }
-    auto it = failed.find(sh.key);
-    if (it == failed.end()) {
-      bool placed = false;
-      for (int kind : {kGpu, kCpu}) {
-        st.taken.clear();
-        if (st.Pack(sh, kind, st.PeekHandle(), &st.ranks, &st.taken)) {
-          placed = true;
-          break;
-        }
-      }
-      if (placed) {
-        st.Commit(job->job_id, st.ranks);
-        out.placed.push_back({job->job_id, st.ranks, head.active});
-        continue;
-      }
-      FailInfo info = st.Classify(*job, sh, &head);
-      if (info.why == Why::kHead) {
-        out.waiting[job->job_id] = std::move(info.text);
-        failed.clear();  // what failed before the reservation is classified again after it
-        continue;
-      }
-      it = failed.emplace(sh.key, std::move(info)).first;
-    }
-    out.waiting[job->job_id] = st.Reason(*job, sh, it->second, head);
   }
-  st.EndReservation(&head);
+  ScheduleResult out;
+  std::unordered_map<std::string, FailInfo> failed;
+  for (const JobDemand* job : order) st.Decide(*job, &head, &failed, &out);
+  st.head.reset();
+  st.EndPass(order.back(), &head, out);
   return out;
 }
 

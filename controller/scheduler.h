@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -139,6 +140,13 @@ class Scheduler {
   // placement it returns. Jobs of `queue` that already hold an allocation are skipped (neither
   // placed nor waiting); every other job is either placed or in `waiting` with a reason.
   ScheduleResult Schedule(const std::vector<JobDemand>& queue);
+  // The pass for jobs added to the queue since the last Schedule() or ScheduleAppended(), when
+  // no node or allocation changed since, that pass placed nothing, and every job of `appended`
+  // comes after every job of that pass in the order: the decisions equal those of a full pass
+  // over the whole queue (which would decide every earlier job as before), at the cost of the
+  // appended jobs and the head's reservation instead of the whole queue. nullopt when it does
+  // not apply: call Schedule() with the whole queue instead.
+  std::optional<ScheduleResult> ScheduleAppended(const std::vector<JobDemand>& appended);
 
   int total_slots() const;  // slots of all registered nodes, schedulable or not
   int free_slots() const;   // slots a new job could get now: free, on schedulable nodes

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -159,6 +160,14 @@ struct Scheduler::State {
   std::unordered_map<std::string, int> node_index;
   FreeIndex index[2];  // schedulable nodes of each kind (kCpu, kGpu)
   int64_t epoch = 0;   // bumped on every node change
+  int64_t version = 0;  // bumped on every change of nodes or allocations
+
+  // What the last pass left, for ScheduleAppended: valid while `version` is `settled_version`
+  // and that pass placed nothing (a pass that places can change the head's reservation).
+  bool settled = false;
+  int64_t settled_version = -1;
+  std::optional<JobDemand> tail;  // the job the pass considered last
+  std::optional<JobDemand> head;  // the job that held the reservation
 
   // Allocations. A job is a small integer handle in the slot owner arrays.
   std::unordered_map<std::string, int> job_handle;
@@ -232,6 +241,13 @@ struct Scheduler::State {
   FailInfo Classify(const JobDemand& job, const Shape& sh, Reservation* head);
   std::string Reason(const JobDemand& job, const Shape& sh, const FailInfo& f,
                      const Reservation& head) const;
+
+  // ---- a pass (scheduler.cc) ---------------------------------------------------------------
+  // Places `job` or says why it waits, as the pass's loop does at that point of the order.
+  void Decide(const JobDemand& job, Reservation* head,
+              std::unordered_map<std::string, FailInfo>* failed, ScheduleResult* out);
+  // Ends the pass: records what ScheduleAppended needs, then lifts the reservation.
+  void EndPass(const JobDemand* last, Reservation* head, const ScheduleResult& out);
 };
 
 }  // namespace dhp::controller

@@ -578,5 +578,90 @@ TEST(SchedulerTest, RandomPassesKeepInvariants) {
   }
 }
 
+// ScheduleAppended decides exactly as a full pass over the whole queue would: two schedulers
+// driven alike, one passing only the new jobs whenever it may, the other the whole queue.
+TEST(SchedulerTest, AppendedJobsAreDecidedAsByAFullPass) {
+  std::mt19937 rng(11);
+  const auto uniform = [&](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(rng);
+  };
+  int appended_passes = 0, full_passes = 0, appended_placed = 0, appended_waiting = 0;
+  for (int round = 0; round < 60; ++round) {
+    Scheduler quick, full;
+    std::map<std::string, NodeCapacity> nodes;
+    for (int n = 0, count = uniform(1, 5); n < count; ++n) {
+      NodeCapacity c{"n" + std::to_string(n), uniform(0, 1) == 1, uniform(1, 8),
+                     uniform(0, 2) * 16 * kGiB, true};
+      nodes[c.node_id] = c;
+      quick.UpsertNode(c);
+      full.UpsertNode(c);
+    }
+    std::vector<JobDemand> queue;
+    std::vector<std::string> running;
+    int next = 0;
+    for (int step = 0; step < 25; ++step) {
+      std::vector<JobDemand> added;
+      for (int k = uniform(1, 3); k > 0; --k) {
+        const int world = uniform(1, 10), tp = std::min(world, 1 << uniform(0, 2));
+        // Mostly the lowest priority, so that it comes last; sometimes one that outranks.
+        JobDemand j = Job("j" + std::to_string(next), world, {}, uniform(0, 5) == 0 ? 2 : 0,
+                          next, uniform(0, 3) == 0 ? 24 * kGiB : 0);
+        ++next;
+        for (int g = 0; g + tp <= world; g += tp) {
+          std::vector<int> group(tp);
+          std::iota(group.begin(), group.end(), g);
+          j.same_node_groups.push_back(group);
+        }
+        added.push_back(j);
+        queue.push_back(j);
+      }
+      if (!running.empty() && uniform(0, 3) == 0) {
+        const int i = uniform(0, static_cast<int>(running.size()) - 1);
+        quick.Release(running[i]);
+        full.Release(running[i]);
+        running.erase(running.begin() + i);
+      }
+      const ScheduleResult want = full.Schedule(queue);
+      std::optional<ScheduleResult> got = quick.ScheduleAppended(added);
+      if (got.has_value()) {
+        ++appended_passes;
+        // The full pass places only appended jobs, and decides them alike.
+        ASSERT_EQ(got->placed.size(), want.placed.size()) << "round " << round << " step " << step;
+        for (size_t i = 0; i < want.placed.size(); ++i) {
+          EXPECT_EQ(got->placed[i].job_id, want.placed[i].job_id);
+          EXPECT_EQ(got->placed[i].ranks, want.placed[i].ranks);
+          EXPECT_EQ(got->placed[i].backfilled, want.placed[i].backfilled);
+        }
+        for (const auto& [id, why] : got->waiting) {
+          ASSERT_TRUE(want.waiting.count(id) > 0) << id;
+          EXPECT_EQ(why, want.waiting.at(id)) << id;
+          ++appended_waiting;
+        }
+        EXPECT_EQ(got->placed.size() + got->waiting.size(), added.size());
+        appended_placed += static_cast<int>(got->placed.size());
+      } else {
+        ++full_passes;
+        const ScheduleResult r = quick.Schedule(queue);
+        ASSERT_EQ(r.placed.size(), want.placed.size());
+        for (size_t i = 0; i < want.placed.size(); ++i) {
+          EXPECT_EQ(r.placed[i].ranks, want.placed[i].ranks);
+        }
+        EXPECT_EQ(r.waiting, want.waiting);
+      }
+      for (const PlacementDecision& d : want.placed) {
+        running.push_back(d.job_id);
+        queue.erase(std::remove_if(queue.begin(), queue.end(),
+                                   [&](const JobDemand& j) { return j.job_id == d.job_id; }),
+                    queue.end());
+      }
+    }
+  }
+  // Both paths were exercised, the quick one with placements and with waiting jobs.
+  EXPECT_GT(appended_passes, 200);
+  EXPECT_GT(full_passes, 100);
+  EXPECT_GT(appended_placed, 10);
+  EXPECT_GT(appended_waiting, 200);
+}
+
 }  // namespace
 }  // namespace dhp::controller
