@@ -198,12 +198,12 @@ void Supervisor::OnJobQueued(const v1::Job& job) {
   DHP_CHECK_ON_THREAD(loop_);
   queue_[job.id()] =
       DemandForSpec(RunKey(job.id(), job.current_attempt()), job.spec(), job.submit_seq());
-  dirty_ = true;
+  appended_.push_back(job.id());
 }
 
 absl::Status Supervisor::OnJobCancelled(const v1::Job& job, std::vector<v1::Event>* events) {
   DHP_CHECK_ON_THREAD(loop_);
-  queue_.erase(job.id());
+  if (queue_.erase(job.id()) > 0) dirty_ = true;  // it may have held the reservation
   waiting_.erase(job.id());
   if (job.state() != v1::JOB_STATE_CANCELLING) return absl::OkStatus();
   ActiveRun* run = FindRun(job.id(), job.current_attempt());
@@ -276,12 +276,30 @@ absl::Status Supervisor::OnNodeLost(const std::string& node_id, std::vector<v1::
 
 absl::Status Supervisor::Schedule(std::vector<v1::Event>* events) {
   DHP_CHECK_ON_THREAD(loop_);
-  if (!dirty_ || queue_.empty()) return absl::OkStatus();
+  if ((!dirty_ && appended_.empty()) || queue_.empty()) return absl::OkStatus();
+  // Jobs queued since the last pass, when nothing else changed: decided without a pass over
+  // the whole queue (the Scheduler checks that the result equals a full pass's, or declines).
+  std::optional<ScheduleResult> quick;
+  if (!dirty_) {
+    std::vector<JobDemand> added;
+    for (const std::string& id : appended_) {
+      if (auto it = queue_.find(id); it != queue_.end()) added.push_back(it->second);
+    }
+    quick = scheduler_.ScheduleAppended(added);
+  }
   dirty_ = false;
-  std::vector<JobDemand> queue;
-  queue.reserve(queue_.size());
-  for (const auto& [id, demand] : queue_) queue.push_back(demand);
-  ScheduleResult result = scheduler_.Schedule(queue);
+  appended_.clear();
+  ScheduleResult result;
+  if (quick.has_value()) {
+    result = *std::move(quick);
+    ++appended_passes_;
+  } else {
+    std::vector<JobDemand> queue;
+    queue.reserve(queue_.size());
+    for (const auto& [id, demand] : queue_) queue.push_back(demand);
+    result = scheduler_.Schedule(queue);
+    ++full_passes_;
+  }
   for (const PlacementDecision& decision : result.placed) {
     if (absl::Status s = Place(decision, events); !s.ok()) {
       scheduler_.Release(decision.job_id);

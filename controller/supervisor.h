@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -111,7 +112,9 @@ class Supervisor {
   absl::Status OnCheckpointRejected(const v1::RejectCheckpointRequest& req,
                                     std::vector<v1::Event>* events);
 
-  // Places queued jobs when something changed since the last pass (cheap otherwise).
+  // Places queued jobs when something changed since the last pass (cheap otherwise). When only
+  // new jobs were queued, only they are tried (Scheduler::ScheduleAppended), so that a submit
+  // costs the same with 10 or 10,000 jobs waiting.
   absl::Status Schedule(std::vector<v1::Event>* events);
   // Periodic: fails runs whose step has not advanced for their stall timeout, and runs with
   // ranks their agents have not reported launched within the launch timeout.
@@ -136,6 +139,9 @@ class Supervisor {
   // Placed ranks that heartbeats have looked at, in all; a heartbeat looks only at the ranks
   // placed on its own node (for tests).
   int64_t ranks_visited() const { return ranks_visited_; }
+  // Scheduling passes over the whole queue, and over only the jobs queued since (for tests).
+  int64_t full_passes() const { return full_passes_; }
+  int64_t appended_passes() const { return appended_passes_; }
 
  private:
   ThreadChecker loop_;  // the controller's loop thread: every entry point checks it
@@ -190,7 +196,10 @@ class Supervisor {
   std::vector<std::string> deletions_;
   std::vector<std::pair<std::string, std::string>> manifests_;
   std::set<std::string> lost_nodes_;
-  bool dirty_ = true;  // the queue or the free slots changed since the last pass
+  bool dirty_ = true;  // nodes, slots or the queue's jobs changed since the last pass
+  std::vector<std::string> appended_;  // jobs queued since the last pass
+  int64_t full_passes_ = 0;
+  int64_t appended_passes_ = 0;
 };
 
 // "job#attempt": the scheduler's allocation key of a run.

@@ -407,6 +407,32 @@ TEST_F(SupervisorTest, AHeartbeatVisitsOnlyTheRanksOfItsOwnNode) {
   EXPECT_EQ(launches, 0u);
 }
 
+// A submit behind a long queue tries only the new job; a change of slots brings a full pass.
+TEST_F(SupervisorTest, NewJobsAreScheduledWithoutAPassOverTheQueue) {
+  AddNode("n1", 2);
+  const v1::Job first = Submit("first");
+  Schedule();
+  ASSERT_EQ(Stored(first.id()).state(), v1::JOB_STATE_SCHEDULED);
+  Submit("second");
+  Schedule();  // the pass before placed a job: this one goes over the whole queue
+  const int64_t full = sup_->full_passes();
+  std::vector<v1::Job> waiting;
+  for (int i = 0; i < 50; ++i) {
+    waiting.push_back(Submit("w" + std::to_string(i)));
+    Schedule();
+  }
+  EXPECT_EQ(sup_->full_passes(), full);
+  EXPECT_EQ(sup_->appended_passes(), 50);
+  EXPECT_EQ(Stored(waiting[49].id()).state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(Stored(waiting[49].id()).message(), Stored(waiting[0].id()).message());
+  EXPECT_THAT(Stored(waiting[49].id()).message(), HasSubstr("waiting for 2 free CPU slots"));
+  AddNode("n2", 2);  // new slots: a full pass places the oldest waiting job
+  Schedule();
+  EXPECT_EQ(sup_->full_passes(), full + 1);
+  EXPECT_EQ(Stored(waiting[0].id()).state(), v1::JOB_STATE_QUEUED);  // "second" goes first
+  EXPECT_EQ(sup_->queue_size(), 50u);
+}
+
 TEST_F(SupervisorTest, ALostNodeFailsItsRuns) {
   AddNode("n1", 2);
   const v1::Job job = Submit("lost", 0);
