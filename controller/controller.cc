@@ -1,5 +1,6 @@
 #include "controller/controller.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -81,7 +82,10 @@ Controller::~Controller() {
 }
 
 void Controller::Start() {
-  loop_ = std::thread([this] { io_.run(); });
+  loop_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "dhp-loop");  // for top -H and the scale benchmark
+    io_.run();
+  });
   loop_id_ = loop_.get_id();
   absl::Status recovered = OnLoop([this] { return supervisor_.Recover(); });
   if (!recovered.ok()) DHP_LOG(ERROR) << "recovering runs from the store: " << recovered;
