@@ -16,7 +16,7 @@ namespace {
 using grpc::ServerContext;
 
 // The "authorization" metadata of a call, empty when absent.
-std::string_view Authorization(const ServerContext* ctx) {
+std::string_view Authorization(const grpc::ServerContextBase* ctx) {
   auto it = ctx->client_metadata().find("authorization");
   if (it == ctx->client_metadata().end()) return {};
   return std::string_view(it->second.data(), it->second.size());
@@ -49,19 +49,52 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const TlsPems& tls) {
 
 }  // namespace
 
+// The methods served with gRPC's callback API: those that wait only for the controller's loop.
+// Each is handed to DhpService::Dispatch, which runs it on the loop and finishes the call from
+// there, so that a call waiting for the loop holds no thread. The rest (WatchJob, GetLogs,
+// AppendLogs, KvGet, KvWait) may wait for other things (events, files, keys) and stay
+// synchronous, one gRPC thread per call in flight.
+using AsyncJobService = v1::JobService::WithCallbackMethod_SubmitJob<
+    v1::JobService::WithCallbackMethod_GetJob<v1::JobService::WithCallbackMethod_ListJobs<
+        v1::JobService::WithCallbackMethod_CancelJob<
+            v1::JobService::WithCallbackMethod_ResumeJob<v1::JobService::Service>>>>>;
+using AsyncNodeService = v1::NodeService::WithCallbackMethod_ListNodes<v1::NodeService::Service>;
+using AsyncWorkerService = v1::WorkerService::WithCallbackMethod_RegisterNode<
+    v1::WorkerService::WithCallbackMethod_Heartbeat<v1::WorkerService::WithCallbackMethod_KvSet<
+        v1::WorkerService::WithCallbackMethod_KvAdd<v1::WorkerService::WithCallbackMethod_KvCheck<
+            v1::WorkerService::WithCallbackMethod_KvDelete<
+                v1::WorkerService::WithCallbackMethod_ReportProgress<
+                    v1::WorkerService::WithCallbackMethod_ReportCheckpoint<
+                        v1::WorkerService::WithCallbackMethod_RejectCheckpoint<
+                            v1::WorkerService::Service>>>>>>>>>;
+
 // The three gRPC services of dhp.v1 in one object: each method of api/methods.h forwards to
 // the same-named DhpService method through the Authorizer (api/authz.h). Registered once per
 // service.
-class GrpcServices final : public v1::JobService::Service,
-                           public v1::NodeService::Service,
-                           public v1::WorkerService::Service {
+class GrpcServices final : public AsyncJobService,
+                           public AsyncNodeService,
+                           public AsyncWorkerService {
  public:
-  GrpcServices(DhpService& service, const TokenAuth& auth) : authz_(auth, service) {}
+  GrpcServices(DhpService& service, const TokenAuth& auth)
+      : service_(service), authz_(auth, service) {}
 
-#define DHP_GRPC_UNARY(S, M, A, V, P, D)                                                   \
-  grpc::Status M(ServerContext* ctx, const v1::M##Request* req, v1::M##Response* resp)     \
-      override {                                                                           \
-    return ToGrpcStatus(authz_.Call(Authorization(ctx), #M, &DhpService::M, *req, resp)); \
+  // Both forms of every method: gRPC calls the synchronous one for the methods left
+  // synchronous and the callback one for the others (the callback form of a synchronous method
+  // overrides nothing and is never called).
+#define DHP_GRPC_UNARY(S, M, A, V, P, D)                                                      \
+  grpc::Status M(ServerContext* ctx, const v1::M##Request* req, v1::M##Response* resp)        \
+      override {                                                                              \
+    return ToGrpcStatus(authz_.Call(Authorization(ctx), #M, &DhpService::M, *req, resp));    \
+  }                                                                                           \
+  grpc::ServerUnaryReactor* M(grpc::CallbackServerContext* ctx, const v1::M##Request* req,   \
+                              v1::M##Response* resp) {                                        \
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();                                \
+    service_.Dispatch(                                                                        \
+        [this, token = std::string(Authorization(ctx)), req, resp] {                          \
+          return authz_.Call(token, #M, &DhpService::M, *req, resp);                          \
+        },                                                                                    \
+        [reactor](const absl::Status& s) { reactor->Finish(ToGrpcStatus(s)); });              \
+    return reactor;                                                                           \
   }
   DHP_UNARY_METHODS(DHP_GRPC_UNARY)
 #undef DHP_GRPC_UNARY
@@ -73,12 +106,14 @@ class GrpcServices final : public v1::JobService::Service,
   }
 
  private:
+  DhpService& service_;
   const Authorizer authz_;
 };
 
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string& address,
                                                               DhpService& service, TokenAuth auth,
-                                                              const TlsPems& tls) {
+                                                              const TlsPems& tls,
+                                                              int max_threads) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
@@ -93,6 +128,11 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string&
   builder.RegisterService(static_cast<v1::WorkerService::Service*>(services.get()));
   s->services_ = std::move(services);
   builder.SetMaxReceiveMessageSize(16 << 20);
+  if (max_threads > 0) {
+    grpc::ResourceQuota quota("dhp-grpc");
+    quota.SetMaxThreads(max_threads);
+    builder.SetResourceQuota(quota);
+  }
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
     return absl::UnavailableError("cannot listen for gRPC on " + address +

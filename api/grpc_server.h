@@ -30,11 +30,15 @@ class GrpcServer {
   // recorded by wrapping `service` (api/instrumented_service.h). With `auth` enabled, dhp's
   // services refuse calls without the bearer token (health and reflection stay open). With
   // `tls.cert` set it serves TLS only (api/tls.h), verifying client certificates against
-  // `tls.ca` when set.
+  // `tls.ca` when set. `max_threads` > 0 bounds the server's threads (a gRPC ResourceQuota):
+  // the methods dispatched through DhpService::Dispatch hold none while they wait; each call
+  // in flight of the others (Kv waits, logs, WatchJob) holds one, and past the limit such calls
+  // get RESOURCE_EXHAUSTED.
   static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const std::string& address,
                                                            DhpService& service,
                                                            TokenAuth auth = TokenAuth(),
-                                                           const TlsPems& tls = TlsPems());
+                                                           const TlsPems& tls = TlsPems(),
+                                                           int max_threads = 0);
   ~GrpcServer();
 
   int port() const { return port_; }

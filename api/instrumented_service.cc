@@ -1,6 +1,7 @@
 #include "api/instrumented_service.h"
 
 #include <chrono>
+#include <optional>
 
 #include "absl/status/status.h"
 
@@ -56,9 +57,27 @@ InstrumentedService::InstrumentedService(DhpService& inner, ApiMetrics& metrics,
                                          std::string transport)
     : inner_(inner), metrics_(metrics), transport_(std::move(transport)) {}
 
+namespace {
+
+// While a dispatched call runs: when it was dispatched (calls run on one thread at a time).
+thread_local std::optional<std::chrono::steady_clock::time_point> dispatched_at;
+
+}  // namespace
+
+void InstrumentedService::Dispatch(std::function<absl::Status()> call, Done done) {
+  inner_.Dispatch(
+      [call = std::move(call), start = std::chrono::steady_clock::now()] {
+        dispatched_at = start;
+        absl::Status s = call();
+        dispatched_at.reset();
+        return s;
+      },
+      std::move(done));
+}
+
 template <typename F>
 absl::Status InstrumentedService::Measure(const char* method, F&& call) {
-  auto start = std::chrono::steady_clock::now();
+  const auto start = dispatched_at.has_value() ? *dispatched_at : std::chrono::steady_clock::now();
   absl::Status s = call();
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -46,6 +46,9 @@ class InstrumentedService : public DhpService {
   absl::Status WatchJob(const v1::WatchJobRequest& req, EventSink& sink) override;
   absl::Status Health() override;
   std::string MetricsText() override { return inner_.MetricsText(); }
+  // Forwards to the inner service; a call measured inside counts from here, so that its
+  // latency includes the time it waited to run.
+  void Dispatch(std::function<absl::Status()> call, Done done) override;
 
  private:
   template <typename F>

@@ -40,6 +40,14 @@ class DhpService {
 #undef DHP_SERVICE_UNARY
   virtual absl::Status WatchJob(const v1::WatchJobRequest& req, EventSink& sink) = 0;
 
+  // Runs `call` (a unary call into this service) and then `done` with its status. The default
+  // runs both at once on the calling thread. The Controller overrides it to queue the call on
+  // its loop thread and run `done` there, so that the gRPC server's asynchronous methods hold
+  // no thread while a call waits for the loop (api/grpc_server.cc). Only for methods that do
+  // not wait for anything but the loop: not the Kv waits, logs or streams.
+  using Done = std::function<void(const absl::Status&)>;
+  virtual void Dispatch(std::function<absl::Status()> call, Done done) { done(call()); }
+
   // Health for /healthz and grpc.health.v1: OK while the controller can serve.
   virtual absl::Status Health() = 0;
   // The Prometheus text exposition for /metrics.

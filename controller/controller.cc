@@ -107,7 +107,26 @@ void Controller::Stop() {
   work_.reset();
   io_.stop();
   if (loop_.joinable()) loop_.join();
+  {
+    // Calls dispatched but not run: each now ends UNAVAILABLE (OnLoop refuses once stopped),
+    // so that every gRPC call in flight is answered.
+    std::lock_guard<std::mutex> lock(dispatch_mu_);
+    dispatch_closed_ = true;
+  }
+  io_.restart();
+  io_.poll();
   files_.Stop();
+}
+
+void Controller::Dispatch(std::function<absl::Status()> call, Done done) {
+  {
+    std::lock_guard<std::mutex> lock(dispatch_mu_);
+    if (!dispatch_closed_) {
+      boost::asio::post(io_, [call = std::move(call), done = std::move(done)] { done(call()); });
+      return;
+    }
+  }
+  done(absl::UnavailableError("the controller is shutting down"));
 }
 
 absl::Status Controller::OnLoop(const std::function<absl::Status()>& fn) {

@@ -2,9 +2,10 @@
 // transports.
 //
 // Threads: all durable state (Store, JobManager, NodeTracker) lives on one boost::asio
-// io_context thread (the loop). API calls arrive on gRPC and REST threads and post a closure
-// onto the loop, waiting for its result. Blocking calls (Watch, Kv waits) wait on their own
-// thread and visit the loop only to read. The rendezvous KV has its own lock.
+// io_context thread (the loop). Most gRPC calls arrive through Dispatch and run on the loop
+// from start to end, holding no other thread; REST calls and the synchronous gRPC methods post
+// a closure onto the loop and wait for its result. Blocking calls (Watch, Kv waits, logs) wait
+// on their own thread and visit the loop only to read. The rendezvous KV has its own lock.
 #ifndef DHP_CONTROLLER_CONTROLLER_H_
 #define DHP_CONTROLLER_CONTROLLER_H_
 
@@ -87,6 +88,9 @@ class Controller : public api::DhpService {
                                 v1::RejectCheckpointResponse* resp) override;
   absl::Status Health() override;
   std::string MetricsText() override;
+  // Queues `call` on the loop thread and runs `done` there: the asynchronous gRPC methods wait
+  // for the loop without a thread. After Stop, `done` gets UNAVAILABLE at once.
+  void Dispatch(std::function<absl::Status()> call, Done done) override;
 
  private:
   // Runs `fn` on the loop thread and returns its status; UNAVAILABLE once stopped.
@@ -136,6 +140,8 @@ class Controller : public api::DhpService {
   std::thread loop_;
   std::thread::id loop_id_;
   std::atomic<bool> stopped_{false};
+  std::mutex dispatch_mu_;        // orders Dispatch against Stop's last run of queued calls
+  bool dispatch_closed_ = false;  // guarded by dispatch_mu_
 
   std::mutex events_mu_;  // guards last_event_id_
   std::condition_variable events_cv_;
