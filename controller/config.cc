@@ -57,6 +57,7 @@ v1::ControllerConfig DefaultControllerConfig() {
   c.mutable_listen()->set_grpc_port(7070);
   c.mutable_listen()->set_http_port(7080);
   c.mutable_listen()->set_http_max_connections(1024);
+  c.mutable_listen()->set_grpc_max_threads(1024);
   c.set_data_dir("/var/lib/dhp");
   c.mutable_heartbeat()->set_interval_ms(2000);
   c.mutable_heartbeat()->set_timeout_ms(10000);
@@ -98,6 +99,9 @@ absl::Status ValidateControllerConfig(const v1::ControllerConfig& config) {
     errors.Add("listen.http_port", absl::StrCat(c.listen().http_port(),
                                                 " is also listen.grpc_port; give each its own "
                                                 "port (or 0 for a free one)"));
+  }
+  if (const int n = c.listen().grpc_max_threads(); n < 16 || n > 65536) {
+    errors.Add("listen.grpc_max_threads", absl::StrCat(n, " must be in 16..65536"));
   }
   if (const int n = c.listen().http_max_connections(); n < 1 || n > 65536) {
     errors.Add("listen.http_max_connections", absl::StrCat(n, " must be in 1..65536"));
@@ -189,6 +193,11 @@ void AddControllerFlags(CLI::App& app, ControllerCommandLine* command_line) {
       "REST connections served at once; past it, 16 more serve /healthz and /metrics only "
       "(listen.http_max_connections)")
       ->default_str(std::to_string(d.listen().http_max_connections()));
+  number("--grpc-max-threads",
+         [](auto* c, int v) { c->mutable_listen()->set_grpc_max_threads(v); },
+         "Threads of the gRPC server at most; calls that wait only for the controller hold "
+         "none (listen.grpc_max_threads)")
+      ->default_str(std::to_string(d.listen().grpc_max_threads()));
   text("--port-file", [](auto* c, const std::string& v) { c->set_port_file(v); },
        "Write {\"grpc_port\":N,\"http_port\":M} here once listening (port_file)");
   number("--heartbeat-interval-ms",

@@ -80,6 +80,7 @@ TEST(ControllerConfigTest, DefaultsAreTheFlagDefaults) {
   EXPECT_EQ(c->listen().grpc_port(), 7070);
   EXPECT_EQ(c->listen().http_port(), 7080);
   EXPECT_EQ(c->listen().http_max_connections(), 1024);
+  EXPECT_EQ(c->listen().grpc_max_threads(), 1024);
   EXPECT_EQ(c->retention().days(), 90);
   EXPECT_EQ(c->data_dir(), "/var/lib/dhp");
   EXPECT_EQ(c->db(), "/var/lib/dhp/dhp.db");
@@ -114,6 +115,7 @@ TEST(ControllerConfigTest, BadValuesAreNamedWithTheRule) {
        "listen.bind: must not be empty; use 127.0.0.1 (this host only) or 0.0.0.0 (every "
        "interface, with auth.token_file)"},
       {"listen: {http_max_connections: 0}", "listen.http_max_connections: 0 must be in 1..65536"},
+      {"listen: {grpc_max_threads: 8}", "listen.grpc_max_threads: 8 must be in 16..65536"},
       {"retention: {days: -1}", "retention.days: -1 must be in 0..36500 (0 keeps everything)"},
       {"data_dir: ''", "data_dir: must not be empty"},
       {"listen: {tls: {cert_file: " + token + "}}",
@@ -156,7 +158,7 @@ TEST(ControllerConfigTest, UnknownKeyIsNamedWithTheFile) {
   EXPECT_EQ(c.status().message(),
             path +
                 ": listen.grpc_prot: unknown key; known keys: bind, grpc_port, http_port, "
-                "http_max_connections, tls");
+                "http_max_connections, tls, grpc_max_threads");
 }
 
 TEST(ControllerConfigTest, WrongTypeIsNamed) {

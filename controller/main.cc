@@ -129,7 +129,8 @@ int main(int argc, char** argv) {
 
   const std::string grpc_address = bind + ":" + std::to_string(config.listen().grpc_port());
   absl::StatusOr<std::unique_ptr<dhp::api::GrpcServer>> grpc =
-      dhp::api::GrpcServer::Start(grpc_address, grpc_service, auth, *tls);
+      dhp::api::GrpcServer::Start(grpc_address, grpc_service, auth, *tls,
+                                  config.listen().grpc_max_threads());
   if (!grpc.ok()) return Fail(std::string(grpc.status().message()));
 
   dhp::api::RestGatewayOptions rest_options;
