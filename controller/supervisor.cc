@@ -276,6 +276,7 @@ absl::Status Supervisor::OnNodeLost(const std::string& node_id, std::vector<v1::
 
 absl::Status Supervisor::Schedule(std::vector<v1::Event>* events) {
   DHP_CHECK_ON_THREAD(loop_);
+  if (queue_.empty()) appended_.clear();  // whatever was queued has left the queue
   if ((!dirty_ && appended_.empty()) || queue_.empty()) return absl::OkStatus();
   // Jobs queued since the last pass, when nothing else changed: decided without a pass over
   // the whole queue (the Scheduler checks that the result equals a full pass's, or declines).
