@@ -1,0 +1,233 @@
+// control_plane_bench: control-plane scale of dhp-controller. N simulated worker agents
+// (register, heartbeat every interval reporting their ranks, progress reports from each run's
+// rank 0) against a real dhp-controller child process on loopback, over real gRPC.
+//
+//   bazel run //bench:control_plane_bench -- --controller before:/work/before/dhp-controller
+//       --controller after:bazel-bin/controller/dhp-controller       (one command line)
+//   bazel run //bench:control_plane_bench -- --nodes 200 --window-s 10 --queued-jobs 0   # quick
+//
+// Cases (bench/control_plane_cases.h), each with a fresh controller, the binaries side by side
+// case by case: N nodes (--nodes) with the cluster empty or full (--modes; full: one 8-GPU job
+// per node, all RUNNING), measured for --window-s after ramp-up; then --queued-jobs jobs queued
+// with no node, and SubmitJob throughput on top of them. Figures per case: heartbeat latency,
+// spurious node LOST events, controller CPU per heartbeat (process and loop thread), threads and
+// RSS, database and WAL size, GetJob/SubmitJob p99 from a light prober, and the generator's own
+// CPU and send lag (bench/control_plane_report.h).
+//
+// The generator is this one process: the agents run on --threads completion-queue threads over
+// --channels HTTP/2 connections (bench/control_plane_fleet.h).
+//
+// Prints the Markdown tables last and writes <out-dir>/control_plane.md and .json (also after
+// every case, so that an interrupted run keeps what it measured).
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "bench/bench_util.h"
+#include "bench/control_plane_cases.h"
+#include "bench/control_plane_report.h"
+#include "nlohmann/json.hpp"
+
+namespace dhp::bench {
+namespace {
+
+using Json = nlohmann::json;
+
+// A relative `path` names a file of the workspace: under `bazel run` that is
+// $BUILD_WORKSPACE_DIRECTORY, otherwise the current directory.
+std::string InWorkspace(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY");
+  return ws != nullptr && *ws ? std::string(ws) + "/" + path : path;
+}
+
+// "label:path" -> (label, path); a bare path gets the label "c<index>".
+std::pair<std::string, std::string> ParseController(const std::string& flag, size_t index) {
+  const size_t colon = flag.find(':');
+  if (colon != std::string::npos && flag.substr(0, colon).find('/') == std::string::npos) {
+    return {flag.substr(0, colon), InWorkspace(flag.substr(colon + 1))};
+  }
+  return {"c" + std::to_string(index + 1), InWorkspace(flag)};
+}
+
+std::string Quote(const std::string& s) {
+  if (s.find_first_of(" '\"$\\") == std::string::npos && !s.empty()) return s;
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{"control_plane_bench: simulated agents against a real dhp-controller"};
+  BenchOptions o;
+  std::vector<std::string> controllers;
+  app.add_option("--controller", controllers,
+                 "LABEL:PATH of a dhp-controller binary (repeatable; run side by side), e.g. "
+                 "before:/work/before/dhp-controller (default: current:bazel-bin/controller/"
+                 "dhp-controller)");
+  app.add_option("--nodes", o.nodes, "Node counts, one case per count and mode")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  app.add_option("--modes", o.modes, "empty (no jobs) and/or full (one 8-GPU job per node)")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::IsMember({"empty", "full"}));
+  app.add_option("--queued-jobs", o.queued_jobs,
+                 "Jobs queued (no nodes) before measuring SubmitJob throughput; 0: no such case")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--window-s", o.window_s, "Measured seconds per case, after ramp-up")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--ramp-timeout-s", o.ramp_timeout_s,
+                 "Limit on ramp-up (registration, submits, all RUNNING) per case")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--settle-s", o.settle_s, "Seconds between ramp-up and the window")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--fill-timeout-s", o.fill_timeout_s, "Limit on filling the queue")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--jobs-first", o.jobs_first,
+               "Full cases: submit the N jobs before the agents start (they queue, and each node "
+               "gets one as it registers) instead of after every node registered");
+  app.add_option("--submitters", o.submitters, "Concurrent closed-loop SubmitJob threads")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app.add_option("--threads", o.threads, "Generator completion-queue threads (agent shards)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app.add_option("--channels", o.channels, "Generator HTTP/2 connections in all")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--register-concurrency", o.register_concurrency,
+                 "RegisterNode calls in flight at once during ramp-up")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10000));
+  app.add_option("--progress-interval-ms", o.progress_interval_ms,
+                 "ReportProgress period per run (from its rank 0)")
+      ->capture_default_str()
+      ->check(CLI::Range(100, 600000));
+  app.add_option("--probe-get-per-s", o.probe_get_per_s, "Prober GetJob calls per second")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--probe-submit-per-s", o.probe_submit_per_s,
+                 "Prober SubmitJob calls per second (node cases)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--heartbeat-interval-ms", o.heartbeat_interval_ms,
+                 "Passed to the controller when > 0 (else its default, 2000)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--heartbeat-timeout-ms", o.heartbeat_timeout_ms,
+                 "Passed to the controller when > 0 (else its default, 10000)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-controller-threads", o.max_controller_threads,
+                 "Stop a case early when the controller has more threads than this")
+      ->capture_default_str()
+      ->check(CLI::Range(100, 1000000));
+  app.add_option("--out-dir", o.out_dir, "Where control_plane.md and .json go")
+      ->capture_default_str();
+  app.add_flag("--keep-temp", o.keep_temp, "Keep the controllers' data dirs and logs");
+  bool rewrite = false;
+  app.add_flag("--rewrite-report", rewrite,
+               "Run nothing: remake <out-dir>/control_plane.md from its control_plane.json");
+  CLI11_PARSE(app, argc, argv);
+  if (rewrite) {
+    const std::string dir = InWorkspace(o.out_dir);
+    const Json saved = Json::parse(ReadFile(dir + "/control_plane.json"), nullptr, false);
+    if (!saved.is_object() || !saved.contains("cases")) {
+      std::cerr << "control_plane_bench: no results in " << dir << "/control_plane.json\n";
+      return 1;
+    }
+    if (!WriteControlPlaneResults(dir, saved)) return 1;
+    std::cout << ControlPlaneMarkdown(saved) << std::flush;
+    return 0;
+  }
+
+  if (controllers.empty()) controllers.push_back("current:bazel-bin/controller/dhp-controller");
+  for (size_t i = 0; i < controllers.size(); ++i) {
+    o.controllers.push_back(ParseController(controllers[i], i));
+    const std::string& path = o.controllers.back().second;
+    if (::access(path.c_str(), X_OK) != 0) {
+      std::cerr << "control_plane_bench: " << path << " is not an executable (--controller)\n";
+      return 1;
+    }
+  }
+  const std::string out_dir = InWorkspace(o.out_dir);
+
+  std::string command = "bazel run //bench:control_plane_bench --";
+  for (int i = 1; i < argc; ++i) command += " " + Quote(argv[i]);
+  Json options = {{"nodes", o.nodes},
+                  {"modes", o.modes},
+                  {"queued_jobs", o.queued_jobs},
+                  {"window_s", o.window_s},
+                  {"ramp_timeout_s", o.ramp_timeout_s},
+                  {"settle_s", o.settle_s},
+                  {"fill_timeout_s", o.fill_timeout_s},
+                  {"submitters", o.submitters},
+                  {"jobs_first", o.jobs_first},
+                  {"threads", o.threads},
+                  {"channels", o.channels},
+                  {"register_concurrency", o.register_concurrency},
+                  {"progress_interval_ms", o.progress_interval_ms},
+                  {"probe_get_per_s", o.probe_get_per_s},
+                  {"probe_submit_per_s", o.probe_submit_per_s},
+                  {"heartbeat_interval_ms", o.heartbeat_interval_ms},
+                  {"heartbeat_timeout_ms", o.heartbeat_timeout_ms},
+                  {"max_controller_threads", o.max_controller_threads}};
+  Json run = {
+      {"benchmark", "control_plane_bench"},
+      {"machine", MachineInfo()},
+      {"command", command},
+      {"options", options},
+      {"job_spec", std::string(kEightRankJobSpec)},
+      {"generator",
+       "Generator: 1 process (no fork), " + std::to_string(o.threads) +
+           " gRPC completion-queue threads, " + std::to_string(o.channels) +
+           " HTTP/2 connections for all agents (so the controller sees a few connections, not "
+           "one per agent). Agents start at random moments over one heartbeat interval, "
+           "register with 8 GPUs of 80 GB, heartbeat at the interval the controller returns "
+           "(after the previous answer, 5 s deadline, as dhp-worker), report their ranks "
+           "RUNNING, and each run's rank 0 sends ReportProgress every " +
+           std::to_string(o.progress_interval_ms) + " ms. Full cases: the N jobs are submitted " +
+           (o.jobs_first ? "before the agents start" : "once every node has registered") + ", by " +
+           std::to_string(o.submitters) + " closed-loop submitters. Prober: " +
+           Fixed(o.probe_get_per_s, 0) + " GetJob/s and " + Fixed(o.probe_submit_per_s, 0) +
+           " SubmitJob/s, paced, one thread and connection each (its jobs run in the empty case "
+           "and queue in the full one). Queued case: no nodes, " +
+           std::to_string(o.submitters) + " closed-loop submitters."},
+      {"cases", Json::array()}};
+
+  auto record = [&](Json c) {
+    run["cases"].push_back(std::move(c));
+    run["machine"]["loadavg_at_end"] = Trim(ReadFile("/proc/loadavg"));
+    WriteControlPlaneResults(out_dir, run);
+  };
+  for (int n : o.nodes) {
+    for (const std::string& mode : o.modes) {
+      for (const auto& [label, binary] : o.controllers) {
+        record(RunNodeCase(o, label, binary, n, mode == "full"));
+      }
+    }
+  }
+  if (o.queued_jobs > 0) {
+    for (const auto& [label, binary] : o.controllers) record(RunQueuedCase(o, label, binary));
+  }
+  std::cerr << "control_plane_bench: wrote " << out_dir << "/control_plane.md and .json\n\n";
+  std::cout << ControlPlaneMarkdown(run) << std::flush;
+  return 0;
+}
+
+}  // namespace
+}  // namespace dhp::bench
+
+int main(int argc, char** argv) { return dhp::bench::Main(argc, argv); }

@@ -1,0 +1,67 @@
+// The control-plane benchmark's cases, each against a fresh dhp-controller child process:
+//
+//   RunNodeCase   N simulated agents (bench/control_plane_fleet.h), the cluster "empty" (no
+//                 jobs) or "full" (N jobs of 8 GPU ranks, one per node). Ramp-up: every node
+//                 registered and, when full, every job submitted (once the nodes registered, or
+//                 with jobs_first before the agents start) and RUNNING, bounded by
+//                 ramp_timeout_s (on timeout the case goes on and reports what it reached).
+//                 Then, after settle_s, a window of window_s seconds with the light prober
+//                 (GetJob, SubmitJob) on top.
+//   RunQueuedCase no nodes: `queued_jobs` jobs submitted by `submitters` closed-loop threads
+//                 (fill, bounded by fill_timeout_s), then window_s seconds more of the same
+//                 submitters on top of that queue, with the GetJob prober.
+//
+// Both return every figure as JSON (bench/control_plane_report.h prints and writes it). A case
+// never waits unboundedly: every RPC has a deadline, every phase a time limit, and the case stops
+// early when the controller's thread count endangers the machine (ControllerSampler).
+#ifndef DHP_BENCH_CONTROL_PLANE_CASES_H_
+#define DHP_BENCH_CONTROL_PLANE_CASES_H_
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+
+namespace dhp::bench {
+
+struct BenchOptions {
+  std::vector<std::pair<std::string, std::string>> controllers;  // (label, binary)
+  std::vector<int> nodes = {1000, 4000, 10000};
+  std::vector<std::string> modes = {"empty", "full"};
+  int queued_jobs = 10000;  // 0: no queued case
+  double window_s = 20;
+  double ramp_timeout_s = 180;
+  double settle_s = 4;  // after ramp-up, before the window: two heartbeats per agent
+  double fill_timeout_s = 300;
+  int submitters = 4;
+  bool jobs_first = false;  // full: submit the jobs before the agents start
+  // Generator.
+  int threads = 2;
+  int channels = 8;
+  int register_concurrency = 64;
+  int progress_interval_ms = 5000;
+  // Prober.
+  double probe_get_per_s = 20;
+  double probe_submit_per_s = 2;
+  // Controller flags (0: the controller's default).
+  int heartbeat_interval_ms = 0;
+  int heartbeat_timeout_ms = 0;
+  int max_controller_threads = 12000;
+  std::string out_dir = "bench/results";
+  bool keep_temp = false;
+};
+
+// The job every case submits: the tiny model of configs/tiny-cpu.yaml laid out as Ulysses 2 x
+// TP 2, collocated, times 4 data-parallel replicas = 8 ranks, all of which the scheduler packs
+// onto one 8-GPU node (same-node TP groups, best fit).
+extern const char kEightRankJobSpec[];
+
+nlohmann::json RunNodeCase(const BenchOptions& o, const std::string& label,
+                           const std::string& binary, int nodes, bool full);
+nlohmann::json RunQueuedCase(const BenchOptions& o, const std::string& label,
+                             const std::string& binary);
+
+}  // namespace dhp::bench
+
+#endif  // DHP_BENCH_CONTROL_PLANE_CASES_H_

@@ -1,0 +1,112 @@
+// AgentFleet: N simulated dhp-worker agents against one controller, over real gRPC, driven by
+// gRPC's asynchronous client (CompletionQueue) on a few threads and a few HTTP/2 connections,
+// not a thread per agent.
+//
+// Each simulated agent (state and messages: bench/control_plane_sim_agent.h) does what
+// worker/agent/agent.cc does, minus processes:
+//   - Starts at a random moment within start_spread_ms (by default one heartbeat interval, so
+//     that heartbeats are spread over the interval as on a real cluster, not in one burst).
+//   - RegisterNode with 8 GPUs (80 GB each), then a Heartbeat at once and every
+//     heartbeat_interval_ms (from RegisterNodeResponse) after the previous one's response, one
+//     at a time, with dhp-worker's 5 s deadline; on NOT_FOUND it registers again.
+//   - Every RankLaunch in a HeartbeatResponse becomes a "rank" that the following heartbeats
+//     report RUNNING (so the job goes SCHEDULED -> STARTING); a rank no longer listed is
+//     reported EXITED (stopped_by_agent) once and forgotten.
+//   - Once a heartbeat has reported it RUNNING, world rank 0 of each run sends ReportProgress
+//     with step 1, 2, 3, ... every progress_interval_ms (so the job goes RUNNING and keeps
+//     advancing). One reporter per run instead of one per rank per step keeps the generator
+//     cheap; the controller persists progress at most once a second per run anyway.
+//
+// The agents are split into `threads` shards. A shard owns its agents, one CompletionQueue, its
+// channels and a timer heap; its thread sends what is due and handles completions (AsyncNext
+// with the next due time as deadline), so no agent state is shared between threads. The
+// channels use private subchannel pools: `channels` HTTP/2 connections in all.
+//
+// Thread-safety: Start, Stop and the accessors may be called from any one thread; the counters
+// and samples are read under locks or atomics.
+#ifndef DHP_BENCH_CONTROL_PLANE_FLEET_H_
+#define DHP_BENCH_CONTROL_PLANE_FLEET_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dhp::bench {
+
+struct FleetOptions {
+  std::string target;  // host:port of the controller's gRPC server
+  int nodes = 1000;
+  int threads = 2;                   // shards, one completion-queue thread each
+  int channels = 8;                  // HTTP/2 connections in all, spread over the shards
+  int register_concurrency = 64;     // RegisterNode calls in flight at once, all shards
+  int start_spread_ms = 2000;        // agents start at uniformly random moments over this
+  int heartbeat_deadline_ms = 5000;  // dhp-worker's client deadline
+  int rpc_deadline_ms = 10000;       // RegisterNode, ReportProgress
+  int progress_interval_ms = 5000;   // per run, from its world rank 0
+  int gpus_per_node = 8;
+  int64_t gpu_memory_bytes = int64_t{81559} << 20;  // nvidia-smi's 80 GB (81,559 MiB)
+  std::string node_prefix = "sim-node-";
+};
+
+// Totals since Start.
+struct FleetCounters {
+  int64_t registered = 0;       // agents registered now
+  int64_t registrations = 0;    // successful RegisterNode calls (re-registrations included)
+  int64_t reregistrations = 0;  // after a heartbeat answered NOT_FOUND
+  int64_t register_failures = 0;
+  int64_t heartbeats_ok = 0, heartbeats_failed = 0, heartbeats_deadline = 0;
+  int64_t progress_ok = 0, progress_failed = 0, progress_stop = 0;
+  int64_t ranks = 0;           // ranks the agents run now (wanted by the controller)
+  int64_t reporting_runs = 0;  // runs whose rank 0 reports progress now
+  int64_t in_flight = 0;       // calls in flight now
+  std::string first_error;
+};
+
+// What happened while recording was on (SetRecording(true) .. TakeSamples()).
+struct FleetSamples {
+  std::vector<int64_t> heartbeat_ns;  // latency of each heartbeat answered, OK or deadline
+  std::vector<int64_t> lag_ns;        // per heartbeat sent: send time - due time
+  std::vector<int64_t> progress_ns;   // latency of each ReportProgress answered
+  int64_t heartbeats_ok = 0, heartbeats_failed = 0, heartbeats_deadline = 0;
+  int64_t progress_ok = 0, progress_failed = 0;
+  // The longest an agent went without sending a heartbeat (between two sends, or from its last
+  // send to a check): above the controller's heartbeat timeout, a LOST would be the
+  // generator's fault.
+  int64_t max_heartbeat_gap_ns = 0;
+  std::string first_error;
+};
+
+class AgentFleet {
+ public:
+  explicit AgentFleet(FleetOptions options);
+  ~AgentFleet();  // Stop()
+  AgentFleet(const AgentFleet&) = delete;
+  AgentFleet& operator=(const AgentFleet&) = delete;
+
+  // Connects the channels and starts the shard threads; the agents register at once,
+  // register_concurrency at a time.
+  void Start();
+  // Cancels the calls in flight and joins the threads (calls that still have not completed 30 s
+  // later are abandoned, with a message on stderr). Idempotent.
+  void Stop();
+
+  const FleetOptions& options() const { return options_; }
+  int64_t Registered() const;
+  FleetCounters Counters() const;
+  // Starts (true) or pauses (false) recording samples; TakeSamples returns and clears them.
+  void SetRecording(bool on);
+  FleetSamples TakeSamples();
+
+ private:
+  class Shard;
+  const FleetOptions options_;
+  std::atomic<bool> recording_{false};
+  std::vector<std::unique_ptr<Shard>> shards_;
+  bool started_ = false;
+};
+
+}  // namespace dhp::bench
+
+#endif  // DHP_BENCH_CONTROL_PLANE_FLEET_H_

@@ -1,0 +1,72 @@
+// A simulated dhp-worker agent's state and the messages it sends, without processes or RPCs:
+// what worker/agent/agent.cc and rank_launcher.cc keep and send, reduced to what the controller
+// sees. bench/control_plane_fleet.h drives many of these over gRPC.
+//
+// Thread-safety: plain data; one thread at a time per agent.
+#ifndef DHP_BENCH_CONTROL_PLANE_SIM_AGENT_H_
+#define DHP_BENCH_CONTROL_PLANE_SIM_AGENT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dhp/v1/service.pb.h"
+
+namespace dhp::bench {
+
+// A rank process as a simulated agent pretends to run it.
+struct SimRank {
+  std::string job_id;
+  int32_t attempt = 0;
+  int32_t world_rank = 0;
+  int64_t pid = 0;
+  bool wanted = true;      // listed in the latest HeartbeatResponse
+  bool reported = false;   // a heartbeat that reported it RUNNING was answered OK
+  bool exit_sent = false;  // unwanted, and the heartbeat in flight reports it EXITED
+  int64_t step = 0;        // rank 0: the last step reported
+  bool progress_in_flight = false;
+  bool stopped = false;  // rank 0: the controller said stop (or the attempt is gone)
+  // Whether this rank sends ReportProgress: world rank 0 of a run, once known RUNNING.
+  bool Reporting() const { return world_rank == 0 && reported && wanted && !stopped; }
+};
+
+struct SimAgent {
+  std::string id;
+  int channel = 0;
+  bool registered = false;
+  bool hb_in_flight = false;
+  int64_t hb_interval_ns = 2000000000;
+  int64_t hb_due = 0;        // the pending heartbeat timer (0: none)
+  int64_t progress_due = 0;  // the pending progress timer (0: none)
+  int64_t register_due = 0;  // the pending registration retry (0: none)
+  int64_t last_sent_ns = 0;  // the last heartbeat sent
+  int backoff_ms = 200;
+  std::vector<SimRank> ranks;
+  int counted_ranks = 0, counted_reporting = 0;  // what the fleet's gauges hold for it
+};
+
+// The agent's node: `gpus` GPUs of `gpu_memory_bytes` each, 2 TiB of host memory.
+void FillRegisterRequest(const SimAgent& a, int gpus, int64_t gpu_memory_bytes,
+                         v1::RegisterNodeRequest* req);
+
+// Every rank the agent tracks: RUNNING while wanted, else EXITED as stopped by the agent (then
+// marked exit_sent).
+void FillHeartbeatRequest(SimAgent& a, v1::HeartbeatRequest* req);
+
+// After a heartbeat was answered OK: the ranks it reported RUNNING are `reported`, the exits it
+// carried are forgotten, and the response's ranks are the wanted set (new ones start, not yet
+// reported; `*next_pid` numbers them). Returns whether some rank now reports progress.
+bool ApplyHeartbeatResponse(SimAgent& a, const v1::HeartbeatResponse& resp, int64_t* next_pid);
+
+// After a heartbeat failed: the exits it carried go again with the next one.
+void HeartbeatFailed(SimAgent& a);
+
+// The next step of rank `r` (rank 0 of its run), as a rank that takes `step_ms` per step.
+void FillProgressRequest(SimRank& r, int step_ms, v1::ReportProgressRequest* req);
+
+// The rank of `a` with that key, or nullptr.
+SimRank* FindRank(SimAgent& a, const std::string& job_id, int32_t attempt, int32_t world_rank);
+
+}  // namespace dhp::bench
+
+#endif  // DHP_BENCH_CONTROL_PLANE_SIM_AGENT_H_
