@@ -7,10 +7,10 @@
 // connection every `period`.
 //
 // A PASSIVE checkpoint leaves the WAL file at its high-water size (SQLite reuses it from the
-// start). Every `truncate_every` the checkpoint is TRUNCATE instead, which empties the file, so
-// that disk use follows the live data; it waits for writers while it runs, and right after a
-// PASSIVE pass there is little left to copy. The Store also sets journal_size_limit, which trims
-// the file whenever a writer restarts a fully checkpointed WAL.
+// start). Every `truncate_every`, once a PASSIVE pass leaves at most ~8 MiB uncopied, a TRUNCATE
+// checkpoint follows it and empties the file, so that disk use follows the live data; it holds
+// writers only while it copies that rest and truncates. The Store also sets
+// journal_size_limit, which trims the file whenever a writer restarts a fully checkpointed WAL.
 //
 // Thread-safety: owns one thread; the destructor stops and joins it.
 #ifndef DHP_CONTROLLER_WAL_CHECKPOINTER_H_
