@@ -142,6 +142,10 @@ class ChaosTest(unittest.TestCase):
         print("chaos: seed %d, kills %s" % (SEED, done), file=sys.stderr)
 
         self.wait_state(job, "SUCCEEDED", timeout=300)
+        # The agent ships a rank's last lines after the rank exits: they may reach the
+        # controller just after the job SUCCEEDED (every loss that arrives is still compared).
+        wait_for(lambda: len(self.check_losses(job, expected)) == STEPS, timeout=30,
+                 what="every step's loss in the ranks' logs")
         self.assertEqual(sorted(self.check_losses(job, expected)), list(range(1, STEPS + 1)))
         got = self.job(job)
         complete = sorted(int(c["step"]) for c in got.get("checkpoints", [])
