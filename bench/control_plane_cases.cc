@@ -209,6 +209,28 @@ std::string Prefix(const std::string& label, const std::string& name) {
   return "control_plane_bench [" + label + " " + name + "] ";
 }
 
+// A case's controller: the child process, the sampler that stops the case past its limits
+// (destroyed first), and the gRPC address.
+struct CaseController {
+  std::unique_ptr<ControllerProcess> process;
+  std::unique_ptr<ControllerSampler> sampler;
+  std::string target;
+};
+
+absl::StatusOr<CaseController> StartCaseController(const BenchOptions& o,
+                                                   const std::string& binary) {
+  absl::StatusOr<std::unique_ptr<ControllerProcess>> started =
+      ControllerProcess::Start(binary, ControllerArgs(o));
+  if (!started.ok()) return started.status();
+  CaseController c;
+  c.process = std::move(*started);
+  if (o.keep_temp) c.process->keep_temp_dir();
+  c.sampler = std::make_unique<ControllerSampler>(
+      c.process->pid(), SamplerLimits{o.max_controller_threads, 0.6});
+  c.target = "127.0.0.1:" + std::to_string(c.process->grpc_port());
+  return c;
+}
+
 }  // namespace
 
 Json RunNodeCase(const BenchOptions& o, const std::string& label, const std::string& binary,
@@ -218,16 +240,14 @@ Json RunNodeCase(const BenchOptions& o, const std::string& label, const std::str
   Json r = {{"controller", label}, {"binary", binary},
             {"case", name},        {"mode", full ? "full" : "empty"},
             {"nodes", nodes},      {"jobs", full ? nodes : 0}};
-  absl::StatusOr<std::unique_ptr<ControllerProcess>> started =
-      ControllerProcess::Start(binary, ControllerArgs(o));
+  absl::StatusOr<CaseController> started = StartCaseController(o, binary);
   if (!started.ok()) {
     r["error"] = std::string(started.status().message());
     return r;
   }
-  ControllerProcess& controller = **started;
-  if (o.keep_temp) controller.keep_temp_dir();
-  ControllerSampler sampler(controller.pid(), SamplerLimits{o.max_controller_threads, 0.6});
-  const std::string target = "127.0.0.1:" + std::to_string(controller.grpc_port());
+  ControllerProcess& controller = *started->process;
+  ControllerSampler& sampler = *started->sampler;
+  const std::string& target = started->target;
   std::cerr << log << "controller pid " << controller.pid() << " on " << target << ", log "
             << controller.log_path() << "\n";
   auto keep_going = [&] { return sampler.Tripped().empty(); };
@@ -379,16 +399,14 @@ Json RunQueuedCase(const BenchOptions& o, const std::string& label, const std::s
   const std::string log = Prefix(label, name);
   Json r = {{"controller", label}, {"binary", binary}, {"case", name},
             {"mode", "queued"},    {"nodes", 0},       {"jobs", o.queued_jobs}};
-  absl::StatusOr<std::unique_ptr<ControllerProcess>> started =
-      ControllerProcess::Start(binary, ControllerArgs(o));
+  absl::StatusOr<CaseController> started = StartCaseController(o, binary);
   if (!started.ok()) {
     r["error"] = std::string(started.status().message());
     return r;
   }
-  ControllerProcess& controller = **started;
-  if (o.keep_temp) controller.keep_temp_dir();
-  ControllerSampler sampler(controller.pid(), SamplerLimits{o.max_controller_threads, 0.6});
-  const std::string target = "127.0.0.1:" + std::to_string(controller.grpc_port());
+  ControllerProcess& controller = *started->process;
+  ControllerSampler& sampler = *started->sampler;
+  const std::string& target = started->target;
   auto keep_going = [&] { return sampler.Tripped().empty(); };
   const auto t0 = SteadyClock::now();
 

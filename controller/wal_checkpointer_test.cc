@@ -9,16 +9,23 @@
 namespace dhp::controller {
 namespace {
 
-TEST(WalCheckpointerTest, CheckpointsWhatTheWriterLeavesInTheWal) {
-  const std::string path = testing::TempDir() + "/wal_ckpt.db";
+// A fresh WAL-mode database at `path` with 50 rows of 8 KiB left in its WAL (no checkpoint).
+void FillWal(const std::string& path, std::unique_ptr<SqliteDb>* writer) {
   std::filesystem::remove(path);
-  auto writer = SqliteDb::Open(path);
-  ASSERT_TRUE(writer.ok());
+  auto db = SqliteDb::Open(path);
+  ASSERT_TRUE(db.ok());
+  *writer = std::move(*db);
   ASSERT_EQ(*(*writer)->QueryText("PRAGMA journal_mode = WAL"), "wal");
   ASSERT_TRUE((*writer)->Exec("PRAGMA wal_autocheckpoint = 0; CREATE TABLE t (x BLOB)").ok());
   for (int i = 0; i < 50; ++i) {
     ASSERT_TRUE((*writer)->Exec("INSERT INTO t VALUES (zeroblob(8192))").ok());
   }
+}
+
+TEST(WalCheckpointerTest, CheckpointsWhatTheWriterLeavesInTheWal) {
+  const std::string path = testing::TempDir() + "/wal_ckpt.db";
+  std::unique_ptr<SqliteDb> writer;
+  ASSERT_NO_FATAL_FAILURE(FillWal(path, &writer));
   // Nothing has been copied back to the database file yet.
   const auto before = std::filesystem::file_size(path);
   auto ckpt = WalCheckpointer::Start(path, std::chrono::milliseconds(20));
@@ -33,14 +40,8 @@ TEST(WalCheckpointerTest, CheckpointsWhatTheWriterLeavesInTheWal) {
 
 TEST(WalCheckpointerTest, TruncateEmptiesTheWalFile) {
   const std::string path = testing::TempDir() + "/wal_truncate.db";
-  std::filesystem::remove(path);
-  auto writer = SqliteDb::Open(path);
-  ASSERT_TRUE(writer.ok());
-  ASSERT_EQ(*(*writer)->QueryText("PRAGMA journal_mode = WAL"), "wal");
-  ASSERT_TRUE((*writer)->Exec("PRAGMA wal_autocheckpoint = 0; CREATE TABLE t (x BLOB)").ok());
-  for (int i = 0; i < 50; ++i) {
-    ASSERT_TRUE((*writer)->Exec("INSERT INTO t VALUES (zeroblob(8192))").ok());
-  }
+  std::unique_ptr<SqliteDb> writer;
+  ASSERT_NO_FATAL_FAILURE(FillWal(path, &writer));
   ASSERT_GE(std::filesystem::file_size(path + "-wal"), 50u * 8192);
   // PASSIVE alone (truncation an hour away) copies the pages but keeps the file's size.
   {
@@ -61,7 +62,7 @@ TEST(WalCheckpointerTest, TruncateEmptiesTheWalFile) {
   }
   ASSERT_GE((*ckpt)->truncations(), 1);
   EXPECT_EQ(std::filesystem::file_size(path + "-wal"), 0u);
-  EXPECT_EQ(*(*writer)->QueryInt("SELECT COUNT(*) FROM t"), 50);
+  EXPECT_EQ(*writer->QueryInt("SELECT COUNT(*) FROM t"), 50);
 }
 
 }  // namespace
