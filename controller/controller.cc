@@ -415,7 +415,7 @@ absl::Status Controller::GetLogs(const v1::GetLogsRequest& req, v1::GetLogsRespo
                          run.state() == v1::RUN_STATE_CANCELLED;
       // Agents ship output every ~0.5 s: a run counts as final a few seconds after its ranks
       // are gone, so a follower sees the last lines.
-      final = ended && !supervisor_.HasProcesses(job->id(), attempt) &&
+      final = ended && !supervisor_.HasProcesses(RunId{job->id(), attempt}) &&
               clock_.NowMicros() - TimestampToMicros(run.end_time()) > 3000000;
     }
     return absl::OkStatus();

@@ -185,11 +185,13 @@ MetricRows ComputeRunMetrics(const RunMetricsInput& in) {
   std::set<std::string> job_ids;
   std::map<std::string, int> used_by_node;
   for (const ActiveRun* run : in.runs) {
-    job_ids.insert(run->job_id);
+    job_ids.insert(run->id.job_id);
     for (const v1::RankPlacement& p : run->placement) used_by_node[p.node_id()]++;
-    auto job = in.jobs.find(run->job_id);
+    auto job = in.jobs.find(run->id.job_id);
     if (job == in.jobs.end()) continue;
-    if (!run->draining && run->attempt == job->second.current_attempt()) live[run->job_id] = run;
+    if (!run->draining && run->id.attempt == job->second.current_attempt()) {
+      live[run->id.job_id] = run;
+    }
   }
 
   for (const std::string& id : job_ids) {
@@ -276,20 +278,20 @@ RunMetricsInput GatherRunMetricsInput(const Supervisor& supervisor, Store& store
   in.queued_jobs = static_cast<int64_t>(supervisor.queue_size());
   for (const auto& [key, run] : supervisor.runs()) {
     in.runs.push_back(&run);
-    if (in.jobs.count(run.job_id) > 0) continue;
-    absl::StatusOr<v1::Job> job = store.GetJob(run.job_id);
+    if (in.jobs.count(run.id.job_id) > 0) continue;
+    absl::StatusOr<v1::Job> job = store.GetJob(run.id.job_id);
     if (!job.ok()) continue;
-    for (const v1::Run& r : store.ListRuns(run.job_id)) {
-      if (r.attempt() == job->current_attempt()) in.current_runs[run.job_id] = r;
+    for (const v1::Run& r : store.ListRuns(run.id.job_id)) {
+      if (r.attempt() == job->current_attempt()) in.current_runs[run.id.job_id] = r;
     }
-    const std::vector<v1::Checkpoint> ckpts = store.ListCheckpoints(run.job_id);
+    const std::vector<v1::Checkpoint> ckpts = store.ListCheckpoints(run.id.job_id);
     for (auto c = ckpts.rbegin(); c != ckpts.rend(); ++c) {
       if (c->state() == v1::CHECKPOINT_STATE_COMPLETE) {
-        in.checkpoints[run.job_id] = *c;
+        in.checkpoints[run.id.job_id] = *c;
         break;
       }
     }
-    in.jobs[run.job_id] = *std::move(job);
+    in.jobs[run.id.job_id] = *std::move(job);
   }
   return in;
 }

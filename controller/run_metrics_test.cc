@@ -61,8 +61,7 @@ v1::Job RunningJob(const std::string& id) {
 
 ActiveRun PlacedRun(const std::string& job_id, int attempt, const std::string& node) {
   ActiveRun run;
-  run.job_id = job_id;
-  run.attempt = attempt;
+  run.id = RunId{job_id, attempt};
   for (int w = 0; w < 2; ++w) {
     v1::RankPlacement p;
     p.set_world_rank(w);

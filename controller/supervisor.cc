@@ -46,25 +46,21 @@ bool KilledFromOutside(const v1::RankStatus& st) {
 
 }  // namespace
 
-std::string RunKey(const std::string& job_id, int attempt) {
-  return absl::StrCat(job_id, "#", attempt);
-}
-
 Supervisor::Supervisor(Store& store, const Clock& clock, SupervisorOptions options)
     : store_(store), clock_(clock), options_(std::move(options)) {}
 
-absl::StatusOr<Supervisor::Loaded> Supervisor::Load(const std::string& job_id, int attempt) {
-  absl::StatusOr<v1::Job> job = store_.GetJob(job_id);
+absl::StatusOr<Supervisor::Loaded> Supervisor::Load(const RunId& id) {
+  absl::StatusOr<v1::Job> job = store_.GetJob(id.job_id);
   if (!job.ok()) return job.status();
-  if (attempt != job->current_attempt()) {
+  if (id.attempt != job->current_attempt()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("attempt ", attempt, " of job ", job_id, " is not current; the job is on "
-                     "attempt ", job->current_attempt()));
+        absl::StrCat("attempt ", id.attempt, " of job ", id.job_id, " is not current; the job ",
+                     "is on attempt ", job->current_attempt()));
   }
-  for (v1::Run& run : store_.ListRuns(job_id)) {
-    if (run.attempt() == attempt) return Loaded{*std::move(job), std::move(run)};
+  for (v1::Run& run : store_.ListRuns(id.job_id)) {
+    if (run.attempt() == id.attempt) return Loaded{*std::move(job), std::move(run)};
   }
-  return absl::NotFoundError(absl::StrCat("job ", job_id, " has no run ", attempt));
+  return absl::NotFoundError(absl::StrCat("job ", id.job_id, " has no run ", id.attempt));
 }
 
 absl::Status Supervisor::Commit(JobWrite& write, std::vector<v1::Event>* events) {
@@ -74,35 +70,35 @@ absl::Status Supervisor::Commit(JobWrite& write, std::vector<v1::Event>* events)
   return absl::OkStatus();
 }
 
-ActiveRun* Supervisor::FindRun(const std::string& job_id, int attempt) {
-  auto it = runs_.find(RunKey(job_id, attempt));
+ActiveRun* Supervisor::FindRun(const RunId& id) {
+  auto it = runs_.find(id);
   return it == runs_.end() ? nullptr : &it->second;
 }
 
-bool Supervisor::HasProcesses(const std::string& job_id, int attempt) const {
+bool Supervisor::HasProcesses(const RunId& id) const {
   DHP_CHECK_ON_THREAD(loop_);
-  return runs_.count(RunKey(job_id, attempt)) > 0;
+  return runs_.count(id) > 0;
 }
 
 void Supervisor::AddRun(ActiveRun run) {
-  const std::string key = RunKey(run.job_id, run.attempt);
+  const RunId id = run.id;
   for (const v1::RankPlacement& p : run.placement) {
-    by_node_[p.node_id()][key].push_back(p.world_rank());
+    by_node_[p.node_id()][id].push_back(p.world_rank());
   }
-  if (run.draining && run.drain_nodes.empty()) drained_.insert(key);
-  runs_[key] = std::move(run);
+  if (run.draining && run.drain_nodes.empty()) drained_.insert(id);
+  runs_[id] = std::move(run);
 }
 
-void Supervisor::EraseRun(const std::string& key) {
-  auto it = runs_.find(key);
+void Supervisor::EraseRun(const RunId& id) {
+  auto it = runs_.find(id);
   if (it == runs_.end()) return;
   for (const v1::RankPlacement& p : it->second.placement) {
     auto node = by_node_.find(p.node_id());
     if (node == by_node_.end()) continue;
-    node->second.erase(key);
+    node->second.erase(id);
     if (node->second.empty()) by_node_.erase(node);
   }
-  drained_.erase(key);
+  drained_.erase(id);
   runs_.erase(it);
 }
 
@@ -132,14 +128,13 @@ absl::Status Supervisor::Recover() {
         OnJobQueued(job);
         continue;
       }
-      absl::StatusOr<Loaded> loaded = Load(job.id(), job.current_attempt());
+      ActiveRun run;
+      run.id = RunId{job.id(), job.current_attempt()};
+      absl::StatusOr<Loaded> loaded = Load(run.id);
       if (!loaded.ok()) {  // e.g. its run's row could not be read and was quarantined
         EndUnrecoverable(job, loaded.status(), now);
         continue;
       }
-      ActiveRun run;
-      run.job_id = job.id();
-      run.attempt = job.current_attempt();
       run.job_state = job.state();
       run.placement.assign(loaded->run.placement().begin(), loaded->run.placement().end());
       run.ranks.resize(run.placement.size());
@@ -153,7 +148,7 @@ absl::Status Supervisor::Recover() {
       for (const v1::RankPlacement& p : run.placement) {
         slots.push_back(SlotRef{p.node_id(), p.slot(), p.gpu()});
       }
-      absl::Status reserved = scheduler_.Reserve(RunKey(run.job_id, run.attempt), slots);
+      absl::Status reserved = scheduler_.Reserve(run.id.Key(), slots);
       if (!reserved.ok()) DHP_LOG(WARNING) << "recovering job " << job.id() << ": " << reserved;
       if (job.state() == v1::JOB_STATE_CANCELLING) {
         run.cancelling = true;
@@ -196,23 +191,23 @@ absl::Status Supervisor::CheckAdmission(const v1::JobSpec& spec) const {
 
 void Supervisor::OnJobQueued(const v1::Job& job) {
   DHP_CHECK_ON_THREAD(loop_);
-  queue_[job.id()] =
-      DemandForSpec(RunKey(job.id(), job.current_attempt()), job.spec(), job.submit_seq());
-  appended_.push_back(job.id());
+  const RunId id{job.id(), job.current_attempt()};
+  queue_[id.Key()] = Queued{id, DemandForSpec(id.Key(), job.spec(), job.submit_seq())};
+  appended_.push_back(id.Key());
 }
 
 absl::Status Supervisor::OnJobCancelled(const v1::Job& job, std::vector<v1::Event>* events) {
   DHP_CHECK_ON_THREAD(loop_);
-  if (queue_.erase(job.id()) > 0) dirty_ = true;  // it may have held the reservation
+  const RunId id{job.id(), job.current_attempt()};
+  if (queue_.erase(id.Key()) > 0) dirty_ = true;  // it may have held the reservation
   waiting_.erase(job.id());
   if (job.state() != v1::JOB_STATE_CANCELLING) return absl::OkStatus();
-  ActiveRun* run = FindRun(job.id(), job.current_attempt());
+  ActiveRun* run = FindRun(id);
   if (run == nullptr) {  // nothing was placed: the cancel completes at once
-    absl::StatusOr<Loaded> loaded = Load(job.id(), job.current_attempt());
+    absl::StatusOr<Loaded> loaded = Load(id);
     if (!loaded.ok()) return loaded.status();
     ActiveRun none;
-    none.job_id = job.id();
-    none.attempt = job.current_attempt();
+    none.id = id;
     none.cancelling = true;
     return FinishDrain(none, events);
   }
@@ -258,11 +253,11 @@ absl::Status Supervisor::OnNodeLost(const std::string& node_id, std::vector<v1::
   auto placed = by_node_.find(node_id);
   if (placed == by_node_.end()) return SweepDrained(events);
   // FailRun changes neither runs_ nor by_node_ (only SweepDrained does): iterating is safe.
-  for (const auto& [key, world_ranks] : placed->second) {
-    ActiveRun& run = runs_.at(key);
+  for (const auto& [id, world_ranks] : placed->second) {
+    ActiveRun& run = runs_.at(id);
     if (run.draining) {
       run.drain_nodes.erase(node_id);
-      if (run.drain_nodes.empty()) drained_.insert(key);
+      if (run.drain_nodes.empty()) drained_.insert(id);
       continue;
     }
     const std::string reason = absl::StrCat("node ", node_id, " was lost (no heartbeat) with ranks ",
@@ -283,8 +278,8 @@ absl::Status Supervisor::Schedule(std::vector<v1::Event>* events) {
   std::optional<ScheduleResult> quick;
   if (!dirty_) {
     std::vector<JobDemand> added;
-    for (const std::string& id : appended_) {
-      if (auto it = queue_.find(id); it != queue_.end()) added.push_back(it->second);
+    for (const std::string& key : appended_) {
+      if (auto it = queue_.find(key); it != queue_.end()) added.push_back(it->second.demand);
     }
     quick = scheduler_.ScheduleAppended(added);
   }
@@ -297,7 +292,7 @@ absl::Status Supervisor::Schedule(std::vector<v1::Event>* events) {
   } else {
     std::vector<JobDemand> queue;
     queue.reserve(queue_.size());
-    for (const auto& [id, demand] : queue_) queue.push_back(demand);
+    for (const auto& [key, queued] : queue_) queue.push_back(queued.demand);
     result = scheduler_.Schedule(queue);
     ++full_passes_;
   }
@@ -310,7 +305,9 @@ absl::Status Supervisor::Schedule(std::vector<v1::Event>* events) {
   int noted = 0;
   for (const auto& [key, why] : result.waiting) {
     if (++noted > options_.max_waiting_messages) break;
-    const std::string job_id = key.substr(0, key.rfind('#'));
+    auto it = queue_.find(key);
+    if (it == queue_.end()) continue;
+    const std::string& job_id = it->second.id.job_id;
     if (waiting_[job_id] == why) continue;
     if (absl::Status s = NoteWaiting(job_id, why); !s.ok()) return s;
   }
@@ -318,12 +315,16 @@ absl::Status Supervisor::Schedule(std::vector<v1::Event>* events) {
 }
 
 absl::Status Supervisor::Place(const PlacementDecision& decision, std::vector<v1::Event>* events) {
-  const size_t hash = decision.job_id.rfind('#');
-  const std::string job_id = decision.job_id.substr(0, hash);
-  const int attempt = std::stoi(decision.job_id.substr(hash + 1));
-  absl::StatusOr<Loaded> loaded = Load(job_id, attempt);
+  auto queued = queue_.find(decision.job_id);  // the allocation key
+  if (queued == queue_.end()) {  // cannot be: the scheduler places only what it was given
+    DHP_LOG(ERROR) << "the scheduler placed run " << decision.job_id << ", which is not queued";
+    scheduler_.Release(decision.job_id);
+    return absl::OkStatus();
+  }
+  const RunId id = queued->second.id;
+  absl::StatusOr<Loaded> loaded = Load(id);
   if (!loaded.ok() || loaded->job.state() != v1::JOB_STATE_QUEUED) {
-    queue_.erase(job_id);  // stale queue entry: the job moved on meanwhile
+    queue_.erase(queued);  // stale queue entry: the job moved on meanwhile
     scheduler_.Release(decision.job_id);
     return absl::OkStatus();
   }
@@ -331,8 +332,7 @@ absl::Status Supervisor::Place(const PlacementDecision& decision, std::vector<v1
   v1::Run& run = loaded->run;
   const int64_t now = clock_.NowMicros();
   ActiveRun active;
-  active.job_id = job_id;
-  active.attempt = attempt;
+  active.id = id;
   for (size_t w = 0; w < decision.ranks.size(); ++w) {
     v1::RankPlacement p;
     p.set_world_rank(static_cast<int>(w));
@@ -344,7 +344,7 @@ absl::Status Supervisor::Place(const PlacementDecision& decision, std::vector<v1
   }
   const double waited = std::max<int64_t>(0, now - TimestampToMicros(run.create_time())) / 1e6;
   run.set_queue_wait_seconds(waited);
-  run.set_checkpoint_dir(CheckpointDir(job, attempt));
+  run.set_checkpoint_dir(CheckpointDir(job, id.attempt));
   run.set_world_size(static_cast<int>(decision.ranks.size()));
   const std::string reason =
       absl::StrFormat("placed on %s after %.1f s in the queue%s",
@@ -367,8 +367,8 @@ absl::Status Supervisor::Place(const PlacementDecision& decision, std::vector<v1
   active.stall_timeout_s = job.spec().restart().stall_timeout_s();
   active.launch_timeout_s = job.spec().restart().launch_timeout_s();
   AddRun(std::move(active));
-  queue_.erase(job_id);
-  waiting_.erase(job_id);
+  queue_.erase(decision.job_id);
+  waiting_.erase(id.job_id);
   return absl::OkStatus();
 }
 
@@ -391,41 +391,41 @@ absl::Status Supervisor::OnHeartbeat(const v1::HeartbeatRequest& req, v1::Heartb
                                      std::vector<v1::Event>* events) {
   DHP_CHECK_ON_THREAD(loop_);
   const std::string& node = req.node_id();
-  std::map<std::string, std::vector<const v1::RankStatus*>> by_run;
+  std::map<RunId, std::vector<const v1::RankStatus*>> by_run;
   for (const v1::RankStatus& st : req.ranks()) {
-    by_run[RunKey(st.job_id(), st.attempt())].push_back(&st);
+    by_run[RunId{st.job_id(), st.attempt()}].push_back(&st);
   }
   // Only the runs with ranks on this node: the work does not grow with the cluster.
   if (auto placed = by_node_.find(node); placed != by_node_.end()) {
-    for (const auto& [key, world_ranks] : placed->second) {
+    for (const auto& [id, world_ranks] : placed->second) {
       ranks_visited_ += static_cast<int64_t>(world_ranks.size());
       std::vector<const v1::RankStatus*> statuses;
-      if (auto it = by_run.find(key); it != by_run.end()) {
+      if (auto it = by_run.find(id); it != by_run.end()) {
         statuses = std::move(it->second);
         by_run.erase(it);
       }
-      if (absl::Status s = ApplyNodeReport(runs_.at(key), node, statuses, events); !s.ok()) {
+      if (absl::Status s = ApplyNodeReport(runs_.at(id), node, statuses, events); !s.ok()) {
         return s;
       }
     }
   }
-  for (const auto& [key, statuses] : by_run) {  // runs with no rank placed on this node
-    if (runs_.count(key) > 0) {
-      DHP_LOG(WARNING) << "node " << node << " reports ranks of run " << key
+  for (const auto& [id, statuses] : by_run) {  // runs with no rank placed on this node
+    if (runs_.count(id) > 0) {
+      DHP_LOG(WARNING) << "node " << node << " reports ranks of run " << id.Key()
                        << ", none of which is placed there; ignored";
     }
   }
   if (absl::Status s = SweepDrained(events); !s.ok()) return s;
   auto placed = by_node_.find(node);  // again: the sweep may have forgotten runs
   if (placed == by_node_.end()) return absl::OkStatus();
-  for (const auto& [key, world_ranks] : placed->second) {
-    const ActiveRun& run = runs_.at(key);
+  for (const auto& [id, world_ranks] : placed->second) {
+    const ActiveRun& run = runs_.at(id);
     if (run.draining) continue;
     for (int w : world_ranks) {
       const v1::RankPlacement& p = run.placement[w];
       v1::RankLaunch* launch = resp->add_ranks();
-      launch->set_job_id(run.job_id);
-      launch->set_attempt(run.attempt);
+      launch->set_job_id(run.id.job_id);
+      launch->set_attempt(run.id.attempt);
       launch->set_world_rank(p.world_rank());
       launch->set_world_size(static_cast<int>(run.placement.size()));
       launch->set_slot(p.slot());
@@ -454,7 +454,7 @@ absl::Status Supervisor::ApplyNodeReport(ActiveRun& run, const std::string& node
     if (absl::Status s = SucceedRun(run, events); !s.ok()) return s;
   } else if (!run.draining && run.launched == world &&
              run.job_state == v1::JOB_STATE_SCHEDULED) {
-    absl::StatusOr<Loaded> loaded = Load(run.job_id, run.attempt);
+    absl::StatusOr<Loaded> loaded = Load(run.id);
     if (!loaded.ok()) return loaded.status();
     JobWrite write;
     absl::Status s = MoveJob(loaded->job, v1::JOB_STATE_STARTING,
@@ -472,7 +472,7 @@ absl::Status Supervisor::ApplyNodeReport(ActiveRun& run, const std::string& node
     }
     if (!running) {
       run.drain_nodes.erase(node);
-      if (run.drain_nodes.empty()) drained_.insert(RunKey(run.job_id, run.attempt));
+      if (run.drain_nodes.empty()) drained_.insert(run.id);
     }
   }
   return absl::OkStatus();
@@ -484,8 +484,8 @@ absl::Status Supervisor::ApplyRankStatus(ActiveRun& run, const v1::RankStatus& s
   const int w = st.world_rank();
   if (w < 0 || w >= static_cast<int>(run.ranks.size()) ||
       run.placement[w].node_id() != node_id) {
-    DHP_LOG(WARNING) << "node " << node_id << " reports rank " << w << " of " << run.job_id
-                     << " attempt " << run.attempt << ", which is not placed there; ignored";
+    DHP_LOG(WARNING) << "node " << node_id << " reports rank " << w << " of " << run.id.job_id
+                     << " attempt " << run.id.attempt << ", which is not placed there; ignored";
     return absl::OkStatus();
   }
   RankView& rank = run.ranks[w];
@@ -515,7 +515,7 @@ absl::Status Supervisor::ApplyRankStatus(ActiveRun& run, const v1::RankStatus& s
 // ---- run endings ----------------------------------------------------------------------------
 
 absl::Status Supervisor::SucceedRun(ActiveRun& run, std::vector<v1::Event>* events) {
-  absl::StatusOr<Loaded> loaded = Load(run.job_id, run.attempt);
+  absl::StatusOr<Loaded> loaded = Load(run.id);
   if (!loaded.ok()) return loaded.status();
   v1::Job& job = loaded->job;
   const int64_t now = clock_.NowMicros();
@@ -544,7 +544,7 @@ absl::Status Supervisor::SucceedRun(ActiveRun& run, std::vector<v1::Event>* even
 
 absl::Status Supervisor::FailRun(ActiveRun& run, const std::string& reason, bool counted,
                                  std::vector<v1::Event>* events) {
-  absl::StatusOr<Loaded> loaded = Load(run.job_id, run.attempt);
+  absl::StatusOr<Loaded> loaded = Load(run.id);
   if (!loaded.ok()) return loaded.status();
   v1::Job& job = loaded->job;
   const int64_t now = clock_.NowMicros();
@@ -597,22 +597,22 @@ void Supervisor::StartDraining(ActiveRun& run) {
   for (const v1::RankPlacement& p : run.placement) {
     if (lost_nodes_.count(p.node_id()) == 0) run.drain_nodes.insert(p.node_id());
   }
-  if (run.drain_nodes.empty()) drained_.insert(RunKey(run.job_id, run.attempt));
+  if (run.drain_nodes.empty()) drained_.insert(run.id);
 }
 
 absl::Status Supervisor::SweepDrained(std::vector<v1::Event>* events) {
-  std::set<std::string> keys;
-  keys.swap(drained_);
-  for (auto k = keys.begin(); k != keys.end(); ++k) {
-    const std::string key = *k;
-    auto it = runs_.find(key);
+  std::set<RunId> ids;
+  ids.swap(drained_);
+  for (auto k = ids.begin(); k != ids.end(); ++k) {
+    const RunId id = *k;
+    auto it = runs_.find(id);
     if (it == runs_.end() || !it->second.draining || !it->second.drain_nodes.empty()) continue;
     ActiveRun done = it->second;  // a copy: EraseRun reads its placement
-    EraseRun(key);
-    scheduler_.Release(key);
+    EraseRun(id);
+    scheduler_.Release(id.Key());
     dirty_ = true;
     if (absl::Status s = FinishDrain(done, events); !s.ok()) {
-      drained_.insert(std::next(k), keys.end());  // swept by the next call
+      drained_.insert(std::next(k), ids.end());  // swept by the next call
       return s;
     }
   }
@@ -621,7 +621,7 @@ absl::Status Supervisor::SweepDrained(std::vector<v1::Event>* events) {
 
 absl::Status Supervisor::FinishDrain(const ActiveRun& run, std::vector<v1::Event>* events) {
   if (!run.cancelling) return absl::OkStatus();
-  absl::StatusOr<Loaded> loaded = Load(run.job_id, run.attempt);
+  absl::StatusOr<Loaded> loaded = Load(run.id);
   if (!loaded.ok() || loaded->job.state() != v1::JOB_STATE_CANCELLING) return absl::OkStatus();
   const int64_t now = clock_.NowMicros();
   const std::string reason = loaded->job.message().empty() ? "cancelled" : loaded->job.message();

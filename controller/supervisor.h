@@ -32,6 +32,7 @@
 #include "absl/status/status.h"
 #include "common/check.h"
 #include "common/clock.h"
+#include "controller/run_id.h"
 #include "controller/scheduler.h"
 #include "controller/store.h"
 #include "dhp/v1/service.pb.h"
@@ -57,8 +58,7 @@ struct RankView {
 };
 
 struct ActiveRun {
-  std::string job_id;
-  int attempt = 0;
+  RunId id;
   std::vector<v1::RankPlacement> placement;  // by world rank
   std::vector<RankView> ranks;
   int launched = 0;                 // ranks with RankView::launched, kept as reports arrive
@@ -128,13 +128,13 @@ class Supervisor {
   std::vector<std::pair<std::string, std::string>> TakeManifests();
 
   // Whether the attempt still has (or may still get) rank processes: placed and not drained.
-  bool HasProcesses(const std::string& job_id, int attempt) const;
+  bool HasProcesses(const RunId& id) const;
 
   // The live per-rank view of the job's current run (GetJobResponse.ranks), if placed.
   void DescribeRanks(const v1::Job& job, v1::GetJobResponse* resp) const;
 
   const Scheduler& scheduler() const { return scheduler_; }
-  const std::map<std::string, ActiveRun>& runs() const { return runs_; }
+  const std::map<RunId, ActiveRun>& runs() const { return runs_; }
   size_t queue_size() const { return queue_.size(); }
   // Placed ranks that heartbeats have looked at, in all; a heartbeat looks only at the ranks
   // placed on its own node (for tests).
@@ -149,7 +149,7 @@ class Supervisor {
     v1::Job job;
     v1::Run run;
   };
-  absl::StatusOr<Loaded> Load(const std::string& job_id, int attempt);
+  absl::StatusOr<Loaded> Load(const RunId& id);
   absl::Status Place(const PlacementDecision& decision, std::vector<v1::Event>* events);
   absl::Status NoteWaiting(const std::string& job_id, const std::string& why);
   // Ends an active run as FAILED and restarts the job or fails it. `counted`: uses a restart.
@@ -174,36 +174,37 @@ class Supervisor {
   void EndUnrecoverable(v1::Job job, const absl::Status& why, int64_t now);
   // runs_ and the by-node index change together, through these two.
   void AddRun(ActiveRun run);
-  void EraseRun(const std::string& key);
+  void EraseRun(const RunId& id);
   absl::Status CheckLaunched(ActiveRun& run, int64_t now, std::vector<v1::Event>* events);
   absl::Status CollectGarbage(const v1::Job& job, std::vector<v1::Event>* events);
   std::string StallReason(const ActiveRun& run, int64_t now) const;
   std::string CheckpointDir(const v1::Job& job, int attempt) const;
-  ActiveRun* FindRun(const std::string& job_id, int attempt);
+  ActiveRun* FindRun(const RunId& id);
 
   Store& store_;
   const Clock& clock_;
   const SupervisorOptions options_;
   Scheduler scheduler_;
-  std::map<std::string, JobDemand> queue_;     // QUEUED jobs by job id
-  std::map<std::string, ActiveRun> runs_;      // by RunKey(job, attempt)
-  // node id -> run key -> world ranks placed there, for every run in runs_ (draining included):
+  struct Queued {
+    RunId id;
+    JobDemand demand;  // demand.job_id is id.Key(), the Scheduler's allocation key
+  };
+  std::map<std::string, Queued> queue_;  // QUEUED jobs by allocation key (RunId::Key())
+  std::map<RunId, ActiveRun> runs_;
+  // node id -> run -> world ranks placed there, for every run in runs_ (draining included):
   // a heartbeat, a lost node, touch only their own node's runs.
-  std::map<std::string, std::map<std::string, std::vector<int>>> by_node_;
-  std::set<std::string> drained_;  // draining runs whose nodes have all confirmed; to sweep
+  std::map<std::string, std::map<RunId, std::vector<int>>> by_node_;
+  std::set<RunId> drained_;  // draining runs whose nodes have all confirmed; to sweep
   int64_t ranks_visited_ = 0;
   std::map<std::string, std::string> waiting_;  // job id -> why it waits (last persisted)
   std::vector<std::string> deletions_;
   std::vector<std::pair<std::string, std::string>> manifests_;
   std::set<std::string> lost_nodes_;
   bool dirty_ = true;  // nodes, slots or the queue's jobs changed since the last pass
-  std::vector<std::string> appended_;  // jobs queued since the last pass
+  std::vector<std::string> appended_;  // allocation keys of jobs queued since the last pass
   int64_t full_passes_ = 0;
   int64_t appended_passes_ = 0;
 };
-
-// "job#attempt": the scheduler's allocation key of a run.
-std::string RunKey(const std::string& job_id, int attempt);
 
 }  // namespace dhp::controller
 

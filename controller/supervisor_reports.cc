@@ -48,7 +48,7 @@ absl::Status Supervisor::OnProgress(const v1::ReportProgressRequest& req,
         absl::StrCat("attempt ", req.attempt(), " of job ", req.job_id(),
                      " is not current; the job is on attempt ", job->current_attempt()));
   }
-  ActiveRun* run = FindRun(req.job_id(), req.attempt());
+  ActiveRun* run = FindRun(RunId{req.job_id(), req.attempt()});
   if (run == nullptr || run->draining) {
     resp->set_stop(true);
     return absl::OkStatus();
@@ -81,7 +81,7 @@ absl::Status Supervisor::OnProgress(const v1::ReportProgressRequest& req,
 
 absl::Status Supervisor::PersistProgress(ActiveRun& run, bool to_running,
                                          std::vector<v1::Event>* events) {
-  absl::StatusOr<Loaded> loaded = Load(run.job_id, run.attempt);
+  absl::StatusOr<Loaded> loaded = Load(run.id);
   if (!loaded.ok()) return loaded.status();
   v1::Job& job = loaded->job;
   const int64_t now = clock_.NowMicros();
@@ -113,7 +113,7 @@ absl::Status Supervisor::PersistProgress(ActiveRun& run, bool to_running,
 
 void Supervisor::DescribeRanks(const v1::Job& job, v1::GetJobResponse* resp) const {
   DHP_CHECK_ON_THREAD(loop_);
-  auto it = runs_.find(RunKey(job.id(), job.current_attempt()));
+  auto it = runs_.find(RunId{job.id(), job.current_attempt()});
   if (it == runs_.end()) return;
   const ActiveRun& run = it->second;
   const comm::Layout layout = LayoutForSpec(job.spec());
@@ -140,7 +140,7 @@ absl::Status Supervisor::CheckStalls(std::vector<v1::Event>* events) {
   DHP_CHECK_ON_THREAD(loop_);
   const int64_t now = clock_.NowMicros();
   // FailRun changes neither runs_ nor by_node_ (only SweepDrained does): iterating is safe.
-  for (auto& [key, run] : runs_) {
+  for (auto& [id, run] : runs_) {
     if (run.draining) continue;
     if (absl::Status s = CheckLaunched(run, now, events); !s.ok()) return s;
     if (run.draining) continue;
@@ -209,7 +209,7 @@ absl::Status Supervisor::OnCheckpointShard(const v1::ReportCheckpointRequest& re
                                            std::vector<v1::Event>* events) {
   DHP_CHECK_ON_THREAD(loop_);
   if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: must not be empty");
-  absl::StatusOr<Loaded> loaded = Load(req.job_id(), req.attempt());
+  absl::StatusOr<Loaded> loaded = Load(RunId{req.job_id(), req.attempt()});
   if (!loaded.ok()) return loaded.status();
   const v1::Run& run = loaded->run;
   const v1::CheckpointShard& shard = req.shard();
@@ -325,7 +325,7 @@ absl::Status Supervisor::OnCheckpointRejected(const v1::RejectCheckpointRequest&
                                               std::vector<v1::Event>* events) {
   DHP_CHECK_ON_THREAD(loop_);
   if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: must not be empty");
-  absl::StatusOr<Loaded> loaded = Load(req.job_id(), req.attempt());
+  absl::StatusOr<Loaded> loaded = Load(RunId{req.job_id(), req.attempt()});
   if (!loaded.ok()) return loaded.status();
   v1::Checkpoint ckpt;
   for (const v1::Checkpoint& c : store_.ListCheckpoints(req.job_id())) {
@@ -346,7 +346,7 @@ absl::Status Supervisor::OnCheckpointRejected(const v1::RejectCheckpointRequest&
     if (!added.ok()) return added.status();
     events->insert(events->end(), added->begin(), added->end());
   }
-  ActiveRun* run = FindRun(req.job_id(), req.attempt());
+  ActiveRun* run = FindRun(RunId{req.job_id(), req.attempt()});
   if (run != nullptr && !run->draining) {
     if (absl::Status s = FailRun(*run, why, false, events); !s.ok()) return s;
   }
