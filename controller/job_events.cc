@@ -30,6 +30,16 @@ absl::Status MoveJob(v1::Job& job, v1::JobState to, const std::string& reason,
   return absl::OkStatus();
 }
 
+absl::Status MoveJobToRunning(v1::Job& job, const std::string& reason, int64_t now_micros,
+                              JobWrite* write) {
+  if (job.state() == v1::JOB_STATE_SCHEDULED) {
+    absl::Status s = MoveJob(job, v1::JOB_STATE_STARTING, "ranks launched", now_micros, write);
+    if (!s.ok()) return s;
+  }
+  if (job.state() != v1::JOB_STATE_STARTING) return absl::OkStatus();
+  return MoveJob(job, v1::JOB_STATE_RUNNING, reason, now_micros, write);
+}
+
 void MoveRun(const v1::Job& job, v1::Run& run, v1::RunState to, const std::string& reason,
              int64_t now_micros, JobWrite* write) {
   v1::Event e = JobEvent(job, now_micros, "run.state", ShortName(run.state()), ShortName(to),

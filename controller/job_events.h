@@ -22,6 +22,11 @@ v1::Event JobEvent(const v1::Job& job, int64_t now_micros, const std::string& ty
 absl::Status MoveJob(v1::Job& job, v1::JobState to, const std::string& reason,
                      int64_t now_micros, JobWrite* write);
 
+// A job whose ranks train: SCHEDULED -> STARTING ("ranks launched") -> RUNNING (`reason`), or
+// STARTING -> RUNNING; a job in any other state is left as it is.
+absl::Status MoveJobToRunning(v1::Job& job, const std::string& reason, int64_t now_micros,
+                              JobWrite* write);
+
 // Moves `run` to `to`, sets its reason (and end time for a final state) and appends a
 // "run.state" event of `job`'s id and the run's attempt.
 void MoveRun(const v1::Job& job, v1::Run& run, v1::RunState to, const std::string& reason,

@@ -63,6 +63,24 @@ absl::StatusOr<Supervisor::Loaded> Supervisor::Load(const RunId& id) {
   return absl::NotFoundError(absl::StrCat("job ", id.job_id, " has no run ", id.attempt));
 }
 
+absl::Status Supervisor::Transition(const RunId& id, std::vector<v1::Event>* events,
+                                    Change change) {
+  absl::StatusOr<Loaded> loaded = Load(id);
+  if (!loaded.ok()) return loaded.status();
+  return Transition(*std::move(loaded), events, change);
+}
+
+absl::Status Supervisor::Transition(Loaded loaded, std::vector<v1::Event>* events,
+                                    Change change) {
+  JobWrite write;
+  if (absl::Status s = change(loaded.job, loaded.run, clock_.NowMicros(), write); !s.ok()) {
+    return s;
+  }
+  write.job = std::move(loaded.job);
+  write.runs.insert(write.runs.begin(), std::move(loaded.run));
+  return Commit(write, events);
+}
+
 absl::Status Supervisor::Commit(JobWrite& write, std::vector<v1::Event>* events) {
   absl::StatusOr<std::vector<v1::Event>> added = store_.Commit(write);
   if (!added.ok()) return added.status();
@@ -328,44 +346,39 @@ absl::Status Supervisor::Place(const PlacementDecision& decision, std::vector<v1
     scheduler_.Release(decision.job_id);
     return absl::OkStatus();
   }
-  v1::Job& job = loaded->job;
-  v1::Run& run = loaded->run;
-  const int64_t now = clock_.NowMicros();
   ActiveRun active;
   active.id = id;
   for (size_t w = 0; w < decision.ranks.size(); ++w) {
-    v1::RankPlacement p;
+    v1::RankPlacement& p = active.placement.emplace_back();
     p.set_world_rank(static_cast<int>(w));
     p.set_node_id(decision.ranks[w].node_id);
     p.set_slot(decision.ranks[w].slot);
     p.set_gpu(decision.ranks[w].gpu);
-    *run.add_placement() = p;
-    active.placement.push_back(p);
   }
-  const double waited = std::max<int64_t>(0, now - TimestampToMicros(run.create_time())) / 1e6;
-  run.set_queue_wait_seconds(waited);
-  run.set_checkpoint_dir(CheckpointDir(job, id.attempt));
-  run.set_world_size(static_cast<int>(decision.ranks.size()));
-  const std::string reason =
-      absl::StrFormat("placed on %s after %.1f s in the queue%s",
-                      DescribePlacement(active.placement), waited,
-                      decision.backfilled ? " (backfilled)" : "");
-  JobWrite write;
-  MoveRun(job, run, v1::RUN_STATE_STARTING, reason, now, &write);
-  if (absl::Status s = MoveJob(job, v1::JOB_STATE_SCHEDULED, reason, now, &write); !s.ok()) {
-    return s;
-  }
-  write.job = job;
-  write.runs.push_back(run);
-  if (absl::Status s = Commit(write, events); !s.ok()) return s;
+  absl::Status s = Transition(*std::move(loaded), events, [&](v1::Job& job, v1::Run& run,
+                                                              int64_t now, JobWrite& write) {
+    run.mutable_placement()->Add(active.placement.begin(), active.placement.end());
+    const double waited = std::max<int64_t>(0, now - TimestampToMicros(run.create_time())) / 1e6;
+    run.set_queue_wait_seconds(waited);
+    run.set_checkpoint_dir(CheckpointDir(job, id.attempt));
+    run.set_world_size(static_cast<int>(decision.ranks.size()));
+    const std::string reason =
+        absl::StrFormat("placed on %s after %.1f s in the queue%s",
+                        DescribePlacement(active.placement), waited,
+                        decision.backfilled ? " (backfilled)" : "");
+    MoveRun(job, run, v1::RUN_STATE_STARTING, reason, now, &write);
+    active.start_step = run.start_step();
+    active.stall_timeout_s = job.spec().restart().stall_timeout_s();
+    active.launch_timeout_s = job.spec().restart().launch_timeout_s();
+    return MoveJob(job, v1::JOB_STATE_SCHEDULED, reason, now, &write);
+  });
+  if (!s.ok()) return s;
+  const int64_t now = clock_.NowMicros();
   active.ranks.resize(active.placement.size());
   active.job_state = v1::JOB_STATE_SCHEDULED;
-  active.start_step = run.start_step();
-  active.max_step = run.start_step();
+  active.max_step = active.start_step;
   active.last_advance_micros = now;
   active.placed_micros = now;
-  active.stall_timeout_s = job.spec().restart().stall_timeout_s();
-  active.launch_timeout_s = job.spec().restart().launch_timeout_s();
   AddRun(std::move(active));
   queue_.erase(decision.job_id);
   waiting_.erase(id.job_id);
@@ -454,15 +467,12 @@ absl::Status Supervisor::ApplyNodeReport(ActiveRun& run, const std::string& node
     if (absl::Status s = SucceedRun(run, events); !s.ok()) return s;
   } else if (!run.draining && run.launched == world &&
              run.job_state == v1::JOB_STATE_SCHEDULED) {
-    absl::StatusOr<Loaded> loaded = Load(run.id);
-    if (!loaded.ok()) return loaded.status();
-    JobWrite write;
-    absl::Status s = MoveJob(loaded->job, v1::JOB_STATE_STARTING,
-                             absl::StrCat("all ", world, " ranks launched"), clock_.NowMicros(),
-                             &write);
+    absl::Status s = Transition(run.id, events, [&](v1::Job& job, v1::Run&, int64_t now,
+                                                    JobWrite& write) {
+      return MoveJob(job, v1::JOB_STATE_STARTING, absl::StrCat("all ", world, " ranks launched"),
+                     now, &write);
+    });
     if (!s.ok()) return s;
-    write.job = loaded->job;
-    if (s = Commit(write, events); !s.ok()) return s;
     run.job_state = v1::JOB_STATE_STARTING;
   }
   if (run.draining && run.drain_nodes.count(node) > 0) {
@@ -515,28 +525,15 @@ absl::Status Supervisor::ApplyRankStatus(ActiveRun& run, const v1::RankStatus& s
 // ---- run endings ----------------------------------------------------------------------------
 
 absl::Status Supervisor::SucceedRun(ActiveRun& run, std::vector<v1::Event>* events) {
-  absl::StatusOr<Loaded> loaded = Load(run.id);
-  if (!loaded.ok()) return loaded.status();
-  v1::Job& job = loaded->job;
-  const int64_t now = clock_.NowMicros();
-  JobWrite write;
-  if (job.state() == v1::JOB_STATE_SCHEDULED || job.state() == v1::JOB_STATE_STARTING) {
-    if (job.state() == v1::JOB_STATE_SCHEDULED) {
-      absl::Status s = MoveJob(job, v1::JOB_STATE_STARTING, "ranks launched", now, &write);
-      if (!s.ok()) return s;
-    }
-    absl::Status s = MoveJob(job, v1::JOB_STATE_RUNNING, "training", now, &write);
-    if (!s.ok()) return s;
-  }
-  const std::string reason = absl::StrCat("all ", run.ranks.size(), " ranks finished at step ",
-                                          std::max<int64_t>(run.max_step, 0));
-  if (absl::Status s = MoveJob(job, v1::JOB_STATE_SUCCEEDED, reason, now, &write); !s.ok()) {
-    return s;
-  }
-  MoveRun(job, loaded->run, v1::RUN_STATE_SUCCEEDED, reason, now, &write);
-  write.job = job;
-  write.runs.push_back(loaded->run);
-  if (absl::Status s = Commit(write, events); !s.ok()) return s;
+  absl::Status s = Transition(run.id, events, [&](v1::Job& job, v1::Run& stored, int64_t now,
+                                                  JobWrite& write) {
+    if (absl::Status s = MoveJobToRunning(job, "training", now, &write); !s.ok()) return s;
+    const std::string reason = absl::StrCat("all ", run.ranks.size(), " ranks finished at step ",
+                                            std::max<int64_t>(run.max_step, 0));
+    MoveRun(job, stored, v1::RUN_STATE_SUCCEEDED, reason, now, &write);
+    return MoveJob(job, v1::JOB_STATE_SUCCEEDED, reason, now, &write);
+  });
+  if (!s.ok()) return s;
   run.job_state = v1::JOB_STATE_SUCCEEDED;
   StartDraining(run);
   return absl::OkStatus();
@@ -544,27 +541,24 @@ absl::Status Supervisor::SucceedRun(ActiveRun& run, std::vector<v1::Event>* even
 
 absl::Status Supervisor::FailRun(ActiveRun& run, const std::string& reason, bool counted,
                                  std::vector<v1::Event>* events) {
-  absl::StatusOr<Loaded> loaded = Load(run.id);
-  if (!loaded.ok()) return loaded.status();
-  v1::Job& job = loaded->job;
-  const int64_t now = clock_.NowMicros();
-  JobWrite write;
-  MoveRun(job, loaded->run, v1::RUN_STATE_FAILED, reason, now, &write);
-  write.runs.push_back(loaded->run);
-  const int max_restarts = job.spec().restart().max_restarts();
-  if (counted && job.restart_count() >= max_restarts) {
-    const std::string why =
-        max_restarts == 0
-            ? absl::StrCat(reason, "; automatic restarts are off (restart.max_restarts 0)")
-            : absl::StrCat(reason, "; all ", max_restarts, " restarts used");
-    if (absl::Status s = MoveJob(job, v1::JOB_STATE_FAILED, why, now, &write); !s.ok()) return s;
-  } else {
+  v1::Job requeued;  // the job after the transition, when it went back to the queue
+  absl::Status s = Transition(run.id, events, [&](v1::Job& job, v1::Run& stored, int64_t now,
+                                                  JobWrite& write) {
+    MoveRun(job, stored, v1::RUN_STATE_FAILED, reason, now, &write);
+    const int max_restarts = job.spec().restart().max_restarts();
+    if (counted && job.restart_count() >= max_restarts) {
+      const std::string why =
+          max_restarts == 0
+              ? absl::StrCat(reason, "; automatic restarts are off (restart.max_restarts 0)")
+              : absl::StrCat(reason, "; all ", max_restarts, " restarts used");
+      return MoveJob(job, v1::JOB_STATE_FAILED, why, now, &write);
+    }
     if (absl::Status s = MoveJob(job, v1::JOB_STATE_RESTARTING, reason, now, &write); !s.ok()) {
       return s;
     }
     if (counted) job.set_restart_count(job.restart_count() + 1);
     job.set_current_attempt(job.current_attempt() + 1);
-    v1::Run next;
+    v1::Run& next = write.runs.emplace_back();
     next.set_job_id(job.id());
     next.set_attempt(job.current_attempt());
     next.set_state(v1::RUN_STATE_PENDING);
@@ -581,13 +575,13 @@ absl::Status Supervisor::FailRun(ActiveRun& run, const std::string& reason, bool
                 : absl::StrCat("retry ", from);
     if (absl::Status s = MoveJob(job, v1::JOB_STATE_QUEUED, why, now, &write); !s.ok()) return s;
     write.events.push_back(JobEvent(job, now, "run.state", "", "PENDING", "attempt created"));
-    write.runs.push_back(next);
-  }
-  write.job = job;
-  if (absl::Status s = Commit(write, events); !s.ok()) return s;
+    requeued = job;
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
   run.job_state = v1::JOB_STATE_FAILED;
   StartDraining(run);
-  if (job.state() == v1::JOB_STATE_QUEUED) OnJobQueued(job);
+  if (!requeued.id().empty()) OnJobQueued(requeued);
   return absl::OkStatus();
 }
 
@@ -623,16 +617,13 @@ absl::Status Supervisor::FinishDrain(const ActiveRun& run, std::vector<v1::Event
   if (!run.cancelling) return absl::OkStatus();
   absl::StatusOr<Loaded> loaded = Load(run.id);
   if (!loaded.ok() || loaded->job.state() != v1::JOB_STATE_CANCELLING) return absl::OkStatus();
-  const int64_t now = clock_.NowMicros();
-  const std::string reason = loaded->job.message().empty() ? "cancelled" : loaded->job.message();
-  JobWrite write;
-  absl::Status s = MoveJob(loaded->job, v1::JOB_STATE_CANCELLED,
-                           absl::StrCat(reason, "; every rank has stopped"), now, &write);
-  if (!s.ok()) return s;
-  MoveRun(loaded->job, loaded->run, v1::RUN_STATE_CANCELLED, reason, now, &write);
-  write.job = loaded->job;
-  write.runs.push_back(loaded->run);
-  return Commit(write, events);
+  return Transition(*std::move(loaded), events, [](v1::Job& job, v1::Run& stored, int64_t now,
+                                                   JobWrite& write) {
+    const std::string reason = job.message().empty() ? "cancelled" : job.message();
+    MoveRun(job, stored, v1::RUN_STATE_CANCELLED, reason, now, &write);
+    return MoveJob(job, v1::JOB_STATE_CANCELLED, absl::StrCat(reason, "; every rank has stopped"),
+                   now, &write);
+  });
 }
 
 std::vector<std::pair<std::string, std::string>> Supervisor::TakeManifests() {

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "common/check.h"
 #include "common/clock.h"
@@ -150,6 +151,15 @@ class Supervisor {
     v1::Run run;
   };
   absl::StatusOr<Loaded> Load(const RunId& id);
+  // One transition of a run and its job, the only way the Supervisor changes them: `change`
+  // moves them (MoveJob / MoveRun into the write) or updates their fields, and may add rows
+  // (the next attempt's run); then the job, the run and all `change` added are committed in
+  // one transaction and the events appended to `events`. When `change` fails nothing is
+  // written. The first form loads them (FAILED_PRECONDITION when the attempt is not current).
+  using Change =
+      absl::FunctionRef<absl::Status(v1::Job& job, v1::Run& run, int64_t now, JobWrite& write)>;
+  absl::Status Transition(const RunId& id, std::vector<v1::Event>* events, Change change);
+  absl::Status Transition(Loaded loaded, std::vector<v1::Event>* events, Change change);
   absl::Status Place(const PlacementDecision& decision, std::vector<v1::Event>* events);
   absl::Status NoteWaiting(const std::string& job_id, const std::string& why);
   // Ends an active run as FAILED and restarts the job or fails it. `counted`: uses a restart.

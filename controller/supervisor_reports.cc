@@ -81,34 +81,26 @@ absl::Status Supervisor::OnProgress(const v1::ReportProgressRequest& req,
 
 absl::Status Supervisor::PersistProgress(ActiveRun& run, bool to_running,
                                          std::vector<v1::Event>* events) {
-  absl::StatusOr<Loaded> loaded = Load(run.id);
-  if (!loaded.ok()) return loaded.status();
-  v1::Job& job = loaded->job;
-  const int64_t now = clock_.NowMicros();
-  JobWrite write;
-  if (to_running) {
-    if (job.state() == v1::JOB_STATE_SCHEDULED) {
-      absl::Status s = MoveJob(job, v1::JOB_STATE_STARTING, "ranks launched", now, &write);
-      if (!s.ok()) return s;
+  absl::Status s = Transition(run.id, events, [&](v1::Job& job, v1::Run& stored, int64_t now,
+                                                  JobWrite& write) {
+    if (to_running) {
+      const std::string why = absl::StrCat("training: step ", run.max_step, " done");
+      if (absl::Status s = MoveJobToRunning(job, why, now, &write); !s.ok()) return s;
+      MoveRun(job, stored, v1::RUN_STATE_RUNNING, "training", now, &write);
     }
-    absl::Status s = MoveJob(job, v1::JOB_STATE_RUNNING,
-                             absl::StrCat("training: step ", run.max_step, " done"), now, &write);
-    if (!s.ok()) return s;
-    MoveRun(job, loaded->run, v1::RUN_STATE_RUNNING, "training", now, &write);
-    run.job_state = v1::JOB_STATE_RUNNING;
-  }
-  job.set_latest_step(run.max_step);
-  job.set_latest_loss(run.loss);
-  job.set_total_steps(run.total_steps);
-  job.set_tokens_per_second(run.tokens_per_second);
-  job.set_step_seconds(run.step_seconds);
-  *job.mutable_update_time() = MicrosToTimestamp(now);
-  loaded->run.set_last_step(run.max_step);
-  loaded->run.set_last_loss(run.loss);
-  write.job = job;
-  write.runs.push_back(loaded->run);
-  run.last_persist_micros = now;
-  return Commit(write, events);
+    job.set_latest_step(run.max_step);
+    job.set_latest_loss(run.loss);
+    job.set_total_steps(run.total_steps);
+    job.set_tokens_per_second(run.tokens_per_second);
+    job.set_step_seconds(run.step_seconds);
+    *job.mutable_update_time() = MicrosToTimestamp(now);
+    stored.set_last_step(run.max_step);
+    stored.set_last_loss(run.loss);
+    run.last_persist_micros = now;
+    return absl::OkStatus();
+  });
+  if (s.ok() && to_running) run.job_state = v1::JOB_STATE_RUNNING;
+  return s;
 }
 
 void Supervisor::DescribeRanks(const v1::Job& job, v1::GetJobResponse* resp) const {
