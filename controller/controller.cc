@@ -220,8 +220,8 @@ void Controller::ScheduleHeartbeatCheck() {
 void Controller::Settle(std::vector<v1::Event>& events) {
   absl::Status s = supervisor_.Schedule(&events);
   if (!s.ok()) DHP_LOG(ERROR) << "scheduling pass failed: " << s;
-  std::vector<std::string> doomed = supervisor_.TakeDeletions();
-  std::vector<std::pair<std::string, std::string>> manifests = supervisor_.TakeManifests();
+  std::vector<std::string> doomed = supervisor_.checkpoints().TakeDeletions();
+  std::vector<std::pair<std::string, std::string>> manifests = supervisor_.checkpoints().TakeManifests();
   if (!doomed.empty() || !manifests.empty()) {
     // File work can take long: never on the loop. Both are idempotent if cut short.
     files_.Post([doomed = std::move(doomed), manifests = std::move(manifests),

@@ -47,7 +47,10 @@ bool KilledFromOutside(const v1::RankStatus& st) {
 }  // namespace
 
 Supervisor::Supervisor(Store& store, const Clock& clock, SupervisorOptions options)
-    : store_(store), clock_(clock), options_(std::move(options)) {}
+    : store_(store),
+      clock_(clock),
+      options_(std::move(options)),
+      checkpoints_(store, clock, options_.checkpoint_root) {}
 
 absl::StatusOr<Supervisor::Loaded> Supervisor::Load(const RunId& id) {
   absl::StatusOr<v1::Job> job = store_.GetJob(id.job_id);
@@ -120,13 +123,6 @@ void Supervisor::EraseRun(const RunId& id) {
   runs_.erase(it);
 }
 
-
-std::string Supervisor::CheckpointDir(const v1::Job& job, int attempt) const {
-  const std::string& dir = job.spec().checkpoint().directory();
-  const std::string base =
-      !dir.empty() && dir[0] == '/' ? dir : absl::StrCat(options_.checkpoint_root, "/", dir);
-  return absl::StrCat(base, "/", job.id(), "/attempt-", attempt);
-}
 
 // ---- recovery, admission, queue ---------------------------------------------------------------
 
@@ -360,7 +356,7 @@ absl::Status Supervisor::Place(const PlacementDecision& decision, std::vector<v1
     run.mutable_placement()->Add(active.placement.begin(), active.placement.end());
     const double waited = std::max<int64_t>(0, now - TimestampToMicros(run.create_time())) / 1e6;
     run.set_queue_wait_seconds(waited);
-    run.set_checkpoint_dir(CheckpointDir(job, id.attempt));
+    run.set_checkpoint_dir(checkpoints_.RunDirectory(job, id.attempt));
     run.set_world_size(static_cast<int>(decision.ranks.size()));
     const std::string reason =
         absl::StrFormat("placed on %s after %.1f s in the queue%s",
@@ -564,11 +560,10 @@ absl::Status Supervisor::FailRun(ActiveRun& run, const std::string& reason, bool
     next.set_state(v1::RUN_STATE_PENDING);
     *next.mutable_create_time() = MicrosToTimestamp(now);
     std::string from = "from the start (no complete checkpoint)";
-    for (const v1::Checkpoint& c : store_.ListCheckpoints(job.id())) {
-      if (c.state() != v1::CHECKPOINT_STATE_COMPLETE) continue;
-      next.set_resume_checkpoint_id(c.id());
-      next.set_start_step(c.step());
-      from = absl::StrCat("from checkpoint ", c.id(), " at step ", c.step());
+    if (std::optional<v1::Checkpoint> c = checkpoints_.ResumePoint(job.id())) {
+      next.set_resume_checkpoint_id(c->id());
+      next.set_start_step(c->step());
+      from = absl::StrCat("from checkpoint ", c->id(), " at step ", c->step());
     }
     const std::string why =
         counted ? absl::StrCat("restart ", job.restart_count(), " of ", max_restarts, " ", from)
@@ -624,20 +619,6 @@ absl::Status Supervisor::FinishDrain(const ActiveRun& run, std::vector<v1::Event
     return MoveJob(job, v1::JOB_STATE_CANCELLED, absl::StrCat(reason, "; every rank has stopped"),
                    now, &write);
   });
-}
-
-std::vector<std::pair<std::string, std::string>> Supervisor::TakeManifests() {
-  DHP_CHECK_ON_THREAD(loop_);
-  std::vector<std::pair<std::string, std::string>> out;
-  out.swap(manifests_);
-  return out;
-}
-
-std::vector<std::string> Supervisor::TakeDeletions() {
-  DHP_CHECK_ON_THREAD(loop_);
-  std::vector<std::string> out;
-  out.swap(deletions_);
-  return out;
 }
 
 }  // namespace dhp::controller

@@ -14,6 +14,9 @@
 // Slots stay allocated to an ended run until every node holding its ranks has reported them
 // gone (or is LOST), so a new run never shares a device with processes still exiting.
 //
+// Checkpoint bookkeeping (shards, completion, keep-latest, corruption, where a run writes and
+// resumes) is the CheckpointTracker's; the Supervisor hands it reports of current runs only.
+//
 // Durable state is the Store (jobs, runs with their placements, checkpoints, events); the
 // in-memory view (queue, allocations, per-rank reports) is rebuilt by Recover() after a
 // controller restart, and agents re-report their ranks with the next heartbeat.
@@ -33,6 +36,7 @@
 #include "absl/status/status.h"
 #include "common/check.h"
 #include "common/clock.h"
+#include "controller/checkpoint_tracker.h"
 #include "controller/run_id.h"
 #include "controller/scheduler.h"
 #include "controller/store.h"
@@ -121,12 +125,8 @@ class Supervisor {
   // ranks their agents have not reported launched within the launch timeout.
   absl::Status CheckStalls(std::vector<v1::Event>* events);
 
-  // Checkpoint directories garbage-collected since the last call, for the caller to delete off
-  // the loop thread (every one is inside the checkpoint root).
-  std::vector<std::string> TakeDeletions();
-  // (checkpoint directory, manifest JSON) of checkpoints completed since the last call: the
-  // caller writes each as <directory>/manifest.json off the loop thread.
-  std::vector<std::pair<std::string, std::string>> TakeManifests();
+  // Checkpoint bookkeeping: the caller takes its manifests to write and directories to delete.
+  CheckpointTracker& checkpoints() { return checkpoints_; }
 
   // Whether the attempt still has (or may still get) rank processes: placed and not drained.
   bool HasProcesses(const RunId& id) const;
@@ -186,15 +186,14 @@ class Supervisor {
   void AddRun(ActiveRun run);
   void EraseRun(const RunId& id);
   absl::Status CheckLaunched(ActiveRun& run, int64_t now, std::vector<v1::Event>* events);
-  absl::Status CollectGarbage(const v1::Job& job, std::vector<v1::Event>* events);
   std::string StallReason(const ActiveRun& run, int64_t now) const;
-  std::string CheckpointDir(const v1::Job& job, int attempt) const;
   ActiveRun* FindRun(const RunId& id);
 
   Store& store_;
   const Clock& clock_;
   const SupervisorOptions options_;
   Scheduler scheduler_;
+  CheckpointTracker checkpoints_;
   struct Queued {
     RunId id;
     JobDemand demand;  // demand.job_id is id.Key(), the Scheduler's allocation key
@@ -207,8 +206,6 @@ class Supervisor {
   std::set<RunId> drained_;  // draining runs whose nodes have all confirmed; to sweep
   int64_t ranks_visited_ = 0;
   std::map<std::string, std::string> waiting_;  // job id -> why it waits (last persisted)
-  std::vector<std::string> deletions_;
-  std::vector<std::pair<std::string, std::string>> manifests_;
   std::set<std::string> lost_nodes_;
   bool dirty_ = true;  // nodes, slots or the queue's jobs changed since the last pass
   std::vector<std::string> appended_;  // allocation keys of jobs queued since the last pass

@@ -1,5 +1,5 @@
 // The Supervisor's handling of what ranks report themselves: progress (and stalls when it
-// stops) and checkpoint shards (recording, completion, garbage collection, corruption).
+// stops), and checkpoint shards and rejections (handed to the CheckpointTracker).
 #include <algorithm>
 #include <cmath>
 
@@ -8,9 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "common/job_layout.h"
 #include "common/logging.h"
-#include "common/path_inside.h"
 #include "common/proto_enum.h"
-#include "common/proto_yaml.h"
 #include "controller/job_events.h"
 #include "controller/supervisor.h"
 #include "controller/time_util.h"
@@ -22,12 +20,6 @@ constexpr int64_t kPersistEveryMicros = 1000000;
 // A rank whose reporter has been silent this long is named as not reporting (its reporter
 // re-sends every 2 s even while a step hangs).
 constexpr int64_t kSilentMicros = 5000000;
-
-std::string Mib(int64_t bytes) { return absl::StrFormat("%.1f MiB", bytes / 1048576.0); }
-
-bool SafeFileName(const std::string& f) {
-  return !f.empty() && f != "." && f != ".." && f.find('/') == std::string::npos;
-}
 
 }  // namespace
 
@@ -194,7 +186,7 @@ std::string Supervisor::StallReason(const ActiveRun& run, int64_t now) const {
   return out;
 }
 
-// ---- checkpoints ---------------------------------------------------------------------------
+// ---- checkpoints: the CheckpointTracker's, for the current run only -----------------------
 
 absl::Status Supervisor::OnCheckpointShard(const v1::ReportCheckpointRequest& req,
                                            v1::ReportCheckpointResponse* resp,
@@ -203,144 +195,21 @@ absl::Status Supervisor::OnCheckpointShard(const v1::ReportCheckpointRequest& re
   if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: must not be empty");
   absl::StatusOr<Loaded> loaded = Load(RunId{req.job_id(), req.attempt()});
   if (!loaded.ok()) return loaded.status();
-  const v1::Run& run = loaded->run;
-  const v1::CheckpointShard& shard = req.shard();
-  if (req.step() < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("step: ", req.step(), " must be at least 1"));
-  }
-  if (req.world_size() != run.world_size() || run.world_size() == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("world_size: ", req.world_size(),
-                                                   " is not the run's (", run.world_size(), ")"));
-  }
-  if (shard.rank() < 0 || shard.rank() >= run.world_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("shard.rank: ", shard.rank(), " is out of range"));
-  }
-  if (!SafeFileName(shard.file())) {
-    return absl::InvalidArgumentError("shard.file: \"" + shard.file() +
-                                      "\" must be a plain file name");
-  }
-  // Resolved, links followed: a link inside the run's directory pointing out does not pass.
-  if (req.path().empty() || !PathInside(req.path(), run.checkpoint_dir()) ||
-      PathInside(run.checkpoint_dir(), req.path())) {  // the directory itself
-    return absl::InvalidArgumentError("path: \"" + req.path() + "\" is not inside the run's " +
-                                      "checkpoint directory " + run.checkpoint_dir());
-  }
-  v1::Checkpoint ckpt;
-  for (const v1::Checkpoint& c : store_.ListCheckpoints(req.job_id())) {
-    if (c.attempt() == req.attempt() && c.step() == req.step()) ckpt = c;
-  }
-  if (ckpt.id() == 0) {
-    ckpt.set_job_id(req.job_id());
-    ckpt.set_attempt(req.attempt());
-    ckpt.set_step(req.step());
-    ckpt.set_path(req.path());
-    ckpt.set_state(v1::CHECKPOINT_STATE_PARTIAL);
-    ckpt.set_world_size(req.world_size());
-    *ckpt.mutable_create_time() = MicrosToTimestamp(clock_.NowMicros());
-    absl::StatusOr<v1::Checkpoint> added = store_.AddCheckpoint(ckpt, {});
-    if (!added.ok()) return added.status();
-    ckpt = *added;
-  }
-  if (ckpt.state() != v1::CHECKPOINT_STATE_PARTIAL) {
-    *resp->mutable_checkpoint() = ckpt;  // a retried report of a finished checkpoint
-    return absl::OkStatus();
-  }
-  auto* shards = ckpt.mutable_shards();
-  shards->erase(std::remove_if(shards->begin(), shards->end(),
-                               [&](const v1::CheckpointShard& s) { return s.rank() == shard.rank(); }),
-                shards->end());
-  *ckpt.add_shards() = shard;
-  std::sort(shards->begin(), shards->end(),
-            [](const auto& a, const auto& b) { return a.rank() < b.rank(); });
-  int64_t size = 0;
-  for (const v1::CheckpointShard& s : ckpt.shards()) size += s.size_bytes();
-  ckpt.set_size_bytes(size);
-  ckpt.set_write_seconds(std::max(ckpt.write_seconds(), req.write_seconds()));
-  std::vector<v1::Event> ckpt_events;
-  if (ckpt.shards_size() == ckpt.world_size()) {
-    ckpt.set_state(v1::CHECKPOINT_STATE_COMPLETE);
-    ckpt_events.push_back(JobEvent(
-        loaded->job, clock_.NowMicros(), "checkpoint", "PARTIAL", "COMPLETE",
-        absl::StrFormat("checkpoint %d at step %d: %d shards, %s, written in %.2f s, in %s",
-                        ckpt.id(), ckpt.step(), ckpt.shards_size(), Mib(size),
-                        ckpt.write_seconds(), ckpt.path())));
-  }
-  absl::StatusOr<std::vector<v1::Event>> added = store_.UpdateCheckpoint(ckpt, ckpt_events);
-  if (!added.ok()) return added.status();
-  events->insert(events->end(), added->begin(), added->end());
-  *resp->mutable_checkpoint() = ckpt;
-  if (ckpt.state() != v1::CHECKPOINT_STATE_COMPLETE) return absl::OkStatus();
-  // The manifest beside the shards: the same record, readable without the controller.
-  manifests_.emplace_back(ckpt.path(), ProtoToJson(ckpt, /*pretty=*/true));
-  return CollectGarbage(loaded->job, events);
-}
-
-absl::Status Supervisor::CollectGarbage(const v1::Job& job, std::vector<v1::Event>* events) {
-  const std::vector<v1::Checkpoint> all = store_.ListCheckpoints(job.id());
-  std::vector<const v1::Checkpoint*> complete;
-  for (const v1::Checkpoint& c : all) {
-    if (c.state() == v1::CHECKPOINT_STATE_COMPLETE) complete.push_back(&c);
-  }
-  if (complete.empty()) return absl::OkStatus();
-  const int keep = std::max(1, job.spec().checkpoint().keep_latest());
-  const int64_t newest = complete.back()->step();
-  std::set<int64_t> kept;
-  for (size_t i = complete.size() > static_cast<size_t>(keep) ? complete.size() - keep : 0;
-       i < complete.size(); ++i) {
-    kept.insert(complete[i]->id());
-  }
-  for (const v1::Checkpoint& c : all) {
-    std::string why;
-    if (c.state() == v1::CHECKPOINT_STATE_COMPLETE && kept.count(c.id()) == 0) {
-      why = absl::StrCat("older than the ", keep, " newest complete checkpoints ",
-                         "(checkpoint.keep_latest ", keep, ")");
-    } else if (c.state() != v1::CHECKPOINT_STATE_COMPLETE && c.step() <= newest) {
-      why = absl::StrCat("superseded by the complete checkpoint at step ", newest);
-    }
-    if (why.empty()) continue;
-    v1::Event e = JobEvent(job, clock_.NowMicros(), "checkpoint", ShortName(c.state()), "DELETED",
-                           absl::StrCat("checkpoint ", c.id(), " at step ", c.step(), ": ", why));
-    absl::StatusOr<std::vector<v1::Event>> added = store_.DeleteCheckpoint(c.id(), {e});
-    if (!added.ok()) return added.status();
-    events->insert(events->end(), added->begin(), added->end());
-    const std::string root = options_.checkpoint_root + "/";
-    if (c.path().rfind(root, 0) == 0 && c.path().find("..") == std::string::npos) {
-      deletions_.push_back(c.path());
-    } else {
-      DHP_LOG(WARNING) << "not deleting " << c.path() << ": outside the checkpoint root";
-    }
-  }
-  return absl::OkStatus();
+  return checkpoints_.OnShard(loaded->job, loaded->run, req, resp, events);
 }
 
 absl::Status Supervisor::OnCheckpointRejected(const v1::RejectCheckpointRequest& req,
                                               std::vector<v1::Event>* events) {
   DHP_CHECK_ON_THREAD(loop_);
   if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: must not be empty");
-  absl::StatusOr<Loaded> loaded = Load(RunId{req.job_id(), req.attempt()});
+  const RunId id{req.job_id(), req.attempt()};
+  absl::StatusOr<Loaded> loaded = Load(id);
   if (!loaded.ok()) return loaded.status();
-  v1::Checkpoint ckpt;
-  for (const v1::Checkpoint& c : store_.ListCheckpoints(req.job_id())) {
-    if (c.id() == req.checkpoint_id()) ckpt = c;
-  }
-  if (ckpt.id() == 0) {
-    return absl::NotFoundError(absl::StrCat("checkpoint ", req.checkpoint_id(), " of job ",
-                                            req.job_id(), " not found"));
-  }
-  const std::string why = absl::StrCat("checkpoint ", ckpt.id(), " at step ", ckpt.step(),
-                                       " is unusable: rank ", req.rank(), ": ", req.reason());
-  if (ckpt.state() != v1::CHECKPOINT_STATE_CORRUPT) {
-    v1::Event e = JobEvent(loaded->job, clock_.NowMicros(), "checkpoint", ShortName(ckpt.state()),
-                           "CORRUPT", absl::StrCat(why, "; it is skipped"));
-    ckpt.set_state(v1::CHECKPOINT_STATE_CORRUPT);
-    ckpt.set_reason(absl::StrCat("rank ", req.rank(), ": ", req.reason()));
-    absl::StatusOr<std::vector<v1::Event>> added = store_.UpdateCheckpoint(ckpt, {e});
-    if (!added.ok()) return added.status();
-    events->insert(events->end(), added->begin(), added->end());
-  }
-  ActiveRun* run = FindRun(RunId{req.job_id(), req.attempt()});
+  absl::StatusOr<std::string> why = checkpoints_.Reject(loaded->job, req, events);
+  if (!why.ok()) return why.status();
+  ActiveRun* run = FindRun(id);
   if (run != nullptr && !run->draining) {
-    if (absl::Status s = FailRun(*run, why, false, events); !s.ok()) return s;
+    if (absl::Status s = FailRun(*run, *why, false, events); !s.ok()) return s;
   }
   return SweepDrained(events);
 }

@@ -201,11 +201,11 @@ TEST_F(SupervisorTest, AJobRunsToSuccessWithItsCheckpoint) {
   c = Shard(job, 1, 1, 10);  // a retried report changes nothing
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->shards_size(), 1);
-  EXPECT_TRUE(sup_->TakeManifests().empty());  // not complete yet
+  EXPECT_TRUE(sup_->checkpoints().TakeManifests().empty());  // not complete yet
   c = Shard(job, 1, 0, 10);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->state(), v1::CHECKPOINT_STATE_COMPLETE);
-  const auto manifests = sup_->TakeManifests();
+  const auto manifests = sup_->checkpoints().TakeManifests();
   ASSERT_EQ(manifests.size(), 1u);
   EXPECT_EQ(manifests[0].first, run.checkpoint_dir() + "/step-10");
   EXPECT_THAT(manifests[0].second, HasSubstr("\"crc32c\": \"0badf00d\""));
@@ -491,7 +491,7 @@ TEST_F(SupervisorTest, OnlyTheNewestCompleteCheckpointsAreKept) {
   EXPECT_EQ(left[0].step(), 10);
   EXPECT_EQ(left[1].step(), 15);
   const std::string dir = Run(job.id(), 1).checkpoint_dir();
-  EXPECT_EQ(sup_->TakeDeletions(),
+  EXPECT_EQ(sup_->checkpoints().TakeDeletions(),
             (std::vector<std::string>{dir + "/step-3", dir + "/step-5"}));
   int deleted = 0;
   for (const v1::Event& e : Events(job.id())) deleted += e.to_state() == "DELETED";
