@@ -274,8 +274,8 @@ absl::Status Supervisor::OnNodeLost(const std::string& node_id, std::vector<v1::
       if (run.drain_nodes.empty()) drained_.insert(id);
       continue;
     }
-    const std::string reason = absl::StrCat("node ", node_id, " was lost (no heartbeat) with ranks ",
-                                            absl::StrJoin(world_ranks, ", "));
+    const std::string reason = absl::StrCat(
+        "node ", node_id, " was lost (no heartbeat) with ranks ", absl::StrJoin(world_ranks, ", "));
     if (absl::Status s = FailRun(run, reason, true, events); !s.ok()) return s;
   }
   return SweepDrained(events);

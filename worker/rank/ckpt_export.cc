@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -18,6 +19,7 @@
 #include "common/spec_validate.h"
 #include "dhp/v1/job.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "worker/ckpt/rank_state_format.h"
 #include "worker/ckpt/shard_file.h"
 #include "worker/model/param_count.h"
 #include "worker/model/safetensors.h"
@@ -25,16 +27,10 @@
 #include "worker/model/weights.h"
 #include "worker/parallel/text_tp_layout.h"
 #include "worker/parallel/vision_tp.h"
-#include "worker/rank/job_rank.h"
 #include "worker/rank/model_init.h"
 
 namespace dhp {
 namespace {
-
-std::string Meta(const SafetensorsFile& f, const std::string& key) {
-  auto it = f.metadata().find(key);
-  return it == f.metadata().end() ? std::string() : it->second;
-}
 
 std::string ShapeText(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
@@ -124,6 +120,7 @@ class Exporter {
   const CheckpointExportOptions& options_;
   v1::Checkpoint manifest_;
   std::map<int, std::unique_ptr<SafetensorsFile>> files_;  // by world rank
+  std::map<int, ckpt::RankStateMeta> metas_;               // their metadata, by world rank
   v1::JobSpec spec_;
   ModelPreset preset_;
   comm::Layout layout_;
@@ -144,39 +141,33 @@ absl::Status Exporter::OpenShards() {
         options_.checkpoint_dir, ckpt::ShardInfo{s.file(), s.size_bytes(), s.crc32c()});
     if (!f.ok()) return f.status();
     const SafetensorsFile& file = **f;
-    if (Meta(file, "dhp.format") != kRankStateFormat ||
-        Meta(file, "dhp.world_rank") != std::to_string(s.rank())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          file.path(), " is not world rank ", s.rank(), "'s dhp rank state (format \"",
-          Meta(file, "dhp.format"), "\", world rank \"", Meta(file, "dhp.world_rank"), "\")"));
-    }
+    absl::StatusOr<ckpt::RankStateMeta> meta =
+        ckpt::RankStateMeta::FromMetadata(file.metadata(), file.path());
+    if (!meta.ok()) return meta.status();
+    if (absl::Status st = meta->CheckWorldRank(s.rank(), file.path()); !st.ok()) return st;
+    metas_[s.rank()] = *std::move(meta);
     files_[s.rank()] = std::move(*f);
   }
   if (files_.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(options_.checkpoint_dir, "/manifest.json lists no shard"));
   }
-  // Every shard is of the same step and layout.
-  const SafetensorsFile& first = *files_.begin()->second;
-  for (const auto& [rank, f] : files_) {
-    for (const char* key : {"dhp.step", "dhp.layout", "dhp.job_id"}) {
-      if (Meta(*f, key) != Meta(first, key)) {
-        return absl::InvalidArgumentError(absl::StrCat(f->path(), " has ", key, " \"",
-                                                       Meta(*f, key), "\", ", first.path(), " \"",
-                                                       Meta(first, key), "\""));
-      }
+  // Every shard is of the same step, layout and job.
+  const std::string& first_path = files_.begin()->second->path();
+  const ckpt::RankStateMeta& first = metas_.begin()->second;
+  for (const auto& [rank, meta] : metas_) {
+    if (absl::Status s = meta.CheckSameCheckpoint(File(rank).path(), first, first_path); !s.ok()) {
+      return s;
     }
   }
-  result_.job_id = Meta(first, "dhp.job_id");
-  if (!absl::SimpleAtoi(Meta(first, "dhp.step"), &result_.step)) {
-    return absl::InvalidArgumentError(absl::StrCat(first.path(), ": metadata dhp.step \"",
-                                                   Meta(first, "dhp.step"), "\" is not a step"));
-  }
+  result_.job_id = first.job_id;
+  result_.step = first.step;
   return absl::OkStatus();
 }
 
 absl::Status Exporter::ResolveSpec() {
-  const SafetensorsFile& first = *files_.begin()->second;
+  const std::string& first_path = files_.begin()->second->path();
+  const ckpt::RankStateMeta& first = metas_.begin()->second;
   const SpecOptions spec_options = RankSpecOptions(options_.data_root);
   if (options_.spec.has_value()) {
     spec_ = *options_.spec;
@@ -184,17 +175,17 @@ absl::Status Exporter::ResolveSpec() {
       return absl::InvalidArgumentError(absl::StrCat("the given spec: ", s.message()));
     }
   } else {
-    const std::string text = Meta(first, "dhp.spec");
-    if (text.empty()) {
+    if (first.spec_json.empty()) {
       return absl::FailedPreconditionError(
-          absl::StrCat(first.path(),
-                       " has no dhp.spec metadata (written by an older dhp-rank): give the "
-                       "job's spec (dhp-ckpt export --spec FILE)"));
+          absl::StrCat(first_path, " has no ", ckpt::rank_state_key::kSpec,
+                       " metadata (written by an older dhp-rank): give the job's spec (dhp-ckpt "
+                       "export --spec FILE)"));
     }
-    absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(text, spec_options);
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(first.spec_json, spec_options);
     if (!spec.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(first.path(), ": metadata dhp.spec: ", spec.status().message()));
+      return absl::InvalidArgumentError(absl::StrCat(first_path, ": metadata ",
+                                                     ckpt::rank_state_key::kSpec, ": ",
+                                                     spec.status().message()));
     }
     spec_ = *std::move(spec);
   }
@@ -204,9 +195,9 @@ absl::Status Exporter::ResolveSpec() {
   layout_ = LayoutForSpec(spec_);
   result_.model = preset_.name;
   result_.layout = layout_.DebugString();
-  if (Meta(first, "dhp.layout") != layout_.DebugString()) {
+  if (first.layout != layout_.DebugString()) {
     return absl::FailedPreconditionError(
-        absl::StrCat(first.path(), " was written by layout \"", Meta(first, "dhp.layout"),
+        absl::StrCat(first_path, " was written by layout \"", first.layout,
                      "\"; the spec's layout is \"", layout_.DebugString(), "\""));
   }
   if (static_cast<int>(files_.size()) != layout_.WorldSize() ||
@@ -378,13 +369,9 @@ absl::StatusOr<CheckpointExportResult> Exporter::Run() {
         options_.checkpoint_dir, ": the shards re-assemble to ", elements, " parameters in ",
         outputs_.size(), " tensors; model ", preset_.name, " has ", count.total));
   }
-  const std::map<std::string, std::string> metadata = {
-      {"format", "pt"},  // what transformers expects of a PyTorch safetensors file
-      {"dhp.job_id", result_.job_id},
-      {"dhp.step", std::to_string(result_.step)},
-      {"dhp.model", preset_.name},
-      {"dhp.layout", layout_.DebugString()},
-  };
+  // The shards' job, step and layout (ResolveSpec checked the layout is layout_'s).
+  std::map<std::string, std::string> metadata = metas_.begin()->second.ExportMetadata(preset_.name);
+  metadata["format"] = "pt";  // what transformers expects of a PyTorch safetensors file
   if (absl::Status s = WriteSafetensorsStreamed(options_.out_path, sources, metadata); !s.ok()) {
     return s;
   }

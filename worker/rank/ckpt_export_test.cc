@@ -30,6 +30,7 @@
 #include "common/proto_yaml.h"
 #include "common/spec_validate.h"
 #include "dhp/v1/job.pb.h"
+#include "worker/ckpt/rank_state_format.h"
 #include "worker/ckpt/tensor_shard.h"
 #include "worker/comm/in_memory_kv_client.h"
 #include "worker/comm/process_groups.h"
@@ -39,7 +40,6 @@
 #include "worker/model/safetensors.h"
 #include "worker/model/weights.h"
 #include "worker/rank/dist_step.h"
-#include "worker/rank/job_rank.h"
 #include "worker/rank/synthetic_batch.h"
 
 namespace dhp {
@@ -151,18 +151,16 @@ std::map<std::string, at::Tensor> WriteCheckpoint(const LayoutCase& c, const std
     ASSERT_TRUE(params.ok()) << params.status();
     absl::StatusOr<DistTrainer::NamedTensors> state = (*trainer)->State();
     ASSERT_TRUE(state.ok()) << state.status();
-    std::map<std::string, std::string> metadata = {
-        {"dhp.format", kRankStateFormat},
-        {"dhp.job_id", "j-export"},
-        {"dhp.attempt", "1"},
-        {"dhp.step", "1"},
-        {"dhp.world_size", std::to_string(world)},
-        {"dhp.world_rank", std::to_string(rank)},
-        {"dhp.layout", layout.DebugString()},
-    };
-    if (record_spec) metadata["dhp.spec"] = ProtoToJson(spec);
+    ckpt::RankStateMeta meta;
+    meta.job_id = "j-export";
+    meta.attempt = 1;
+    meta.step = 1;
+    meta.world_size = world;
+    meta.world_rank = rank;
+    meta.layout = layout.DebugString();
+    if (record_spec) meta.spec_json = ProtoToJson(spec);
     absl::StatusOr<ckpt::WrittenShard> written = ckpt::WriteTensorShard(
-        dir, absl::StrFormat("rank-%05d.safetensors", rank), *state, metadata);
+        dir, absl::StrFormat("rank-%05d.safetensors", rank), *state, meta.ToMetadata());
     ASSERT_TRUE(written.ok()) << written.status();
     std::lock_guard<std::mutex> lock(mu);
     for (const auto& [name, t] : *params) full.emplace(name, t);
@@ -211,7 +209,10 @@ TEST_P(CkptExportTest, ExportEqualsTheGatheredParameters) {
   std::map<std::string, std::string> metadata;
   const std::map<std::string, at::Tensor> exported = ReadAll(o.out_path, &metadata);
   EXPECT_EQ(metadata["format"], "pt");
-  EXPECT_EQ(metadata["dhp.step"], "1");
+  EXPECT_EQ(metadata[ckpt::rank_state_key::kStep], "1");
+  EXPECT_EQ(metadata[ckpt::rank_state_key::kJobId], "j-export");
+  EXPECT_EQ(metadata[ckpt::rank_state_key::kModel], "tiny");
+  EXPECT_EQ(metadata[ckpt::rank_state_key::kLayout], r->layout);
   ASSERT_EQ(exported.size(), full.size());
   int64_t elements = 0;
   for (const auto& [name, t] : full) {

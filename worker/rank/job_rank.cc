@@ -14,7 +14,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/job_layout.h"
@@ -22,6 +21,7 @@
 #include "common/model_presets.h"
 #include "common/proto_yaml.h"
 #include "common/spec_validate.h"
+#include "worker/ckpt/rank_state_format.h"
 #include "worker/ckpt/tensor_shard.h"
 #include "worker/comm/process_groups.h"
 #include "worker/model/torch_status.h"
@@ -131,6 +131,7 @@ class JobRank {
   bool warned_flops_ = false;
   TrainingConfig config_;
   std::optional<ckpt::LoadedShard> resume_;
+  ckpt::RankStateMeta resume_meta_;  // resume_'s metadata
   std::unique_ptr<DistData> data_;
   std::unique_ptr<comm::ProcessGroups> groups_;
   std::unique_ptr<comm::Communicator> handoff_;
@@ -249,17 +250,14 @@ bool JobRank::ReadResumeShard() {
   ckpt::ShardInfo expected{shard->file(), shard->size_bytes(), shard->crc32c()};
   absl::StatusOr<ckpt::LoadedShard> loaded = ckpt::ReadTensorShard(c.path(), expected);
   if (!loaded.ok()) return Reject(std::string(loaded.status().message()));
-  const auto& md = loaded->metadata;
-  const auto value = [&](const char* key) {
-    auto it = md.find(key);
-    return it == md.end() ? std::string() : it->second;
-  };
-  if (value("dhp.format") != kRankStateFormat ||
-      value("dhp.world_rank") != std::to_string(options_.world_rank)) {
-    return Reject(absl::StrCat(c.path(), "/", shard->file(), " is not rank ", options_.world_rank,
-                               "'s dhp rank state (format \"", value("dhp.format"),
-                               "\", world rank \"", value("dhp.world_rank"), "\")"));
+  const std::string where = absl::StrCat(c.path(), "/", shard->file());
+  absl::StatusOr<ckpt::RankStateMeta> meta =
+      ckpt::RankStateMeta::FromMetadata(loaded->metadata, where);
+  if (!meta.ok()) return Reject(std::string(meta.status().message()));
+  if (absl::Status s = meta->CheckWorldRank(options_.world_rank, where); !s.ok()) {
+    return Reject(std::string(s.message()));
   }
+  resume_meta_ = *std::move(meta);
   resume_ = std::move(*loaded);
   return true;
 }
@@ -392,25 +390,16 @@ std::map<std::string, double> JobRank::StepMetrics(const DistBatch& batch,
 
 absl::Status JobRank::Restore() {
   const v1::Checkpoint& c = *job_.resume;
-  const auto& md = resume_->metadata;
-  const auto value = [&](const char* key) {
-    auto it = md.find(key);
-    return it == md.end() ? std::string() : it->second;
-  };
-  const std::string where = absl::StrCat(me_, ": resuming from checkpoint ", c.id(), " (", c.path(), ")");
-  if (value("dhp.layout") != layout_.DebugString()) {
+  const ckpt::RankStateMeta& meta = resume_meta_;  // parsed by ReadResumeShard
+  const std::string where =
+      absl::StrCat(me_, ": resuming from checkpoint ", c.id(), " (", c.path(), ")");
+  if (meta.layout != layout_.DebugString()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        where, ": it was written by layout \"", value("dhp.layout"), "\"; this job runs \"",
+        where, ": it was written by layout \"", meta.layout, "\"; this job runs \"",
         layout_.DebugString(), "\" (a checkpoint resumes only into the layout that wrote it)"));
   }
-  int64_t step = 0;
-  data::DataPosition position;
-  if (!absl::SimpleAtoi(value("dhp.step"), &step) ||
-      !absl::SimpleAtoi(value("dhp.data.epoch"), &position.epoch) ||
-      !absl::SimpleAtoi(value("dhp.data.offset"), &position.offset)) {
-    return absl::DataLossError(absl::StrCat(
-        where, ": metadata dhp.step / dhp.data.epoch / dhp.data.offset missing or not integers"));
-  }
+  const int64_t step = meta.step;
+  const data::DataPosition position{meta.data_epoch, meta.data_offset};
   if (absl::Status s = trainer_->LoadState(resume_->tensors); !s.ok()) return Annotate(s, where);
   if (trainer_->steps_done() != step || (c.step() != 0 && c.step() != step) ||
       (job_.run.start_step() != 0 && job_.run.start_step() != step)) {
@@ -441,19 +430,18 @@ absl::Status JobRank::SaveCheckpoint(int64_t step) {
   absl::StatusOr<DistTrainer::NamedTensors> state = trainer_->State();
   if (!state.ok()) return Annotate(state.status(), where);
   const data::DataPosition position = data_->position();
-  const std::map<std::string, std::string> metadata = {
-      {"dhp.format", kRankStateFormat},
-      {"dhp.job_id", options_.job_id},
-      {"dhp.attempt", std::to_string(options_.attempt)},
-      {"dhp.step", std::to_string(step)},
-      {"dhp.world_size", std::to_string(layout_.WorldSize())},
-      {"dhp.world_rank", std::to_string(options_.world_rank)},
-      {"dhp.layout", layout_.DebugString()},
-      {"dhp.data.epoch", std::to_string(position.epoch)},
-      {"dhp.data.offset", std::to_string(position.offset)},
-      {"dhp.spec", ProtoToJson(job_.spec)},
-  };
-  absl::StatusOr<ckpt::WrittenShard> written = ckpt::WriteTensorShard(dir, file, *state, metadata);
+  ckpt::RankStateMeta meta;
+  meta.job_id = options_.job_id;
+  meta.attempt = options_.attempt;
+  meta.step = step;
+  meta.world_size = layout_.WorldSize();
+  meta.world_rank = options_.world_rank;
+  meta.layout = layout_.DebugString();
+  meta.data_epoch = position.epoch;
+  meta.data_offset = position.offset;
+  meta.spec_json = ProtoToJson(job_.spec);
+  absl::StatusOr<ckpt::WrittenShard> written =
+      ckpt::WriteTensorShard(dir, file, *state, meta.ToMetadata());
   if (!written.ok()) return Annotate(written.status(), where);
   v1::ReportCheckpointRequest req;
   req.set_job_id(options_.job_id);

@@ -5,7 +5,8 @@
 // RunJobRank(description, options, kv, control):
 //   1. layout = LayoutForSpec(spec); options.world_size must equal layout.WorldSize().
 //   2. Resuming (description.resume set): reads this rank's shard of that checkpoint, verifying
-//      its size and CRC-32C first (worker/ckpt). Missing, corrupt or not this rank's shard:
+//      its size and CRC-32C first (worker/ckpt). Missing, corrupt, not this rank's shard or its
+//      metadata not a rank state (ckpt::RankStateMeta::FromMetadata refuses it):
 //      control.RejectCheckpoint{job, attempt, checkpoint id, rank, reason} and the result is
 //      kCheckpointRejected (dhp-rank exits 3), before joining any process group.
 //   3. Data (DistData: the spec's datasets under options.data_root), the model (CreateModelForSpec:
@@ -29,11 +30,9 @@
 //   Any other failure is a Status whose message starts with "rank <R>" and names the step and
 //   the group when a collective failed (dhp-rank prints it and exits 1).
 //
-// Shard metadata (strings): dhp.format "dhp-rank-state/1", dhp.job_id, dhp.attempt, dhp.step,
-// dhp.world_size, dhp.world_rank, dhp.layout (comm::Layout::DebugString()), dhp.data.epoch,
-// dhp.data.offset (the DataLoader position after the step), dhp.spec (the normalised job spec
-// as JSON, a few KB: what makes a checkpoint readable without the controller, e.g. by
-// `dhp-ckpt export`, ckpt_export.h).
+// Shard metadata: worker/ckpt/rank_state_format.h (ckpt::RankStateMeta: the job, attempt, step,
+// world size and rank, layout, data position and the normalised spec, which makes a checkpoint
+// readable without the controller, e.g. by `dhp-ckpt export`, ckpt_export.h).
 //
 // Thread-safety: RunJobRank may run on several threads at once (one per rank, each with its own
 // control); LibTorch's thread count is the caller's business.
@@ -54,9 +53,6 @@
 #include "worker/comm/kv_client.h"
 
 namespace dhp {
-
-// dhp.format of a rank's checkpoint shard.
-inline constexpr char kRankStateFormat[] = "dhp-rank-state/1";
 
 // What the controller says about the job for this attempt.
 struct JobDescription {

@@ -23,6 +23,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/spec_validate.h"
+#include "worker/ckpt/rank_state_format.h"
 #include "worker/ckpt/shard_file.h"
 #include "worker/ckpt/tensor_shard.h"
 #include "worker/comm/in_memory_kv_client.h"
@@ -316,7 +317,12 @@ TEST_F(JobRankTest, AResumedRunContinuesBitIdentically) {
     EXPECT_EQ(x->metadata, y->metadata);
     EXPECT_EQ(mine->shard().crc32c(), theirs->shard().crc32c());
     // The normalised spec rides along in the metadata (what `dhp-ckpt export` reads).
-    absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(x->metadata.at("dhp.spec"), {});
+    absl::StatusOr<ckpt::RankStateMeta> meta =
+        ckpt::RankStateMeta::FromMetadata(x->metadata, mine->shard().file());
+    ASSERT_TRUE(meta.ok()) << meta.status();
+    EXPECT_EQ(meta->world_rank, r);
+    EXPECT_EQ(meta->step, kSteps);
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(meta->spec_json, {});
     ASSERT_TRUE(spec.ok()) << spec.status();
     EXPECT_EQ(spec->DebugString(), Spec().DebugString());
   }
@@ -366,9 +372,12 @@ TEST_F(JobRankTest, ACheckpointOfAnotherLayoutOrAWrongWorldSizeFails) {
     absl::StatusOr<ckpt::LoadedShard> s = ckpt::ReadTensorShard(
         req->path(), {req->shard().file(), req->shard().size_bytes(), req->shard().crc32c()});
     ASSERT_TRUE(s.ok()) << s.status();
-    s->metadata["dhp.layout"] = "vision 2 (tp) x text 2 x dp 1, collocated";
+    absl::StatusOr<ckpt::RankStateMeta> meta =
+        ckpt::RankStateMeta::FromMetadata(s->metadata, req->shard().file());
+    ASSERT_TRUE(meta.ok()) << meta.status();
+    meta->layout = "vision 2 (tp) x text 2 x dp 1, collocated";
     absl::StatusOr<ckpt::WrittenShard> w =
-        ckpt::WriteTensorShard(dir, req->shard().file(), s->tensors, s->metadata);
+        ckpt::WriteTensorShard(dir, req->shard().file(), s->tensors, meta->ToMetadata());
     ASSERT_TRUE(w.ok()) << w.status();
     v1::CheckpointShard* shard = c.add_shards();
     shard->set_rank(r);
