@@ -526,6 +526,7 @@ absl::Status Supervisor::SucceedRun(ActiveRun& run, std::vector<v1::Event>* even
     if (absl::Status s = MoveJobToRunning(job, "training", now, &write); !s.ok()) return s;
     const std::string reason = absl::StrCat("all ", run.ranks.size(), " ranks finished at step ",
                                             std::max<int64_t>(run.max_step, 0));
+    RecordSteps(run, job, stored);
     MoveRun(job, stored, v1::RUN_STATE_SUCCEEDED, reason, now, &write);
     return MoveJob(job, v1::JOB_STATE_SUCCEEDED, reason, now, &write);
   });
@@ -540,6 +541,7 @@ absl::Status Supervisor::FailRun(ActiveRun& run, const std::string& reason, bool
   v1::Job requeued;  // the job after the transition, when it went back to the queue
   absl::Status s = Transition(run.id, events, [&](v1::Job& job, v1::Run& stored, int64_t now,
                                                   JobWrite& write) {
+    RecordSteps(run, job, stored);
     MoveRun(job, stored, v1::RUN_STATE_FAILED, reason, now, &write);
     const int max_restarts = job.spec().restart().max_restarts();
     if (counted && job.restart_count() >= max_restarts) {
@@ -612,9 +614,10 @@ absl::Status Supervisor::FinishDrain(const ActiveRun& run, std::vector<v1::Event
   if (!run.cancelling) return absl::OkStatus();
   absl::StatusOr<Loaded> loaded = Load(run.id);
   if (!loaded.ok() || loaded->job.state() != v1::JOB_STATE_CANCELLING) return absl::OkStatus();
-  return Transition(*std::move(loaded), events, [](v1::Job& job, v1::Run& stored, int64_t now,
+  return Transition(*std::move(loaded), events, [&](v1::Job& job, v1::Run& stored, int64_t now,
                                                    JobWrite& write) {
     const std::string reason = job.message().empty() ? "cancelled" : job.message();
+    RecordSteps(run, job, stored);
     MoveRun(job, stored, v1::RUN_STATE_CANCELLED, reason, now, &write);
     return MoveJob(job, v1::JOB_STATE_CANCELLED, absl::StrCat(reason, "; every rank has stopped"),
                    now, &write);

@@ -85,6 +85,12 @@ struct ActiveRun {
   std::set<std::string> drain_nodes;  // nodes that have not yet reported the ranks gone
 };
 
+// "training: step 12 of 100 done": a running job's message, kept current as steps are persisted.
+std::string TrainingLine(const ActiveRun& run);
+// Copies the run's step figures (step, loss, totals, throughput) into the job and its stored run,
+// exact at every transition; nothing when the run has reported no step.
+void RecordSteps(const ActiveRun& run, v1::Job& job, v1::Run& stored);
+
 class Supervisor {
  public:
   Supervisor(Store& store, const Clock& clock, SupervisorOptions options);

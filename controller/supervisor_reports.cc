@@ -41,13 +41,19 @@ absl::Status Supervisor::OnProgress(const v1::ReportProgressRequest& req,
                      " is not current; the job is on attempt ", job->current_attempt()));
   }
   ActiveRun* run = FindRun(RunId{req.job_id(), req.attempt()});
-  if (run == nullptr || run->draining) {
+  if (run == nullptr) {
     resp->set_stop(true);
     return absl::OkStatus();
   }
   if (req.rank() < 0 || req.rank() >= static_cast<int>(run->ranks.size())) {
     return absl::InvalidArgumentError(absl::StrCat("rank: ", req.rank(), " is not a rank of ",
                                                    "the run (world size ", run->ranks.size(), ")"));
+  }
+  if (run->draining) {  // told to stop; a step it finished still counts for a cancelled run
+    resp->set_stop(true);
+    if (run->cancelling && !std::isnan(req.loss())) run->loss = req.loss();
+    if (run->cancelling) run->max_step = std::max(run->max_step, req.step());
+    return absl::OkStatus();
   }
   const int64_t now = clock_.NowMicros();
   RankView& rank = run->ranks[req.rank()];
@@ -71,23 +77,36 @@ absl::Status Supervisor::OnProgress(const v1::ReportProgressRequest& req,
   return absl::OkStatus();
 }
 
+std::string TrainingLine(const ActiveRun& run) {
+  return run.total_steps > 0
+             ? absl::StrCat("training: step ", run.max_step, " of ", run.total_steps, " done")
+             : absl::StrCat("training: step ", run.max_step, " done");
+}
+
+void RecordSteps(const ActiveRun& run, v1::Job& job, v1::Run& stored) {
+  if (run.max_step < 0) return;  // nothing reported, nothing known
+  job.set_latest_step(run.max_step);
+  job.set_latest_loss(run.loss);
+  if (run.total_steps > 0) job.set_total_steps(run.total_steps);
+  job.set_tokens_per_second(run.tokens_per_second);
+  job.set_step_seconds(run.step_seconds);
+  stored.set_last_step(run.max_step);
+  stored.set_last_loss(run.loss);
+}
+
 absl::Status Supervisor::PersistProgress(ActiveRun& run, bool to_running,
                                          std::vector<v1::Event>* events) {
   absl::Status s = Transition(run.id, events, [&](v1::Job& job, v1::Run& stored, int64_t now,
                                                   JobWrite& write) {
     if (to_running) {
-      const std::string why = absl::StrCat("training: step ", run.max_step, " done");
-      if (absl::Status s = MoveJobToRunning(job, why, now, &write); !s.ok()) return s;
+      if (absl::Status s = MoveJobToRunning(job, TrainingLine(run), now, &write); !s.ok()) {
+        return s;
+      }
       MoveRun(job, stored, v1::RUN_STATE_RUNNING, "training", now, &write);
     }
-    job.set_latest_step(run.max_step);
-    job.set_latest_loss(run.loss);
-    job.set_total_steps(run.total_steps);
-    job.set_tokens_per_second(run.tokens_per_second);
-    job.set_step_seconds(run.step_seconds);
+    if (!to_running && job.state() == v1::JOB_STATE_RUNNING) job.set_message(TrainingLine(run));
+    RecordSteps(run, job, stored);
     *job.mutable_update_time() = MicrosToTimestamp(now);
-    stored.set_last_step(run.max_step);
-    stored.set_last_loss(run.loss);
     run.last_persist_micros = now;
     return absl::OkStatus();
   });
@@ -193,9 +212,17 @@ absl::Status Supervisor::OnCheckpointShard(const v1::ReportCheckpointRequest& re
                                            std::vector<v1::Event>* events) {
   DHP_CHECK_ON_THREAD(loop_);
   if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: must not be empty");
-  absl::StatusOr<Loaded> loaded = Load(RunId{req.job_id(), req.attempt()});
+  const RunId id{req.job_id(), req.attempt()};
+  absl::StatusOr<Loaded> loaded = Load(id);
   if (!loaded.ok()) return loaded.status();
-  return checkpoints_.OnShard(loaded->job, loaded->run, req, resp, events);
+  absl::Status s = checkpoints_.OnShard(loaded->job, loaded->run, req, resp, events);
+  // Every rank saved after this step, whether or not its progress report is in yet: the run's
+  // last step is never below the checkpoint the next attempt starts from.
+  ActiveRun* run = FindRun(id);
+  if (s.ok() && run != nullptr && resp->checkpoint().state() == v1::CHECKPOINT_STATE_COMPLETE) {
+    run->max_step = std::max(run->max_step, resp->checkpoint().step());
+  }
+  return s;
 }
 
 absl::Status Supervisor::OnCheckpointRejected(const v1::RejectCheckpointRequest& req,

@@ -249,6 +249,10 @@ TEST_F(SupervisorTest, ARankThatFailsRestartsTheJobFromItsCheckpoint) {
             "rank 1 on node n1 exited with code 1: rank 1: group text.tp0: connection reset");
   EXPECT_EQ(Run(job.id(), 2).resume_checkpoint_id(), ckpt);
   EXPECT_EQ(Run(job.id(), 2).start_step(), 5);
+  // The ranks reported step 1 only, but saved step 5: the failed run did reach it, and the
+  // next run never starts "from" a step after the previous one's last.
+  EXPECT_EQ(Run(job.id(), 1).last_step(), 5);
+  EXPECT_EQ(stored.latest_step(), 5);
   Schedule();
   EXPECT_EQ(Stored(job.id()).state(), v1::JOB_STATE_QUEUED);  // rank 0 of attempt 1 still runs
   EXPECT_THAT(Stored(job.id()).message(), HasSubstr("waiting"));
@@ -315,6 +319,39 @@ TEST_F(SupervisorTest, CancelCompletesWhenTheAgentReportsTheRanksGone) {
   EXPECT_EQ(Stored(job.id()).message(), "cancelled by user; every rank has stopped");
   EXPECT_EQ(Run(job.id(), 1).state(), v1::RUN_STATE_CANCELLED);
   EXPECT_EQ(sup_->scheduler().free_slots(), 2);
+}
+
+TEST_F(SupervisorTest, StepFiguresAreExactAtTransitionsAndTheRunningMessageIsCurrent) {
+  AddNode("n1", 2);
+  const v1::Job job = Submit("figures");
+  StartRunning(job);
+  EXPECT_EQ(Stored(job.id()).message(), "training: step 1 of 10 done");
+  ASSERT_TRUE(Progress(job, 1, 0, 2).ok());  // within a second of the last write: not stored
+  EXPECT_EQ(Stored(job.id()).latest_step(), 1);
+  clock_.AdvanceMicros(1000000);
+  ASSERT_TRUE(Progress(job, 1, 0, 3).ok());
+  EXPECT_EQ(Stored(job.id()).latest_step(), 3);
+  EXPECT_EQ(Stored(job.id()).message(), "training: step 3 of 10 done");
+  ASSERT_TRUE(Progress(job, 1, 0, 4).ok());  // not stored yet when the user cancels
+
+  v1::CancelJobRequest req;
+  req.set_job_id(job.id());
+  v1::CancelJobResponse resp;
+  std::vector<v1::Event> events;
+  ASSERT_TRUE(jobs_->Cancel(req, &resp, &events).ok());
+  ASSERT_TRUE(sup_->OnJobCancelled(resp.job(), &events).ok());
+  bool stop = false;
+  ASSERT_TRUE(Progress(job, 1, 1, 5, "", &stop).ok());  // finished before it heard the stop
+  EXPECT_TRUE(stop);
+  v1::RankStatus r0 = Status(job, 1, 0, false, 0, 15), r1 = Status(job, 1, 1, false, 0, 15);
+  r0.set_stopped_by_agent(true);
+  r1.set_stopped_by_agent(true);
+  Beat("n1", {r0, r1});
+  const v1::Job stored = Stored(job.id());
+  ASSERT_EQ(stored.state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(stored.latest_step(), 5);
+  EXPECT_DOUBLE_EQ(stored.latest_loss(), 5.0 - 4 * 0.1);  // rank 0's last loss (rank 1 sends none)
+  EXPECT_EQ(Run(job.id(), 1).last_step(), 5);
 }
 
 TEST_F(SupervisorTest, AStalledRunFailsNamingTheSilentRankAndTheWaitingOne) {
