@@ -325,6 +325,17 @@ TEST(ProtoYamlTest, StrayFlowEntriesAreRefusedBeforeYamlCppSeesThem) {
             "parsing a block node)");
 }
 
+// Found by fuzz/spec_reader_fuzzer: text libyaml accepts (one scalar "s ,") where yaml-cpp sees
+// a scalar and then a stray ',' it never consumes. YAML::LoadAll looped on it without end; the
+// reader counts at most two documents and answers at once.
+TEST(ProtoYamlTest, TextYamlCppCannotPlaceIsRefusedAtOnce) {
+  for (const char* text : {"&a s\n,", "&anchor scalar\n, more"}) {
+    const std::string error = SpecError(text);
+    EXPECT_NE(error.find("expected one YAML document, got more"), std::string::npos)
+        << text << ": " << error;
+  }
+}
+
 TEST(ProtoYamlTest, MalformedYamlGivesLineAndColumn) {
   EXPECT_EQ(
       SpecError("name: a\nvision: {degree: 2\n"),
@@ -333,8 +344,9 @@ TEST(ProtoYamlTest, MalformedYamlGivesLineAndColumn) {
   EXPECT_EQ(SpecError("name: a\n  b: 2\n"),
             "malformed YAML at line 2, column 4: mapping values are not allowed in this context");
   v1::JobSpec spec;
-  EXPECT_EQ(ParseError("name: a\n---\nname: b\n", &spec),
-            "expected one YAML document, got 2");
+  EXPECT_EQ(ParseError("name: a\n---\nname: b\n", &spec).rfind(
+                "expected one YAML document, got more (a '---' separator", 0),
+            0u);
 }
 
 // Ill-formed UTF-8 is refused before anything is parsed: a protobuf string holding it would not
