@@ -11,7 +11,6 @@
 #include <memory>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -31,7 +30,6 @@
 #include "google/protobuf/timestamp.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/time_util.h"
-#include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
 
 namespace dhp {
@@ -592,37 +590,6 @@ void EmitMessage(YAML::Emitter& out, const Message& msg) {
   out << YAML::EndMap;
 }
 
-// Counts events only: what the parser makes of the text, without building nodes.
-class DocumentCounter : public YAML::EventHandler {
- public:
-  void OnDocumentStart(const YAML::Mark&) override {}
-  void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                const std::string&) override {}
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                       YAML::EmitterStyle::value) override {}
-  void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                  YAML::EmitterStyle::value) override {}
-  void OnMapEnd() override {}
-};
-
-// The documents in `text`, counted up to `limit`. Not YAML::LoadAll: on a token its parser
-// cannot place and does not consume, yaml-cpp 0.7 yields an empty document and is at the same
-// token again, so LoadAll loops until memory runs out. libyaml (CheckYamlSyntax) refuses most
-// such text, but not all: "&a s\n," is one scalar "s ," to libyaml and a scalar, then a
-// stray ',', to yaml-cpp (found by fuzz/spec_reader_fuzzer).
-int CountDocuments(const std::string& text, int limit) {
-  std::istringstream in(text);
-  YAML::Parser parser(in);
-  DocumentCounter counter;
-  int n = 0;
-  while (n < limit && parser.HandleNextDocument(counter)) ++n;
-  return n;
-}
-
 // ParseProtoYaml without the UTF-8 check of the whole text.
 absl::Status ParseWellFormed(std::string_view text, google::protobuf::Message* msg,
                              const std::string& root_path) {
@@ -634,7 +601,7 @@ absl::Status ParseWellFormed(std::string_view text, google::protobuf::Message* m
   std::vector<YAML::Node> docs;
   try {
     const std::string copy(text);
-    const int count = CountDocuments(copy, 2);
+    const int count = CountYamlDocuments(copy, 2);
     if (count > 1) {
       return absl::InvalidArgumentError(absl::StrCat(
           prefix, "expected one YAML document, got more (a '---' separator, or text yaml-cpp "

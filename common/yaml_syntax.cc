@@ -2,9 +2,34 @@
 
 #include <yaml.h>
 
+#include <sstream>
+
 #include "absl/strings/str_cat.h"
+#include "yaml-cpp/eventhandler.h"
+#include "yaml-cpp/parser.h"
 
 namespace dhp {
+namespace {
+
+// Counts events only: what the parser makes of the text, without building nodes.
+class DocumentCounter : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+}  // namespace
+
 
 absl::Status CheckYamlSyntax(std::string_view text) {
   yaml_parser_t parser;
@@ -27,6 +52,15 @@ absl::Status CheckYamlSyntax(std::string_view text) {
   }
   yaml_parser_delete(&parser);
   return status;
+}
+
+int CountYamlDocuments(const std::string& text, int limit) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentCounter counter;
+  int n = 0;
+  while (n < limit && parser.HandleNextDocument(counter)) ++n;
+  return n;
 }
 
 }  // namespace dhp

@@ -130,6 +130,16 @@ class SupervisorTest : public ::testing::Test {
     return resp.checkpoint();
   }
 
+  // A user cancels the job (JobManager), and the Supervisor hears of it.
+  void Cancel(const v1::Job& job) {
+    v1::CancelJobRequest req;
+    req.set_job_id(job.id());
+    v1::CancelJobResponse resp;
+    std::vector<v1::Event> events;
+    ASSERT_TRUE(jobs_->Cancel(req, &resp, &events).ok());
+    ASSERT_TRUE(sup_->OnJobCancelled(resp.job(), &events).ok());
+  }
+
   v1::Job Stored(const std::string& id) { return *store_->GetJob(id); }
   v1::Run Run(const std::string& id, int attempt) {
     for (const v1::Run& r : store_->ListRuns(id)) {
@@ -300,12 +310,7 @@ TEST_F(SupervisorTest, CancelCompletesWhenTheAgentReportsTheRanksGone) {
   AddNode("n1", 2);
   const v1::Job job = Submit("cancel");
   StartRunning(job);
-  v1::CancelJobRequest req;
-  req.set_job_id(job.id());
-  v1::CancelJobResponse resp;
-  std::vector<v1::Event> events;
-  ASSERT_TRUE(jobs_->Cancel(req, &resp, &events).ok());
-  ASSERT_TRUE(sup_->OnJobCancelled(resp.job(), &events).ok());
+  Cancel(job);
   EXPECT_EQ(Stored(job.id()).state(), v1::JOB_STATE_CANCELLING);
   bool stop = false;
   ASSERT_TRUE(Progress(job, 1, 0, 2, "", &stop).ok());
@@ -334,12 +339,7 @@ TEST_F(SupervisorTest, StepFiguresAreExactAtTransitionsAndTheRunningMessageIsCur
   EXPECT_EQ(Stored(job.id()).message(), "training: step 3 of 10 done");
   ASSERT_TRUE(Progress(job, 1, 0, 4).ok());  // not stored yet when the user cancels
 
-  v1::CancelJobRequest req;
-  req.set_job_id(job.id());
-  v1::CancelJobResponse resp;
-  std::vector<v1::Event> events;
-  ASSERT_TRUE(jobs_->Cancel(req, &resp, &events).ok());
-  ASSERT_TRUE(sup_->OnJobCancelled(resp.job(), &events).ok());
+  Cancel(job);
   bool stop = false;
   ASSERT_TRUE(Progress(job, 1, 1, 5, "", &stop).ok());  // finished before it heard the stop
   EXPECT_TRUE(stop);
