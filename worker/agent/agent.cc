@@ -109,6 +109,14 @@ void Agent::ShipLogsLoop() {
 }
 
 int Agent::Run() {
+  const int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+  shipper_.Adopt(FindRankLogs(options_.ranks.log_dir, now_s - options_.adopt_logs_max_age_s));
+  if (shipper_.tracked() > 0) {
+    DHP_LOG(INFO) << "shipping what is left of " << shipper_.tracked() << " rank logs under "
+                  << options_.ranks.log_dir;
+  }
   std::thread shipping([this] { ShipLogsLoop(); });
   int registrations = 0;
   int backoff = options_.retry_initial_ms;

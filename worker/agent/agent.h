@@ -8,7 +8,10 @@
 // log_ship_ms. When the controller has forgotten the node (NOT_FOUND) the agent registers again;
 // while it is unreachable the agent retries with backoff and keeps its ranks running, so a
 // controller restart kills no job. Stop ends the loop, stops every rank (waiting up to the grace
-// period), ships the last output and reports the exits once more.
+// period), ships the last output and reports the exits once more. An agent that starts after
+// one that died (SIGKILL, OOM, a node upgrade) first adopts the rank logs its predecessor's ranks
+// left under the log directory (FindRankLogs, at most adopt_logs_max_age_s old), so their last
+// lines, often the reason they ended, still reach the controller.
 //
 // Thread-safety: Run blocks on the calling thread (and owns the launcher); Stop may be called
 // from any thread.
@@ -34,6 +37,9 @@ struct AgentOptions {
   RankLauncherOptions ranks;     // how ranks run (node_id defaults to node.id())
   int tick_ms = 100;             // reap exited ranks, escalate stops
   int log_ship_ms = 500;         // ship new rank output
+  // At start, rank logs under ranks.log_dir modified this recently are shipped (what the
+  // ranks of a previous agent on this node wrote before they ended with it).
+  int64_t adopt_logs_max_age_s = 24 * 3600;
 };
 
 class Agent {

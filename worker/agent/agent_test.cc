@@ -206,6 +206,22 @@ TEST_F(AgentTest, RanksSurviveAControllerRestartAndAreReportedAgain) {
   StopAgent();
 }
 
+TEST_F(AgentTest, ARestartedAgentShipsTheRestOfTheLogsItsPredecessorsRanksLeft) {
+  // A previous agent's rank wrote three lines and died with it; the controller holds the first.
+  const std::string dir = options_.ranks.log_dir + "/j/attempt-1";
+  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  std::ofstream(dir + "/rank-0.log") << "step 1\nstep 2\nstep 3\n";
+  std::ofstream(dir + "/rank-7.log.bak") << "not a rank log\n";
+  fake_.logs[{"j", 1, 0}] = "step 1\n";
+  StartAgent();  // the controller wants nothing of it: the attempt is over
+  ASSERT_TRUE(Eventually([&] { return fake_.Log(1, 0) == "step 1\nstep 2\nstep 3\n"; }))
+      << fake_.Log(1, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // a few more shipping rounds
+  EXPECT_EQ(fake_.Log(1, 0), "step 1\nstep 2\nstep 3\n");  // nothing twice
+  EXPECT_EQ(fake_.logs.size(), 1u);
+  StopAgent();
+}
+
 TEST_F(AgentTest, StopTerminatesTheRanksAndReportsTheirExit) {
   fake_.desired = {Launch(2, 0, 1)};
   StartAgent();

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <tuple>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -53,6 +52,18 @@ void LogShipper::Resync() {
   for (auto& [key, log] : logs_) log.probe = true;
 }
 
+void LogShipper::Adopt(const std::vector<RankLog>& logs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const RankLog& l : logs) {
+    if (logs_.count(l.key) != 0) continue;
+    Log& log = logs_[l.key];
+    log.path = l.path;
+    log.listed = false;
+    log.probe = true;
+    log.ask_size = true;
+  }
+}
+
 size_t LogShipper::tracked() const {
   std::lock_guard<std::mutex> lock(mu_);
   return logs_.size();
@@ -78,13 +89,19 @@ void LogShipper::DropFinished() {
 }
 
 v1::AppendLogsRequest LogShipper::NextRequest() {
-  std::vector<std::tuple<RankKey, std::string, int64_t, bool>> logs;  // key, path, acked, probe
+  struct Pending {
+    RankKey key;
+    std::string path;
+    int64_t acked;
+    bool probe, ask_size;
+  };
+  std::vector<Pending> logs;
   size_t start = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [key, log] : logs_) {
       if (cursor_ && !(*cursor_ < key)) ++start;  // keys are sorted: a prefix
-      logs.emplace_back(key, log.path, log.acked, log.probe);
+      logs.push_back({key, log.path, log.acked, log.probe, log.ask_size});
     }
   }
   v1::AppendLogsRequest req;
@@ -92,9 +109,11 @@ v1::AppendLogsRequest LogShipper::NextRequest() {
   int64_t budget = options_.max_request_bytes;
   std::optional<RankKey> last;
   for (size_t i = 0; i < logs.size(); ++i) {
-    const auto& [key, path, acked, probe] = logs[(start + i) % logs.size()];
-    std::string data = ReadFrom(path, acked, std::min(options_.max_chunk_bytes, budget));
+    const auto& [key, path, acked, probe, ask_size] = logs[(start + i) % logs.size()];
+    std::string data =
+        ask_size ? "" : ReadFrom(path, acked, std::min(options_.max_chunk_bytes, budget));
     if (data.empty() && !probe) continue;
+    if (req.chunks_size() >= options_.max_chunks_per_request) break;
     budget -= static_cast<int64_t>(data.size());
     v1::LogChunk* chunk = req.add_chunks();
     chunk->set_job_id(key.job_id);
@@ -131,6 +150,7 @@ absl::Status LogShipper::Ship() {
       if (it == logs_.end()) continue;
       it->second.acked = std::max<int64_t>(0, resp->sizes(i));
       it->second.probe = false;
+      it->second.ask_size = false;
     }
   }
   DropFinished();

@@ -7,7 +7,9 @@
 // offset: less than sent means "resend from there", more means "skip ahead". When a call fails
 // (controller unreachable) the offsets stay and the next round retries. A log that Track no
 // longer lists (its rank exited and was forgotten) is shipped until fully acknowledged, then
-// dropped. Resync makes the next round ask the controller for its sizes even when there is no
+// dropped. Adopt takes on logs a previous agent left (its ranks ended with it): the first
+// chunk of each is empty, so the controller's answer says how much of it it already holds, and
+// the rest is shipped like a forgotten rank's. Resync makes the next round ask the controller for its sizes even when there is no
 // new output (after a controller restart).
 //
 // Thread-safe: Track and the accessors may be called from any thread while Ship runs on
@@ -33,6 +35,7 @@ struct LogShipperOptions {
   std::string node_id;
   int64_t max_chunk_bytes = 256 << 10;
   int64_t max_request_bytes = 1 << 20;
+  int max_chunks_per_request = 512;  // bounds a request of many empty probes
   int max_calls_per_round = 8;  // Ship stops after this many calls even when more is waiting
 };
 
@@ -50,6 +53,10 @@ class LogShipper {
   // sends an empty chunk at the acknowledged offset of each log with nothing new, so the
   // controller's answer (its size) says where to resend from.
   void Resync();
+  // Logs found on disk at start (FindRankLogs), not tracked now: shipped from the size the
+  // controller holds (asked with an empty chunk) until fully acknowledged, then dropped. A log
+  // Track lists later keeps the acknowledged offset.
+  void Adopt(const std::vector<RankLog>& logs);
   // One round: AppendLogs calls until no new output is left, max_calls_per_round calls were
   // made, or a call failed (its status is returned; the offsets stay for the next round).
   absl::Status Ship();
@@ -64,6 +71,7 @@ class LogShipper {
     int64_t acked = 0;    // bytes the controller holds
     bool listed = true;   // in the last Track
     bool probe = false;   // send an empty chunk even without new bytes (Resync)
+    bool ask_size = false;  // adopted, size held unknown: the next chunk is an empty probe
   };
   // Builds the next request from the logs' new bytes; no chunks when there is nothing new.
   v1::AppendLogsRequest NextRequest();

@@ -209,5 +209,55 @@ TEST_F(LogShipperTest, MissingLogsSendNothing) {
   EXPECT_EQ(shipper.tracked(), 0u);
 }
 
+TEST_F(LogShipperTest, AdoptedLogsAskTheHeldSizeFirstThenShipTheRestAndAreDropped) {
+  options_.max_calls_per_round = 100;
+  LogShipper shipper = MakeShipper();
+  const RankLog left = Log("a", 0), resumed = Log("a", 1), live = Log("b", 0);
+  Append(left, "0123456789abcdef\n");
+  Append(resumed, "first\nsecond\n");
+  Append(live, "live\n");
+  fake_.held[left.key] = "0123456789";  // shipped by the agent before this one
+  shipper.Track({live});
+  shipper.Adopt({left, resumed, live});  // `live` is tracked already: kept as it is
+  ASSERT_TRUE(shipper.Ship().ok());
+  ASSERT_FALSE(fake_.requests.empty());
+  const v1::AppendLogsRequest& first = fake_.requests[0];
+  ASSERT_EQ(first.chunks_size(), 3);
+  for (const v1::LogChunk& c : first.chunks()) {
+    if (c.job_id() == "a") {  // the adopted ones: an empty chunk at 0 asks for the held size
+      EXPECT_EQ(c.offset(), 0);
+      EXPECT_EQ(c.data(), "");
+    } else {
+      EXPECT_EQ(c.data(), "live\n");
+    }
+  }
+  EXPECT_EQ(fake_.held[left.key], "0123456789abcdef\n");
+  EXPECT_EQ(fake_.held[resumed.key], "first\nsecond\n");
+  EXPECT_EQ(shipper.tracked(), 1u);  // the adopted logs are done and dropped; `live` stays
+  int64_t resent = 0;  // no byte the controller held was sent again
+  for (const v1::AppendLogsRequest& req : fake_.requests) {
+    for (const v1::LogChunk& c : req.chunks()) {
+      if (c.job_id() == "a" && c.world_rank() == 0 && c.offset() < 10) resent += c.data().size();
+    }
+  }
+  EXPECT_EQ(resent, 0);
+}
+
+TEST_F(LogShipperTest, ManyAdoptedLogsAreProbedInBoundedRequests) {
+  options_.max_chunks_per_request = 4;
+  options_.max_calls_per_round = 100;
+  LogShipper shipper = MakeShipper();
+  std::vector<RankLog> logs;
+  for (int r = 0; r < 10; ++r) {
+    logs.push_back(Log("many", r));
+    Append(logs.back(), "rank " + std::to_string(r) + "\n");
+  }
+  shipper.Adopt(logs);
+  ASSERT_TRUE(shipper.Ship().ok());
+  for (const v1::AppendLogsRequest& req : fake_.requests) EXPECT_LE(req.chunks_size(), 4);
+  for (int r = 0; r < 10; ++r) EXPECT_EQ(fake_.held[logs[r].key], "rank " + std::to_string(r) + "\n");
+  EXPECT_EQ(shipper.tracked(), 0u);
+}
+
 }  // namespace
 }  // namespace dhp::worker

@@ -1,5 +1,9 @@
 #include "worker/agent/rank_launcher.h"
 
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <chrono>
 
 #include "absl/status/status.h"
@@ -31,7 +35,61 @@ absl::Status ValidateLaunch(const v1::RankLaunch& l) {
   return absl::OkStatus();
 }
 
+// The names in a directory (not "." or ".."); none when it cannot be read.
+std::vector<std::string> DirNames(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return names;
+  while (const dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  closedir(d);
+  return names;
+}
+
+// The number after `prefix` and before `suffix` in `name` ("attempt-3" -> 3); -1 when `name`
+// is not exactly that with a number of at most 9 digits.
+int NumberIn(const std::string& name, const std::string& prefix, const std::string& suffix) {
+  if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return -1;
+  }
+  const std::string digits =
+      name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  if (digits.size() > 9 || (digits.size() > 1 && digits[0] == '0') ||
+      digits.find_first_not_of("0123456789") != std::string::npos) {
+    return -1;  // not a name LogPath writes
+  }
+  return std::stoi(digits);
+}
+
 }  // namespace
+
+std::vector<RankLog> FindRankLogs(const std::string& log_dir, int64_t modified_since_unix_s) {
+  std::vector<RankLog> out;
+  for (const std::string& job : DirNames(log_dir)) {
+    if (!IsPathSafeId(job)) continue;
+    for (const std::string& attempt_dir : DirNames(log_dir + "/" + job)) {
+      const int attempt = NumberIn(attempt_dir, "attempt-", "");
+      if (attempt < 1) continue;
+      const std::string dir = log_dir + "/" + job + "/" + attempt_dir;
+      for (const std::string& file : DirNames(dir)) {
+        const int rank = NumberIn(file, "rank-", ".log");
+        struct stat st {};
+        const std::string path = dir + "/" + file;
+        if (rank < 0 || stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+            st.st_mtime < modified_since_unix_s) {
+          continue;
+        }
+        out.push_back({{job, attempt, rank}, path});
+      }
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const RankLog& a, const RankLog& b) { return a.key < b.key; });
+  return out;
+}
 
 std::string RankKey::ToString() const {
   return "job " + job_id + " attempt " + std::to_string(attempt) + " rank " +

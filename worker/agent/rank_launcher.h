@@ -68,6 +68,12 @@ struct RankLog {
   std::string path;
 };
 
+// The rank logs under `log_dir` in the layout LogPath writes (<job>/attempt-<a>/rank-<r>.log)
+// last modified at or after `modified_since_unix_s`: what an agent that restarted finds of the
+// ranks that ended with its predecessor. Other files and names are skipped; a missing directory
+// has none.
+std::vector<RankLog> FindRankLogs(const std::string& log_dir, int64_t modified_since_unix_s);
+
 class RankLauncher {
  public:
   explicit RankLauncher(RankLauncherOptions options);

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 
 #include <chrono>
 #include <fstream>
@@ -241,6 +242,41 @@ TEST_F(RankLauncherTest, UnstartableRanksExit127WithTheReason) {
   EXPECT_THAT(s[3].log_tail(), HasSubstr("job_id 'j/x'"));
   EXPECT_THAT(s[4].log_tail(), HasSubstr("world_rank 2 and world_size 2"));
   EXPECT_EQ(launcher.Logs().size(), 1u);  // the invalid one has no log
+}
+
+TEST(FindRankLogsTest, FindsTheRankLogsOfTheLayoutModifiedSinceTheCutoff) {
+  std::string root = ::testing::TempDir() + "/find_rank_logs.XXXXXX";
+  ASSERT_NE(mkdtemp(root.data()), nullptr);
+  auto write = [&](const std::string& rel) {
+    const std::string path = root + "/" + rel;
+    ASSERT_EQ(system(("mkdir -p " + path.substr(0, path.rfind('/'))).c_str()), 0);
+    std::ofstream(path) << "x\n";
+  };
+  for (const char* rel : {"job-a/attempt-1/rank-0.log", "job-a/attempt-1/rank-12.log",
+                          "job-a/attempt-2/rank-0.log", "job-b/attempt-3/rank-1.log",
+                          "job-a/attempt-03/rank-0.log", "job-a/attempt-0/rank-0.log",
+                          "job-a/attempt-1/rank-01.log", "job-a/attempt-1/rank-x.log",
+                          "job-a/attempt-1/rank-2.log.1", "job-a/attempt-1/notes.txt",
+                          "job-a/other/rank-0.log", "bad id!/attempt-1/rank-0.log",
+                          "job-old/attempt-1/rank-0.log"}) {
+    write(rel);
+  }
+  ASSERT_EQ(system(("mkdir -p " + root + "/job-a/attempt-1/rank-5.log").c_str()), 0);  // a dir
+  const std::string old = root + "/job-old/attempt-1/rank-0.log";
+  const struct timeval past[2] = {{1000, 0}, {1000, 0}};
+  ASSERT_EQ(utimes(old.c_str(), past), 0);
+
+  std::vector<RankLog> found = FindRankLogs(root, /*modified_since_unix_s=*/2000);
+  std::vector<std::string> got;
+  for (const RankLog& l : found) {
+    got.push_back(l.key.ToString() + " @ " + l.path.substr(root.size()));
+  }
+  EXPECT_THAT(got, ElementsAre("job job-a attempt 1 rank 0 @ /job-a/attempt-1/rank-0.log",
+                               "job job-a attempt 1 rank 12 @ /job-a/attempt-1/rank-12.log",
+                               "job job-a attempt 2 rank 0 @ /job-a/attempt-2/rank-0.log",
+                               "job job-b attempt 3 rank 1 @ /job-b/attempt-3/rank-1.log"));
+  EXPECT_EQ(FindRankLogs(root, 0).size(), 5u);  // with the old one
+  EXPECT_TRUE(FindRankLogs(root + "/missing", 0).empty());
 }
 
 }  // namespace
