@@ -152,6 +152,11 @@ absl::Status Supervisor::Recover() {
       run.job_state = job.state();
       run.placement.assign(loaded->run.placement().begin(), loaded->run.placement().end());
       run.ranks.resize(run.placement.size());
+      if (job.state() == v1::JOB_STATE_STARTING || job.state() == v1::JOB_STATE_RUNNING) {
+        // Every rank had launched: an agent that reports one missing restarted meanwhile.
+        for (RankView& r : run.ranks) r.launched = true;
+        run.launched = static_cast<int>(run.ranks.size());
+      }
       run.start_step = loaded->run.start_step();
       run.max_step = loaded->run.last_step();
       run.last_advance_micros = now;  // fresh stall and launch periods after a restart
@@ -413,7 +418,8 @@ absl::Status Supervisor::OnHeartbeat(const v1::HeartbeatRequest& req, v1::Heartb
         statuses = std::move(it->second);
         by_run.erase(it);
       }
-      if (absl::Status s = ApplyNodeReport(runs_.at(id), node, statuses, events); !s.ok()) {
+      if (absl::Status s = ApplyNodeReport(runs_.at(id), node, world_ranks, statuses, events);
+          !s.ok()) {
         return s;
       }
     }
@@ -445,6 +451,7 @@ absl::Status Supervisor::OnHeartbeat(const v1::HeartbeatRequest& req, v1::Heartb
 }
 
 absl::Status Supervisor::ApplyNodeReport(ActiveRun& run, const std::string& node,
+                                         const std::vector<int>& placed,
                                          std::vector<const v1::RankStatus*>& statuses,
                                          std::vector<v1::Event>* events) {
   // The first failure applied names the run's failure. When one report holds several, a rank
@@ -457,6 +464,9 @@ absl::Status Supervisor::ApplyNodeReport(ActiveRun& run, const std::string& node
   for (const v1::RankStatus* st : statuses) {
     if (run.draining) break;
     if (absl::Status s = ApplyRankStatus(run, *st, node, events); !s.ok()) return s;
+  }
+  if (!run.draining) {
+    if (absl::Status s = CheckAgentKept(run, node, placed, statuses, events); !s.ok()) return s;
   }
   const int world = static_cast<int>(run.ranks.size());
   if (!run.draining && run.finished == world) {
@@ -482,6 +492,27 @@ absl::Status Supervisor::ApplyNodeReport(ActiveRun& run, const std::string& node
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status Supervisor::CheckAgentKept(ActiveRun& run, const std::string& node,
+                                        const std::vector<int>& placed,
+                                        const std::vector<const v1::RankStatus*>& statuses,
+                                        std::vector<v1::Event>* events) {
+  // An agent reports every rank it started for as long as the run wants it; a launched rank
+  // that has not exited and is missing from its report died with an agent that restarted.
+  std::set<int> reported;
+  for (const v1::RankStatus* st : statuses) reported.insert(st->world_rank());
+  std::vector<int> lost;
+  for (int w : placed) {
+    const RankView& r = run.ranks[w];
+    if (r.launched && !r.exited && reported.count(w) == 0) lost.push_back(w);
+  }
+  if (lost.empty()) return absl::OkStatus();
+  const std::string reason = absl::StrCat(
+      "the agent on node ", node, " no longer reports rank", lost.size() > 1 ? "s " : " ",
+      absl::StrJoin(lost, ", "), ", which it had launched: the agent restarted and its ranks "
+      "ended with it (not counted as a restart)");
+  return FailRun(run, reason, /*counted=*/false, events);
 }
 
 absl::Status Supervisor::ApplyRankStatus(ActiveRun& run, const v1::RankStatus& st,

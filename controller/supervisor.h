@@ -6,7 +6,8 @@
 // CANCELLING -> CANCELLED once the agents report the ranks gone.
 //
 // A run fails when one of its ranks exits non-zero (not stopped by its agent), when a node
-// holding its ranks is LOST, when its step has not advanced for restart.stall_timeout_s (the
+// holding its ranks is LOST, when a node's agent stops reporting ranks it had launched (it
+// restarted and they ended with it; the next attempt is not counted as a restart), when its step has not advanced for restart.stall_timeout_s (the
 // event names the ranks that fell behind and what each rank's watchdog says it waits on), or when
 // a rank finds its resume checkpoint corrupt (that restart is not counted: the checkpoint is
 // marked CORRUPT and the next attempt takes the one before).
@@ -175,8 +176,15 @@ class Supervisor {
   // One node's report on one run: applies the statuses, moves the job when all ranks launched or
   // finished, and counts the node as confirmed when the run is draining.
   absl::Status ApplyNodeReport(ActiveRun& run, const std::string& node,
+                               const std::vector<int>& placed,
                                std::vector<const v1::RankStatus*>& statuses,
                                std::vector<v1::Event>* events);
+  // Ends the run, not counted, when the node's agent no longer reports ranks of `placed` (the
+  // world ranks on that node) that it had launched and that have not exited: it restarted.
+  absl::Status CheckAgentKept(ActiveRun& run, const std::string& node,
+                              const std::vector<int>& placed,
+                              const std::vector<const v1::RankStatus*>& statuses,
+                              std::vector<v1::Event>* events);
   absl::Status ApplyRankStatus(ActiveRun& run, const v1::RankStatus& status,
                                const std::string& node_id, std::vector<v1::Event>* events);
   void StartDraining(ActiveRun& run);

@@ -354,6 +354,43 @@ TEST_F(SupervisorTest, StepFiguresAreExactAtTransitionsAndTheRunningMessageIsCur
   EXPECT_EQ(Run(job.id(), 1).last_step(), 5);
 }
 
+TEST_F(SupervisorTest, AnAgentThatRestartedEndsTheAttemptAtOnceWithoutARestartCounted) {
+  AddNode("n1", 2);
+  const v1::Job job = Submit("agent-restart", /*max_restarts=*/1);
+  StartRunning(job);
+  ASSERT_TRUE(Shard(job, 1, 0, 5).ok());
+  ASSERT_TRUE(Shard(job, 1, 1, 5).ok());
+  // A heartbeat that still carries rank 0 only: rank 1 is neither running nor exited.
+  EXPECT_EQ(Beat("n1", {Status(job, 1, 0, true)}).size(), 0u);
+  const v1::Job stored = Stored(job.id());
+  EXPECT_EQ(stored.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(stored.current_attempt(), 2);
+  EXPECT_EQ(stored.restart_count(), 0);  // not spent: no rank failed
+  EXPECT_EQ(Run(job.id(), 1).reason(),
+            "the agent on node n1 no longer reports rank 1, which it had launched: the agent "
+            "restarted and its ranks ended with it (not counted as a restart)");
+  EXPECT_EQ(Run(job.id(), 2).start_step(), 5);
+  // The dead attempt is never started again: the agent is asked for nothing until it is gone.
+  EXPECT_TRUE(Beat("n1").empty());
+  Schedule();
+  const std::vector<v1::RankLaunch> next = Beat("n1");
+  ASSERT_EQ(next.size(), 2u);
+  EXPECT_EQ(next[0].attempt(), 2);
+}
+
+TEST_F(SupervisorTest, AnAgentThatRestartedWhileTheControllerWasDownEndsTheAttempt) {
+  AddNode("n1", 2);
+  const v1::Job job = Submit("agent-restart-recover");
+  StartRunning(job);
+  sup_ = std::make_unique<Supervisor>(*store_, clock_, SupervisorOptions{kRoot});
+  ASSERT_TRUE(sup_->Recover().ok());
+  EXPECT_TRUE(Beat("n1").empty());  // the new agent runs nothing: attempt 1 is not started again
+  EXPECT_EQ(Stored(job.id()).state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(Stored(job.id()).current_attempt(), 2);
+  EXPECT_EQ(Stored(job.id()).restart_count(), 0);
+  EXPECT_THAT(Run(job.id(), 1).reason(), HasSubstr("no longer reports ranks 0, 1"));
+}
+
 TEST_F(SupervisorTest, AStalledRunFailsNamingTheSilentRankAndTheWaitingOne) {
   AddNode("n1", 2);
   const v1::Job job = Submit("stall");

@@ -9,6 +9,10 @@ Afterwards:
   - the job SUCCEEDED;
   - every loss any attempt logged equals the fault-free run's at that step, as printed (all 17
     digits), and every step was trained;
+  - no attempt started twice: no attempt logged a step twice (a dead attempt started again by
+    a restarted agent trains from its first step again), there are at most one attempt per kill
+    more than the first, and agent restarts spent no restart (restart_count <= the rank and
+    controller kills);
   - no event and no COMPLETE checkpoint was lost: what was there before a controller kill is
     still there after it, unless an event records the checkpoint's deletion by keep_latest;
   - no dhp-rank process of the job is left.
@@ -29,7 +33,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import runs_test  # noqa: E402
 from dhp_cluster import Binaries, Cluster, wait_for  # noqa: E402
-from runs_test import generate_dataset, rank_pids, spec_text  # noqa: E402
+from runs_test import STEP_LINE, generate_dataset, rank_pids, spec_text  # noqa: E402
 
 STEPS = 60
 KILLS = int(os.environ.get("DHP_CHAOS_KILLS", "6"))
@@ -88,13 +92,23 @@ class ChaosTest(unittest.TestCase):
         return True
 
     def check_losses(self, job, expected):
-        """Every loss any attempt of the job logged equals `expected` at its step; returns the
-        steps trained."""
+        """Every loss any attempt of the job logged equals `expected` at its step, and no
+        attempt logged a step twice; returns the steps trained."""
         trained = set()
         for run in self.job(job)["runs"]:
-            for step, loss in self.losses(job, attempt=run["attempt"]).items():
-                self.assertEqual(loss, expected[step], "attempt %s, step %d" % (run["attempt"], step))
-                trained.add(step)
+            code, out, err = self.cluster.dhpctl("logs", job, "--rank", "0",
+                                                 "--attempt", str(run["attempt"]))
+            self.assertEqual(code, 0, err)
+            steps = []
+            for m in STEP_LINE.finditer(out):
+                step = int(m.group(1))
+                self.assertEqual(m.group(3), expected[step],
+                                 "attempt %s, step %d" % (run["attempt"], step))
+                steps.append(step)
+            self.assertEqual(len(steps), len(set(steps)),
+                             "attempt %s trained a step twice (started twice?): %s"
+                             % (run["attempt"], steps))
+            trained.update(steps)
         return trained
 
     def reference_losses(self, steps):
@@ -148,6 +162,10 @@ class ChaosTest(unittest.TestCase):
                  what="every step's loss in the ranks' logs")
         self.assertEqual(sorted(self.check_losses(job, expected)), list(range(1, STEPS + 1)))
         got = self.job(job)
+        counted = sum(1 for k in done if k in ("rank", "controller"))
+        self.assertLessEqual(int(got["job"].get("restart_count", 0)), counted,
+                             "agent restarts spent restarts: kills %s" % done)
+        self.assertLessEqual(len(got["runs"]), 1 + len(done), "more attempts than kills")
         complete = sorted(int(c["step"]) for c in got.get("checkpoints", [])
                           if c["state"] == "CHECKPOINT_STATE_COMPLETE")
         self.assertEqual(complete[-1], STEPS)
