@@ -1,7 +1,8 @@
 // Ranks in separate processes: the test starts a gRPC server exposing the rendezvous KV (the
 // WorkerService Kv* calls, as the controller serves them), forks and re-executes this binary once
 // per rank, and each child bootstraps its process groups through GrpcKvClient ->
-// ControllerStore -> ProcessGroupGloo over loopback, then runs collectives and checks them.
+// ControllerStore -> ProcessGroupGloo over loopback, then runs collectives and checks them. Two
+// tests take a rank away: one never starts, one is killed while its partners wait on it.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <gmock/gmock.h>
@@ -161,6 +162,52 @@ TEST_F(CrossProcessTest, AMissingProcessIsNamedByTheOthers) {
   EXPECT_EQ(codes[1], 0);
 }
 
+TEST_F(CrossProcessTest, AKilledPeerFailsItsPartnersAtOnce) {
+  // World rank 2 kills itself (SIGKILL) while rank 0 receives from it and rank 1 sends to it; the
+  // child test checks the survivors' errors and how long they waited (see KilledPeer below).
+  std::vector<pid_t> pids;
+  for (int r = 0; r < ChildLayout().WorldSize(); ++r) {
+    pids.push_back(SpawnRank(r, Target(), "killed"));
+  }
+  std::vector<int> codes = WaitForChildren(pids, 120s);
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
+  EXPECT_EQ(codes[2], -1) << "rank 2 was to die by its own SIGKILL";
+}
+
+// Mode "killed" (collective timeout kKilledTimeout): world rank 2 dies by SIGKILL 300 ms after a
+// world barrier, without closing anything itself (the kernel closes its sockets). Rank 0's recv
+// from it and rank 1's send to it fail with UNAVAILABLE (Gloo: connection closed by peer) well
+// within the collective timeout, as does the next all_reduce: a dead rank stops its partners
+// within the timeout, it does not leave them waiting for the controller's stall timeout.
+constexpr std::chrono::milliseconds kKilledTimeout = 5s;
+
+void KilledPeer(ProcessGroups& pg, int rank) {
+  ASSERT_TRUE(pg.world().Barrier().ok());
+  if (rank == 2) {
+    std::this_thread::sleep_for(300ms);
+    raise(SIGKILL);
+  }
+  auto since = [](std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                 t0);
+  };
+  at::Tensor x = at::zeros({3, 2});
+  auto t0 = std::chrono::steady_clock::now();
+  absl::Status s = rank == 0 ? pg.world().Recv(x, /*src_rank=*/2, /*tag=*/7)
+                             : pg.world().Send(x, /*dst_rank=*/2, /*tag=*/7);
+  EXPECT_LT(since(t0), kKilledTimeout) << s;
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::StartsWith(rank == 0 ? "recv on group world (rank 0 of 3) from rank 2: "
+                                              : "send on group world (rank 1 of 3) to rank 2: "));
+  t0 = std::chrono::steady_clock::now();
+  s = pg.world().AllReduce(x, ReduceOp::kSum);
+  EXPECT_LT(since(t0), kKilledTimeout) << s;
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(pg.stats().Get("world", kOpRecv).calls + pg.stats().Get("world", kOpSend).calls, 0);
+}
+
 // The body of one rank process; skipped unless started by the tests above.
 TEST(CrossProcessChild, Rank) {
   const char* rank_env = std::getenv("DHP_COMM_CHILD_RANK");
@@ -169,10 +216,11 @@ TEST(CrossProcessChild, Rank) {
   const std::string mode = std::getenv("DHP_COMM_CHILD_MODE");
   at::set_num_threads(1);
   api::DhpClient client(std::getenv("DHP_COMM_CHILD_TARGET"));
-  GrpcKvClient kv(client, "job-1", mode == "ok" ? 1 : 2);
+  GrpcKvClient kv(client, "job-1", mode == "ok" ? 1 : mode == "missing" ? 2 : 3);
   ProcessGroupsOptions options;
-  options.arrival_timeout = mode == "ok" ? 60s : 1500ms;
+  options.arrival_timeout = mode == "missing" ? 1500ms : 60s;
   options.store_timeout = 60s;
+  if (mode == "killed") options.collective_timeout = kKilledTimeout;
   const Layout layout = ChildLayout();
   absl::StatusOr<std::unique_ptr<ProcessGroups>> pgs =
       ProcessGroups::Create(kv, layout, rank, options);
@@ -186,6 +234,10 @@ TEST(CrossProcessChild, Rank) {
   }
   ASSERT_TRUE(pgs.ok()) << pgs.status();
   ProcessGroups& pg = **pgs;
+  if (mode == "killed") {
+    KilledPeer(pg, rank);
+    return;
+  }
 
   // World: sum of (rank + 1) = 6.
   at::Tensor t = at::full({4}, rank + 1, at::kFloat);

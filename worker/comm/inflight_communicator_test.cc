@@ -78,8 +78,8 @@ TEST(InFlightCommunicatorTest, StalledAllReduceIsRegisteredUntilTheBackendGivesU
 }
 
 TEST(InFlightCommunicatorTest, WaitingRecvNamesThePeerUntilTheSendArrives) {
-  // Gloo's recv waits without a timeout, so here the peer does send, once it has seen the recv
-  // registered.
+  // The peer sends once it has seen the recv registered, well within the 5 s collective timeout
+  // (a recv whose peer never sends fails at the timeout: silent_peer_test).
   InMemoryKvClient kv;
   std::atomic<bool> seen{false};
   RunRanks(2, [&](int rank) {

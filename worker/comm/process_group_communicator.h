@@ -17,6 +17,16 @@
 // Several communicators may share one backend (groups with identical members, e.g. "world" and
 // "vision" when every rank is a vision rank); each counts under its own name.
 //
+// Timeouts and dead peers (Gloo). Every operation, send and recv included, waits at most the
+// group's collective timeout (ProcessGroupsOptions::collective_timeout, which is Gloo's context
+// timeout: c10d's wait() without a timeout falls back to it, in LibTorch 1.13 and 2.x alike; a
+// send waits too, as Gloo sends only into a posted recv). A silent peer (hung, stopped, host
+// gone) fails it with DEADLINE_EXCEEDED after that timeout, e.g. "recv on group world (rank 0 of
+// 2) from rank 1: [...] Timed out waiting 1500ms for recv operation to complete"; a peer whose
+// process died fails it at once with UNAVAILABLE ("... Connection closed by peer ..."). Either
+// way Gloo then closes the group's connections, so later operations fail at once (UNAVAILABLE).
+// silent_peer_test and cross_process_test pin this down.
+//
 // Every collective is registered in an InFlightRegistry (inflight.h; the process-wide one unless
 // another is given, null for none) from the moment it is issued until the backend's wait()
 // returns, with its call number: the n-th call of that operation on this communicator, counting
