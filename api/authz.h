@@ -73,6 +73,7 @@ RequestScope ScopeOf(const google::protobuf::Message& req);
 RequestScope ScopeOf(const v1::GetJobRequest& req);
 RequestScope ScopeOf(const v1::CancelJobRequest& req);
 RequestScope ScopeOf(const v1::ResumeJobRequest& req);
+RequestScope ScopeOf(const v1::CheckpointJobRequest& req);
 RequestScope ScopeOf(const v1::GetLogsRequest& req);
 RequestScope ScopeOf(const v1::WatchJobRequest& req);
 RequestScope ScopeOf(const v1::RegisterNodeRequest& req);

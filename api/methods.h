@@ -27,7 +27,7 @@ namespace dhp::api {
 enum class Access {
   kRead,    // viewers, users (their own jobs) and admins
   kSubmit,  // users and admins; the job's owner is the caller
-  kOwnJob,  // a job's owner and admins (cancel, resume)
+  kOwnJob,  // a job's owner and admins (cancel, resume, checkpoint)
   kNode,    // an agent, for the node its credential names
   kRank,    // a rank, for the job and attempt its credential names
 };
@@ -40,6 +40,8 @@ enum class Access {
   X(JobService, CancelJob, kOwnJob, POST, "/v1/jobs/{id}:cancel", "Cancel a job")                \
   X(JobService, ResumeJob, kOwnJob, POST, "/v1/jobs/{id}:resume",                                \
     "A new run from the latest checkpoint")                                                       \
+  X(JobService, CheckpointJob, kOwnJob, POST, "/v1/jobs/{id}:checkpoint",                        \
+    "Checkpoint a running job at its next step boundary")                                         \
   X(JobService, GetLogs, kRead, GET, "/v1/jobs/{id}/logs", "Rank output of an attempt")          \
   X(WorkerService, ReportProgress, kRank, POST, "/v1/jobs/{id}/progress",                        \
     "Worker-facing: a rank's progress")                                                           \

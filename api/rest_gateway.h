@@ -20,6 +20,7 @@
 //   GET  /v1/jobs/{id}               GetJob
 //   POST /v1/jobs/{id}:cancel        CancelJob   optional body {"reason": "..."}
 //   POST /v1/jobs/{id}:resume        ResumeJob
+//   POST /v1/jobs/{id}:checkpoint    CheckpointJob
 //   GET  /v1/jobs/{id}/events        WatchJob    ?after=N &follow=true
 //   GET  /v1/events                  WatchJob    all jobs and nodes; ?after=N &follow=true
 //   GET  /v1/jobs/{id}/logs          GetLogs     ?attempt=N (0 or absent: the current one)

@@ -211,13 +211,14 @@ TEST_F(RestGatewayTest, OpenApiDocumentIsTheRouteTable) {
   EXPECT_TRUE(Observed("OpenApi", 200));
   const nlohmann::json doc = nlohmann::json::parse(res.body());
   EXPECT_EQ(doc["openapi"], "3.0.3");
-  EXPECT_EQ(doc["paths"].size(), 23u);  // 24 routes: GET and POST /v1/jobs share a path
+  EXPECT_EQ(doc["paths"].size(), 24u);  // 25 routes: GET and POST /v1/jobs share a path
   std::set<std::string> ids;
   for (const auto& [path, item] : doc["paths"].items()) {
     for (const auto& [method, op] : item.items()) ids.insert(op["operationId"]);
   }
-  EXPECT_EQ(ids.size(), 24u);
-  EXPECT_TRUE(ids.count("WatchJob") && ids.count("WatchEvents") && ids.count("KvDelete"));
+  EXPECT_EQ(ids.size(), 25u);
+  EXPECT_TRUE(ids.count("WatchJob") && ids.count("WatchEvents") && ids.count("KvDelete") &&
+              ids.count("CheckpointJob"));
   // The query parameters are the ones the router accepts.
   std::vector<std::string> names;
   for (const auto& p : doc["paths"]["/v1/jobs/{id}/logs"]["get"]["parameters"]) {
@@ -274,6 +275,12 @@ TEST_F(RestGatewayTest, CancelResumeAndPathIdsOverrideBody) {
   EXPECT_EQ(service_.Last<v1::ResumeJobRequest>().job_id(), "j-9");
   EXPECT_TRUE(Observed("CancelJob", 200));
   EXPECT_TRUE(Observed("ResumeJob", 200));
+
+  res = client_->Post("/v1/jobs/j-10:checkpoint", R"({"job_id": "other"})");
+  EXPECT_EQ(res.result_int(), 200) << res.body();
+  EXPECT_EQ(service_.Last<v1::CheckpointJobRequest>().job_id(), "j-10");
+  EXPECT_NE(res.body().find("\"at_step\":\"12\""), std::string::npos) << res.body();
+  EXPECT_TRUE(Observed("CheckpointJob", 200));
 }
 
 TEST_F(RestGatewayTest, UnknownKeyInBodyIs400NamingTheKey) {

@@ -89,6 +89,11 @@ class FakeService : public DhpService {
     resp->mutable_run()->set_attempt(2);
     return Record(req);
   }
+  absl::Status CheckpointJob(const v1::CheckpointJobRequest& req,
+                             v1::CheckpointJobResponse* resp) override {
+    resp->set_at_step(12);
+    return Record(req);
+  }
   absl::Status WatchJob(const v1::WatchJobRequest& req, EventSink& sink) override {
     Record(req).IgnoreError();
     if (!error.ok()) return error;

@@ -320,6 +320,16 @@ absl::Status Controller::ResumeJob(const v1::ResumeJobRequest& req, v1::ResumeJo
   });
 }
 
+absl::Status Controller::CheckpointJob(const v1::CheckpointJobRequest& req,
+                                       v1::CheckpointJobResponse* resp) {
+  return OnLoop([&] {
+    std::vector<v1::Event> events;
+    absl::Status s = supervisor_.RequestCheckpoint(req.job_id(), resp, &events);
+    Settle(events);
+    return s;
+  });
+}
+
 absl::Status Controller::WatchJob(const v1::WatchJobRequest& req, api::EventSink& sink) {
   const std::string& job_id = req.job_id();
   int64_t after = req.after_event_id();

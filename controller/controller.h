@@ -67,6 +67,8 @@ class Controller : public api::DhpService {
   absl::Status ListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp) override;
   absl::Status CancelJob(const v1::CancelJobRequest& req, v1::CancelJobResponse* resp) override;
   absl::Status ResumeJob(const v1::ResumeJobRequest& req, v1::ResumeJobResponse* resp) override;
+  absl::Status CheckpointJob(const v1::CheckpointJobRequest& req,
+                             v1::CheckpointJobResponse* resp) override;
   absl::Status WatchJob(const v1::WatchJobRequest& req, api::EventSink& sink) override;
   absl::Status GetLogs(const v1::GetLogsRequest& req, v1::GetLogsResponse* resp) override;
   absl::Status ListNodes(const v1::ListNodesRequest& req, v1::ListNodesResponse* resp) override;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/proto_enum.h"
+#include "common/rank_exit.h"
 #include "controller/job_events.h"
 #include "controller/time_util.h"
 
@@ -234,6 +235,42 @@ absl::Status Supervisor::OnJobCancelled(const v1::Job& job, std::vector<v1::Even
   run->job_state = v1::JOB_STATE_CANCELLING;
   if (!run->draining) StartDraining(*run);
   return SweepDrained(events);
+}
+
+absl::Status Supervisor::RequestCheckpoint(const std::string& job_id,
+                                           v1::CheckpointJobResponse* resp,
+                                           std::vector<v1::Event>* events) {
+  DHP_CHECK_ON_THREAD(loop_);
+  if (job_id.empty()) return absl::InvalidArgumentError("job_id: must not be empty");
+  absl::StatusOr<v1::Job> job = store_.GetJob(job_id);
+  if (!job.ok()) return job.status();
+  ActiveRun* run = FindRun(RunId{job_id, job->current_attempt()});
+  const bool live =
+      job->state() == v1::JOB_STATE_STARTING || job->state() == v1::JOB_STATE_RUNNING;
+  if (!live || run == nullptr || run->draining) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot checkpoint job ", job_id, ": it is ", ShortName(job->state()),
+                     "; only a STARTING or RUNNING job has ranks to write a checkpoint"));
+  }
+  const bool joined = run->checkpoint_at.has_value();
+  // The newest step a rank reported (or the first step of the attempt): a checkpoint there
+  // loses no step.
+  if (!joined) run->checkpoint_at = std::max(run->max_step, run->start_step + 1);
+  const int64_t at = *run->checkpoint_at;
+  absl::Status s = Transition(run->id, events, [&](v1::Job& j, v1::Run&, int64_t now, JobWrite& w) {
+    w.events.push_back(JobEvent(j, now, "checkpoint", "", "REQUESTED",
+                                absl::StrCat("checkpoint requested by user",
+                                             joined ? " (joins the pending request)" : "",
+                                             ": at step ", at, " or the first step boundary after it")));
+    return absl::OkStatus();
+  });
+  if (!s.ok()) {
+    if (!joined) run->checkpoint_at.reset();
+    return s;
+  }
+  *resp->mutable_job() = *job;
+  resp->set_at_step(at);
+  return absl::OkStatus();
 }
 
 // ---- nodes --------------------------------------------------------------------------------
@@ -536,6 +573,15 @@ absl::Status Supervisor::ApplyRankStatus(ActiveRun& run, const v1::RankStatus& s
   rank.signal = st.signal();
   rank.stopped_by_agent = st.stopped_by_agent();
   if (st.exit_code() == 0 && st.signal() == 0) ++run.finished;
+  if (st.exit_code() == kRankExitPreempted && st.signal() == 0) {
+    // Every rank checkpointed at one step and the shards were reported before any exited
+    // (job_rank.h): the next attempt resumes there, and no restart is spent.
+    return FailRun(run,
+                   absl::StrCat("preempted: rank ", w, " on node ", node_id,
+                                " stopped after a SIGTERM reached the job, every rank having "
+                                "checkpointed first (not counted as a restart)"),
+                   /*counted=*/false, events, v1::RUN_STATE_PREEMPTED);
+  }
   if ((st.exit_code() == 0 && st.signal() == 0) || st.stopped_by_agent()) return absl::OkStatus();
   std::string reason = absl::StrCat("rank ", w, " on node ", node_id);
   if (st.signal() != 0) {
@@ -569,11 +615,16 @@ absl::Status Supervisor::SucceedRun(ActiveRun& run, std::vector<v1::Event>* even
 
 absl::Status Supervisor::FailRun(ActiveRun& run, const std::string& reason, bool counted,
                                  std::vector<v1::Event>* events) {
+  return FailRun(run, reason, counted, events, v1::RUN_STATE_FAILED);
+}
+
+absl::Status Supervisor::FailRun(ActiveRun& run, const std::string& reason, bool counted,
+                                 std::vector<v1::Event>* events, v1::RunState end) {
   v1::Job requeued;  // the job after the transition, when it went back to the queue
   absl::Status s = Transition(run.id, events, [&](v1::Job& job, v1::Run& stored, int64_t now,
                                                   JobWrite& write) {
     RecordSteps(run, job, stored);
-    MoveRun(job, stored, v1::RUN_STATE_FAILED, reason, now, &write);
+    MoveRun(job, stored, end, reason, now, &write);
     const int max_restarts = job.spec().restart().max_restarts();
     if (counted && job.restart_count() >= max_restarts) {
       const std::string why =

@@ -83,6 +83,10 @@ struct ActiveRun {
   int launch_timeout_s = 120;       // every rank must be reported launched by then
   bool draining = false;             // ended: its ranks must go; slots held until they have
   bool cancelling = false;           // drained -> the job becomes CANCELLED
+  // Checkpoint now (CheckpointJob): the ranks are told to write a checkpoint at the first step
+  // boundary at or after this step, until a shard of such a step is reported. In memory: a
+  // controller restart forgets a request not yet answered by a shard.
+  std::optional<int64_t> checkpoint_at;
   std::set<std::string> drain_nodes;  // nodes that have not yet reported the ranks gone
 };
 
@@ -106,6 +110,11 @@ class Supervisor {
   void OnJobQueued(const v1::Job& job);
   // After a user cancel: QUEUED -> CANCELLED leaves the queue; CANCELLING drains the run.
   absl::Status OnJobCancelled(const v1::Job& job, std::vector<v1::Event>* events);
+  // CheckpointJob: asks the ranks of the job's running attempt for a checkpoint at their next
+  // step boundary (an event records it). FAILED_PRECONDITION unless the job is STARTING or
+  // RUNNING; a request while one is pending joins it.
+  absl::Status RequestCheckpoint(const std::string& job_id, v1::CheckpointJobResponse* resp,
+                                 std::vector<v1::Event>* events);
 
   // Node inventory: a registration or a state change of a node.
   void OnNodeChanged(const v1::Node& node);
@@ -170,6 +179,8 @@ class Supervisor {
   absl::Status Place(const PlacementDecision& decision, std::vector<v1::Event>* events);
   absl::Status NoteWaiting(const std::string& job_id, const std::string& why);
   // Ends an active run as FAILED and restarts the job or fails it. `counted`: uses a restart.
+  absl::Status FailRun(ActiveRun& run, const std::string& reason, bool counted,
+                       std::vector<v1::Event>* events, v1::RunState end);
   absl::Status FailRun(ActiveRun& run, const std::string& reason, bool counted,
                        std::vector<v1::Event>* events);
   absl::Status SucceedRun(ActiveRun& run, std::vector<v1::Event>* events);

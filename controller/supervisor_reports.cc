@@ -55,6 +55,10 @@ absl::Status Supervisor::OnProgress(const v1::ReportProgressRequest& req,
     if (run->cancelling) run->max_step = std::max(run->max_step, req.step());
     return absl::OkStatus();
   }
+  if (run->checkpoint_at.has_value()) {
+    resp->set_checkpoint(true);
+    resp->set_checkpoint_at_step(*run->checkpoint_at);
+  }
   const int64_t now = clock_.NowMicros();
   RankView& rank = run->ranks[req.rank()];
   rank.step = std::max(rank.step, req.step());
@@ -221,6 +225,11 @@ absl::Status Supervisor::OnCheckpointShard(const v1::ReportCheckpointRequest& re
   ActiveRun* run = FindRun(id);
   if (s.ok() && run != nullptr && resp->checkpoint().state() == v1::CHECKPOINT_STATE_COMPLETE) {
     run->max_step = std::max(run->max_step, resp->checkpoint().step());
+  }
+  // A shard written at or after the requested step answers a checkpoint-now request.
+  if (s.ok() && run != nullptr && run->checkpoint_at.has_value() &&
+      req.step() >= *run->checkpoint_at) {
+    run->checkpoint_at.reset();
   }
   return s;
 }

@@ -107,7 +107,16 @@ class SupervisorTest : public ::testing::Test {
     std::vector<v1::Event> events;
     absl::Status s = sup_->OnProgress(req, &resp, &events);
     if (stop != nullptr) *stop = resp.stop();
+    last_progress_ = resp;
     return s;
+  }
+
+  absl::StatusOr<int64_t> RequestCheckpoint(const v1::Job& job) {
+    v1::CheckpointJobResponse resp;
+    std::vector<v1::Event> events;
+    absl::Status s = sup_->RequestCheckpoint(job.id(), &resp, &events);
+    if (!s.ok()) return s;
+    return resp.at_step();
   }
 
   absl::StatusOr<v1::Checkpoint> Shard(const v1::Job& job, int attempt, int rank, int64_t step) {
@@ -162,6 +171,7 @@ class SupervisorTest : public ::testing::Test {
     ASSERT_EQ(Stored(job.id()).state(), v1::JOB_STATE_RUNNING);
   }
 
+  v1::ReportProgressResponse last_progress_;
   FakeClock clock_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<JobManager> jobs_;
@@ -306,6 +316,26 @@ TEST_F(SupervisorTest, AKilledRankIsTheCauseWhenItsPeersFailInTheSameReport) {
   EXPECT_EQ(Run(job.id(), 1).reason(), "rank 1 on node n1 was killed by signal 9 (Killed)");
 }
 
+TEST_F(SupervisorTest, APreemptedRunIsRequeuedFromItsCheckpointWithoutSpendingARestart) {
+  AddNode("n1", 2);
+  const v1::Job job = Submit("preempted", /*max_restarts=*/0);
+  StartRunning(job);
+  ASSERT_TRUE(Shard(job, 1, 0, 7).ok());  // the ranks checkpoint at the step SIGTERM came...
+  ASSERT_TRUE(Shard(job, 1, 1, 7).ok());
+  Beat("n1", {Status(job, 1, 0, false, 75), Status(job, 1, 1, true)});  // ...then exit 75
+  const v1::Job stored = Stored(job.id());
+  EXPECT_EQ(stored.state(), v1::JOB_STATE_QUEUED);  // with max_restarts 0: nothing spent
+  EXPECT_EQ(stored.restart_count(), 0);
+  EXPECT_EQ(stored.current_attempt(), 2);
+  EXPECT_THAT(stored.message(), HasSubstr("at step 7"));
+  EXPECT_EQ(Run(job.id(), 1).state(), v1::RUN_STATE_PREEMPTED);
+  EXPECT_EQ(Run(job.id(), 1).reason(),
+            "preempted: rank 0 on node n1 stopped after a SIGTERM reached the job, every rank "
+            "having checkpointed first (not counted as a restart)");
+  EXPECT_TRUE(Run(job.id(), 1).has_end_time());
+  EXPECT_EQ(Run(job.id(), 2).start_step(), 7);
+}
+
 TEST_F(SupervisorTest, CancelCompletesWhenTheAgentReportsTheRanksGone) {
   AddNode("n1", 2);
   const v1::Job job = Submit("cancel");
@@ -389,6 +419,44 @@ TEST_F(SupervisorTest, AnAgentThatRestartedWhileTheControllerWasDownEndsTheAttem
   EXPECT_EQ(Stored(job.id()).current_attempt(), 2);
   EXPECT_EQ(Stored(job.id()).restart_count(), 0);
   EXPECT_THAT(Run(job.id(), 1).reason(), HasSubstr("no longer reports ranks 0, 1"));
+}
+
+TEST_F(SupervisorTest, CheckpointNowIsAnsweredToEveryRankUntilAShardOfThatStepOrLaterArrives) {
+  AddNode("n1", 2);
+  const v1::Job job = Submit("checkpoint-now");
+  EXPECT_EQ(RequestCheckpoint(job).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(RequestCheckpoint(job).status().message()),
+              HasSubstr("it is QUEUED; only a STARTING or RUNNING job"));
+  EXPECT_EQ(RequestCheckpoint(v1::Job()).status().code(), absl::StatusCode::kInvalidArgument);
+  v1::Job missing;
+  missing.set_id("no-such-job");
+  EXPECT_EQ(RequestCheckpoint(missing).status().code(), absl::StatusCode::kNotFound);
+
+  StartRunning(job);
+  ASSERT_TRUE(Progress(job, 1, 0, 4).ok());
+  EXPECT_FALSE(last_progress_.checkpoint());
+  ASSERT_EQ(RequestCheckpoint(job).value_or(-1), 4);
+  ASSERT_TRUE(Progress(job, 1, 0, 5).ok());
+  EXPECT_TRUE(last_progress_.checkpoint());
+  EXPECT_EQ(last_progress_.checkpoint_at_step(), 4);
+  EXPECT_EQ(RequestCheckpoint(job).value_or(-1), 4);  // joins the pending one
+  ASSERT_TRUE(Progress(job, 1, 1, 5).ok());
+  EXPECT_TRUE(last_progress_.checkpoint());
+  EXPECT_EQ(last_progress_.checkpoint_at_step(), 4);
+  ASSERT_TRUE(Shard(job, 1, 0, 3).ok());  // of an earlier step: not an answer
+  ASSERT_TRUE(Progress(job, 1, 0, 5).ok());
+  EXPECT_TRUE(last_progress_.checkpoint());
+  ASSERT_TRUE(Shard(job, 1, 0, 5).ok());
+  ASSERT_TRUE(Progress(job, 1, 1, 6).ok());
+  EXPECT_FALSE(last_progress_.checkpoint());
+  int requested = 0;
+  for (const v1::Event& e : Events(job.id())) {
+    if (e.type() == "checkpoint" && e.to_state() == "REQUESTED") {
+      ++requested;
+      EXPECT_THAT(e.reason(), HasSubstr("at step 4 or the first step boundary after it"));
+    }
+  }
+  EXPECT_EQ(requested, 2);
 }
 
 TEST_F(SupervisorTest, AStalledRunFailsNamingTheSilentRankAndTheWaitingOne) {

@@ -2,7 +2,8 @@
 //
 //   dhpctl submit -f spec.yaml [--follow] [--dry-run]
 //   dhpctl list [--state running] [--label team=vision] [--owner alice] [--limit N]
-//   dhpctl get JOB | cancel JOB [--reason R] | resume JOB | watch JOB | events | nodes
+//   dhpctl get JOB | cancel JOB [--reason R] | resume JOB | checkpoint JOB | watch JOB | events
+//          | nodes
 //   dhpctl logs JOB [--rank N]... [--attempt A] [-f|--follow]
 //   dhpctl checkpoints JOB
 //   dhpctl top JOB [--interval 1s] [--once]
@@ -347,6 +348,9 @@ int main(int argc, char** argv) {
   CLI::App* resume = app.add_subcommand("resume", "Resume a cancelled or failed job");
   resume->add_option("job", job_id, "Job id")->required();
   resume->add_flag("--follow", follow, "Stream the job's events until it ends");
+  CLI::App* checkpoint = app.add_subcommand(
+      "checkpoint", "Checkpoint a running job at its next step boundary (all ranks, one step)");
+  checkpoint->add_option("job", job_id, "Job id")->required();
   CLI::App* watch = app.add_subcommand("watch", "Stream a job's events until it ends");
   watch->add_option("job", job_id, "Job id")->required();
   CLI::App* events = app.add_subcommand(
@@ -477,6 +481,15 @@ int main(int argc, char** argv) {
                         std::to_string(resp->run().attempt()) + ": " + resp->job().message() +
                         "\n");
     return follow ? Follow(client, poll_client, job_id, g) : 0;
+  }
+  if (checkpoint->parsed()) {
+    v1::CheckpointJobRequest req;
+    req.set_job_id(job_id);
+    absl::StatusOr<v1::CheckpointJobResponse> resp = client.CheckpointJob(req);
+    if (!resp.ok()) return Report(resp.status(), g.server);
+    return Print(*resp, g,
+                 "job " + job_id + ": checkpoint requested; the ranks write it at step " +
+                     std::to_string(resp->at_step()) + " or the first step boundary after it\n");
   }
   if (watch->parsed()) return Follow(client, poll_client, job_id, g);
   if (events->parsed()) {

@@ -170,11 +170,11 @@ void RankLauncher::Start(const v1::RankLaunch& launch) {
   DHP_LOG(ERROR) << "cannot start " << key.ToString() << ": " << rank.start_error;
 }
 
-void RankLauncher::Stop(const RankKey& key, Rank& rank, const char* why) {
+void RankLauncher::Stop(const RankKey& key, Rank& rank, const char* why, int signal) {
   if (rank.exited() || rank.stopped_by_agent) return;
   DHP_LOG(INFO) << "stopping " << key.ToString() << " (pid " << rank.process->pid() << "): " << why;
   rank.stopped_by_agent = true;
-  rank.process->Terminate(std::chrono::milliseconds(options_.stop_grace_ms));
+  rank.process->Terminate(std::chrono::milliseconds(options_.stop_grace_ms), signal);
 }
 
 void RankLauncher::Reconcile(const std::vector<v1::RankLaunch>& desired) {
@@ -191,7 +191,7 @@ void RankLauncher::Reconcile(const std::vector<v1::RankLaunch>& desired) {
     } else if (rank.exited() && rank.exit_reported) {
       it = ranks_.erase(it);
     } else {
-      Stop(it->first, rank, "no longer wanted");
+      Stop(it->first, rank, "no longer wanted", SIGINT);
       ++it;
     }
   }
@@ -252,7 +252,7 @@ std::vector<RankLog> RankLauncher::Logs() const {
 }
 
 void RankLauncher::StopAll() {
-  for (auto& [key, rank] : ranks_) Stop(key, rank, "the agent is stopping");
+  for (auto& [key, rank] : ranks_) Stop(key, rank, "the agent is stopping", SIGTERM);
 }
 
 bool RankLauncher::AllExited() const {

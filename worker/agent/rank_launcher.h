@@ -3,8 +3,8 @@
 //
 // Reconcile starts each (job, attempt, world rank) it has never started (an exited rank of a
 // still-wanted attempt is never restarted: only a new attempt starts new processes), stops those
-// running but no longer wanted (SIGTERM, SIGKILL after stop_grace_ms; reported with
-// stopped_by_agent) and forgets those exited and no longer wanted once Statuses has reported
+// running but no longer wanted (SIGINT, which ends dhp-rank at once, SIGKILL after
+// stop_grace_ms; reported with stopped_by_agent) and forgets those exited and no longer wanted once Statuses has reported
 // their exit. Every rank runs
 //   <rank_binary> --controller <addr> --job <id> --attempt <a> --world-rank <r>
 //       --world-size <w> --device <cpu|cuda:0> --data-root <dir> [--token-file <f>]
@@ -87,7 +87,8 @@ class RankLauncher {
   std::vector<v1::RankStatus> Statuses();
   // The log of every tracked rank that was started (for the LogShipper).
   std::vector<RankLog> Logs() const;
-  // Stops every running rank (SIGTERM now, SIGKILL after the grace, driven by Poll).
+  // Stops every running rank (SIGTERM now, so that dhp-rank checkpoints at its next step
+  // boundary and exits 75; SIGKILL after the grace, driven by Poll).
   void StopAll();
   bool AllExited() const;
   size_t tracked() const { return ranks_.size(); }
@@ -109,7 +110,9 @@ class RankLauncher {
   };
 
   void Start(const v1::RankLaunch& launch);
-  void Stop(const RankKey& key, Rank& rank, const char* why);
+  // `signal`: SIGINT for a rank no longer wanted (it ends at once), SIGTERM when the agent
+  // stops (preemption: the job checkpoints first).
+  void Stop(const RankKey& key, Rank& rank, const char* why, int signal);
   static v1::RankStatus StatusOf(const RankKey& key, const Rank& rank);
 
   const RankLauncherOptions options_;

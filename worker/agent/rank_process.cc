@@ -210,7 +210,7 @@ void RankProcess::Reaped(int wait_status) {
   if (exit_code_ != 0) log_tail_ = LogTail(log_path_);
 }
 
-void RankProcess::Terminate(std::chrono::milliseconds grace) {
+void RankProcess::Terminate(std::chrono::milliseconds grace, int signal) {
   if (exited_) return;
   const SteadyTime deadline = std::chrono::steady_clock::now() + grace;
   if (terminating_) {
@@ -219,7 +219,7 @@ void RankProcess::Terminate(std::chrono::milliseconds grace) {
   }
   terminating_ = true;
   kill_at_ = deadline;
-  kill(-pid_, SIGTERM);
+  kill(-pid_, signal);
 }
 
 void RankProcess::Kill() {

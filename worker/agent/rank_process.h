@@ -18,6 +18,8 @@
 
 #include <sys/types.h>
 
+#include <signal.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
@@ -51,9 +53,10 @@ class RankProcess {
   // Returns true once the child has exited. Never blocks.
   bool Poll();
 
-  // SIGTERM to the process group now, SIGKILL from the first Poll after `grace`. A second call
-  // never postpones the SIGKILL. No-op once the child has exited.
-  void Terminate(std::chrono::milliseconds grace);
+  // `signal` (SIGTERM: dhp-rank checkpoints at its next step boundary and exits; SIGINT: it
+  // ends at once) to the process group now, SIGKILL from the first Poll after `grace`. A second
+  // call sends nothing and never postpones the SIGKILL. No-op once the child has exited.
+  void Terminate(std::chrono::milliseconds grace, int signal = SIGTERM);
   // SIGKILL to the process group now.
   void Kill();
 

@@ -20,6 +20,7 @@
 #include "common/layout.h"
 #include "common/model_presets.h"
 #include "common/proto_yaml.h"
+#include "common/rank_exit.h"
 #include "common/spec_validate.h"
 #include "worker/ckpt/rank_state_format.h"
 #include "worker/ckpt/tensor_shard.h"
@@ -105,7 +106,15 @@ class JobRank {
   absl::Status Build();
   absl::Status Restore();
   absl::Status SaveCheckpoint(int64_t step);
-  absl::StatusOr<bool> AnyRankStops();
+  // What every rank learns at the end of a step, agreed in one all-reduce (max) over "world":
+  // whether any rank was told to stop, and whether any was asked for a checkpoint now that
+  // this attempt has not written yet.
+  struct BoundaryAgreement {
+    bool stop = false;
+    bool checkpoint = false;
+    bool preempt = false;
+  };
+  absl::StatusOr<BoundaryAgreement> AgreeAtStepBoundary();
   int CudaIndex() const { return device_.has_index() ? device_.index() : 0; }
   // Sets peak_flops_ (MFU's denominator) and returns the note that says where it came from.
   std::string ChoosePeakFlops();
@@ -131,6 +140,7 @@ class JobRank {
   bool warned_flops_ = false;
   TrainingConfig config_;
   std::optional<ckpt::LoadedShard> resume_;
+  int64_t last_checkpoint_step_ = -1;  // written by this attempt or resumed from
   ckpt::RankStateMeta resume_meta_;  // resume_'s metadata
   std::unique_ptr<DistData> data_;
   std::unique_ptr<comm::ProcessGroups> groups_;
@@ -187,6 +197,7 @@ absl::StatusOr<JobRankResult> JobRank::RunImpl() {
   const bool has_text = groups_->text_coord().has_value();
   JobRankResult result;
   result.last_step = trainer_->steps_done();
+  if (resume_.has_value()) last_checkpoint_step_ = trainer_->steps_done();
   for (int64_t step = trainer_->steps_done() + 1; step <= total; ++step) {
     const std::string where = absl::StrCat(me_, ": step ", step);
     control_.StepStarted(step);
@@ -215,13 +226,30 @@ absl::StatusOr<JobRankResult> JobRank::RunImpl() {
         p.tokens_per_second, seconds));
     control_.StepFinished(p);
     result.last_step = step;
-    if (step == total || (every > 0 && step % every == 0)) {
+    absl::StatusOr<BoundaryAgreement> agreed = AgreeAtStepBoundary();
+    if (!agreed.ok()) return Annotate(agreed.status(), where);
+    const bool periodic = step == total || (every > 0 && step % every == 0);
+    if (periodic || agreed->checkpoint || agreed->preempt) {
+      if (agreed->preempt) {
+        Log(absl::StrCat("preempted (SIGTERM", control_.preempt_requested() ? " here" : " on a rank",
+                         "): checkpoint at step ", step, ", then exiting"));
+      } else if (!periodic) {
+        Log(absl::StrCat("checkpoint now at step ", step, ", as a rank was asked (at step ",
+                         control_.checkpoint_requested_at(), " or later, on this rank)"));
+      }
       if (absl::Status s = SaveCheckpoint(step); !s.ok()) return s;
+      last_checkpoint_step_ = step;
+    }
+    if (agreed->preempt && step != total) {
+      // Every shard is reported once all ranks pass this barrier: the controller holds the
+      // checkpoint COMPLETE before the first rank's exit can end the run.
+      if (absl::Status s = groups_->world().Barrier(); !s.ok()) return Annotate(s, where);
+      control_.Flush(FlushTimeout());
+      result.end = JobRankEnd::kPreempted;
+      return result;
     }
     if (step == total) break;
-    absl::StatusOr<bool> stop = AnyRankStops();
-    if (!stop.ok()) return Annotate(stop.status(), where);
-    if (*stop) {
+    if (agreed->stop) {
       Log(absl::StrCat("stopping after step ", step, " as the controller asked"));
       control_.Flush(FlushTimeout());
       result.end = JobRankEnd::kStopped;
@@ -462,11 +490,18 @@ absl::Status JobRank::SaveCheckpoint(int64_t step) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> JobRank::AnyRankStops() {
-  at::Tensor flag = at::full({1}, control_.stop_requested() ? 1.0f : 0.0f,
-                             at::TensorOptions().dtype(at::kFloat).device(device_));
-  if (absl::Status s = groups_->world().AllReduce(flag, comm::ReduceOp::kMax); !s.ok()) return s;
-  return flag.item<float>() > 0;
+absl::StatusOr<JobRank::BoundaryAgreement> JobRank::AgreeAtStepBoundary() {
+  const int64_t asked = control_.checkpoint_requested_at();
+  const bool checkpoint = asked >= 0 && last_checkpoint_step_ < asked;
+  auto flag = [](bool b) { return b ? 1.0f : 0.0f; };
+  at::Tensor flags = at::tensor({flag(control_.stop_requested()), flag(checkpoint),
+                                 flag(control_.preempt_requested())},
+                                at::TensorOptions().dtype(at::kFloat))
+                         .to(device_);
+  if (absl::Status s = groups_->world().AllReduce(flags, comm::ReduceOp::kMax); !s.ok()) return s;
+  at::Tensor host = flags.cpu();
+  return BoundaryAgreement{host[0].item<float>() > 0, host[1].item<float>() > 0,
+                           host[2].item<float>() > 0};
 }
 
 }  // namespace
@@ -499,7 +534,14 @@ absl::StatusOr<JobDescription> DescribeJobAttempt(const v1::GetJobResponse& job,
 }
 
 int ExitCodeOf(JobRankEnd end) {
-  return end == JobRankEnd::kCheckpointRejected ? 3 : 0;
+  switch (end) {
+    case JobRankEnd::kCheckpointRejected:
+      return kRankExitCheckpointRejected;
+    case JobRankEnd::kPreempted:
+      return kRankExitPreempted;
+    default:
+      return 0;
+  }
 }
 
 absl::StatusOr<JobRankResult> RunJobRank(const JobDescription& job, const JobRankOptions& options,

@@ -24,9 +24,16 @@
 //      control.ReportCheckpoint{job, attempt, step, world size, dir, shard, write seconds},
 //      retried while UNAVAILABLE or DEADLINE_EXCEEDED for up to options.timeout (the controller
 //      may be restarting). Without a checkpoint_dir a note says checkpoints are off.
-//   6. Stop: after every step but the last, the ranks agree (one all-reduce over "world") on
-//      whether any rank's control.stop_requested(); if so every rank ends after that step,
-//      without a checkpoint of its own: kStopped (dhp-rank exits 0).
+//   6. After every step the ranks agree (one all-reduce over "world" of two flags) on whether
+//      any rank's control.stop_requested(), and whether any rank was asked for a checkpoint
+//      now (control.checkpoint_requested_at() past the newest checkpoint this attempt wrote or
+//      resumed from). A checkpoint now is written at that step, as in 5, by every
+//      rank. On stop every rank ends after that step, without a checkpoint of its own:
+//      kStopped (dhp-rank exits 0). A third flag says whether any rank got SIGTERM
+//      (control.preempt_requested()): then every rank checkpoints at that step (unless it just
+//      did), waits in a barrier until every shard is reported (so the controller holds the
+//      checkpoint COMPLETE before any rank exits) and ends kPreempted (dhp-rank exits 75,
+//      common/rank_exit.h).
 //   Any other failure is a Status whose message starts with "rank <R>" and names the step and
 //   the group when a collective failed (dhp-rank prints it and exits 1).
 //
@@ -85,6 +92,10 @@ class RankControl {
   virtual void StepFinished(const RankStepProgress& progress) = 0;
   // The controller asked the run to stop (cancel).
   virtual bool stop_requested() const = 0;
+  // This rank got SIGTERM (preemption.h): checkpoint at the next step boundary and stop.
+  virtual bool preempt_requested() const = 0;
+  // The newest step at (or after) which the controller asked for a checkpoint now; -1: never.
+  virtual int64_t checkpoint_requested_at() const = 0;
   // Waits up to `timeout` for queued reports to be delivered.
   virtual void Flush(std::chrono::milliseconds timeout) = 0;
   virtual absl::Status ReportCheckpoint(const v1::ReportCheckpointRequest& request) = 0;
@@ -120,6 +131,7 @@ enum class JobRankEnd {
   kFinished,            // every step done, the final checkpoint reported: exit 0
   kStopped,             // the controller asked to stop: exit 0
   kCheckpointRejected,  // the resume shard was missing or corrupt and was rejected: exit 3
+  kPreempted,           // a rank got SIGTERM; all checkpointed at one step: exit 75
 };
 
 struct JobRankResult {

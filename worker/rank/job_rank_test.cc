@@ -54,6 +54,14 @@ class FakeControl : public RankControl {
     return stop_after_checkpoint > 0 && !checkpoints.empty() &&
            checkpoints.back().step() >= stop_after_checkpoint;
   }
+  bool preempt_requested() const override {
+    return preempt_after_step > 0 && !progress.empty() && progress.back().step >= preempt_after_step;
+  }
+  int64_t checkpoint_requested_at() const override {
+    return ask_checkpoint_at >= 0 && !progress.empty() && progress.back().step >= ask_checkpoint_at
+               ? ask_checkpoint_at
+               : -1;
+  }
   void Flush(std::chrono::milliseconds) override { ++flushes; }
   absl::Status ReportCheckpoint(const v1::ReportCheckpointRequest& r) override {
     ++report_calls;
@@ -71,6 +79,8 @@ class FakeControl : public RankControl {
 
   int64_t stop_after_checkpoint = 0;  // > 0: ask to stop once this step's checkpoint is reported
   int unavailable_reports = 0;        // the first N ReportCheckpoint calls fail UNAVAILABLE
+  int64_t preempt_after_step = 0;  // > 0: SIGTERM arrives once this step finished
+  int64_t ask_checkpoint_at = -1;  // >= 0: once this step finished, a checkpoint at it is asked
   std::vector<int64_t> started;
   std::vector<RankStepProgress> progress;
   std::vector<v1::ReportCheckpointRequest> checkpoints;
@@ -270,15 +280,57 @@ TEST_F(JobRankTest, AStopEndsEveryRankAfterTheSameStep) {
     ASSERT_TRUE(rr.result.ok()) << "rank " << r << ": " << rr.result.status();
     EXPECT_EQ(rr.result->end, JobRankEnd::kStopped);  // rank 0 too: the ranks agree
     EXPECT_EQ(ExitCodeOf(rr.result->end), 0);
-    EXPECT_EQ(rr.result->last_step, 2);
-    EXPECT_EQ(rr.out.size(), 2u);
+    // Rank 1 is told to stop by the answer to step 2's checkpoint report, which comes after
+    // the ranks agreed at step 2's end: they agree on the stop at step 3's.
+    EXPECT_EQ(rr.result->last_step, 3);
+    EXPECT_EQ(rr.out.size(), 3u);
     ASSERT_EQ(rr.control.checkpoints.size(), 1u);  // step 2's; nothing at the stop
     EXPECT_GE(rr.control.flushes, 1);
-    for (int64_t s = 1; s <= 2; ++s) EXPECT_EQ(b.Loss(r, s), Straight().Loss(r, s));
+    for (int64_t s = 1; s <= 3; ++s) EXPECT_EQ(b.Loss(r, s), Straight().Loss(r, s));
     // The same state and data position as run A's step-2 shard, byte for byte.
     EXPECT_EQ(rr.control.checkpoints[0].shard().crc32c(),
               Straight().Checkpoint(r, 2)->shard().crc32c());
   }
+}
+
+TEST_F(JobRankTest, ACheckpointNowAskedOfOneRankIsWrittenByEveryRankAtTheSameStep) {
+  JobDescription job = Describe(Root() + "/C");
+  job.spec.mutable_checkpoint()->set_every_steps(0);  // none but the last
+  const JobRun c = RunJob(job, {0, 1}, [](int r, FakeControl& control) {
+    if (r == 1) control.ask_checkpoint_at = 1;  // only rank 1's reporter heard it
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    const RankRun& rr = c.ranks[r];
+    ASSERT_TRUE(rr.result.ok()) << "rank " << r << ": " << rr.result.status();
+    EXPECT_EQ(rr.result->last_step, kSteps);
+    std::vector<int64_t> steps;
+    for (const v1::ReportCheckpointRequest& req : rr.control.checkpoints) steps.push_back(req.step());
+    EXPECT_EQ(steps, (std::vector<int64_t>{1, kSteps})) << "rank " << r;  // once, then the last
+    for (int64_t s = 1; s <= kSteps; ++s) EXPECT_EQ(c.Loss(r, s), Straight().Loss(r, s));
+  }
+  EXPECT_THAT(c.ranks[0].log, Contains(HasSubstr("checkpoint now at step 1")));
+}
+
+TEST_F(JobRankTest, ASigtermOnOneRankCheckpointsEveryRankAtTheSameStepAndEndsPreempted) {
+  JobDescription job = Describe(Root() + "/D");
+  job.spec.mutable_checkpoint()->set_every_steps(0);
+  const JobRun d = RunJob(job, {0, 1}, [](int r, FakeControl& control) {
+    if (r == 0) control.preempt_after_step = 3;  // step 3 of 4; one rank only
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    const RankRun& rr = d.ranks[r];
+    ASSERT_TRUE(rr.result.ok()) << "rank " << r << ": " << rr.result.status();
+    EXPECT_EQ(rr.result->end, JobRankEnd::kPreempted);
+    EXPECT_EQ(ExitCodeOf(rr.result->end), 75);
+    EXPECT_EQ(rr.result->last_step, 3);
+    ASSERT_EQ(rr.control.checkpoints.size(), 1u);
+    EXPECT_EQ(rr.control.checkpoints[0].step(), 3);
+    EXPECT_GE(rr.control.flushes, 1);
+    for (int64_t s = 1; s <= 3; ++s) EXPECT_EQ(d.Loss(r, s), Straight().Loss(r, s));
+  }
+  EXPECT_THAT(d.ranks[0].log, Contains(HasSubstr("preempted (SIGTERM here): checkpoint at step 3")));
+  EXPECT_THAT(d.ranks[1].log,
+              Contains(HasSubstr("preempted (SIGTERM on a rank): checkpoint at step 3")));
 }
 
 TEST_F(JobRankTest, AResumedRunContinuesBitIdentically) {

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "api/client.h"
 #include "worker/rank/job_rank.h"
+#include "worker/rank/preemption.h"
 #include "worker/rank/rank_reporter.h"
 
 namespace dhp {
@@ -31,6 +32,10 @@ class ControllerRankControl : public RankControl {
   void StepStarted(int64_t step) override { reporter_.StepStarted(step); }
   void StepFinished(const RankStepProgress& progress) override;
   bool stop_requested() const override { return reporter_.stop_requested(); }
+  bool preempt_requested() const override { return PreemptionRequested(); }
+  int64_t checkpoint_requested_at() const override {
+    return reporter_.checkpoint_requested_at();
+  }
   void Flush(std::chrono::milliseconds timeout) override { reporter_.Flush(timeout); }
   absl::Status ReportCheckpoint(const v1::ReportCheckpointRequest& request) override;
   absl::Status RejectCheckpoint(const v1::RejectCheckpointRequest& request) override;

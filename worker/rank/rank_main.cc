@@ -10,7 +10,8 @@
 //   step <n>/<total> loss <%.17g or -> lr <g> grad_norm <g> tokens_per_s <g> step_s <g>
 // Exit codes: 0 done (or stopped by the controller); 1 any error (stderr names the rank and, for
 // a collective, the group); 2 bad usage; 3 the checkpoint to resume from was missing or corrupt
-// (it was rejected with RejectCheckpoint).
+// (it was rejected with RejectCheckpoint); 75 preempted: a rank got SIGTERM and every rank
+// checkpointed at the same step and stopped (preemption.h; a second SIGTERM exits 143 at once).
 //   dhp-rank --build-info   prints what this binary was compiled with (LibTorch version, CUDA,
 //                           NCCL, the CUDA autocast API) as key=value lines, and exits 0.
 #include <ATen/Parallel.h>
@@ -31,6 +32,7 @@
 #include "worker/model/torch_compat.h"
 #include "worker/rank/device_stats.h"
 #include "worker/rank/job_rank.h"
+#include "worker/rank/preemption.h"
 #include "worker/rank/rank_control.h"
 #include "worker/rank/rank_reporter.h"
 
@@ -101,6 +103,7 @@ int Run(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  InstallPreemptionHandler();  // SIGTERM: checkpoint at the next step boundary, exit 75
   const std::string me = "rank " + std::to_string(o.world_rank);
   if (!token_file.empty()) {
     absl::StatusOr<std::string> t = api::ReadTokenFile(token_file);

@@ -216,6 +216,11 @@ void RankReporter::Run() {
                       << " failed attempts)";
       }
       failures = 0;
+      if (resp->checkpoint() && resp->checkpoint_at_step() > checkpoint_at_.load()) {
+        checkpoint_at_ = resp->checkpoint_at_step();
+        DHP_LOG(INFO) << "rank " << rank_ << ": the controller asks for a checkpoint at step "
+                      << resp->checkpoint_at_step() << " or the first step boundary after it";
+      }
       if (resp->stop() && !stop_requested_.exchange(true)) {
         DHP_LOG(INFO) << "rank " << rank_ << ": the controller asks job " << job_id_
                       << " (attempt " << attempt_ << ") to stop";

@@ -21,7 +21,8 @@
 // UNAVAILABLE, DEADLINE_EXCEEDED, ...) are logged at most once per 10 s and retried; the newest
 // state is re-sent once the controller answers again. FAILED_PRECONDITION (this attempt is no
 // longer current) and NOT_FOUND (no such job) set stop_requested() and end reporting, as does a
-// response with stop=true (reporting goes on then, so the final steps still arrive). Other errors
+// response with stop=true (reporting goes on then, so the final steps still arrive). A response
+// with checkpoint=true (CheckpointJob) raises checkpoint_requested_at() to its step. Other errors
 // (e.g. INVALID_ARGUMENT) are logged and not retried until the next step or heartbeat.
 //
 // The RPCs use the client's deadline (DhpClient's default_timeout_ms): the destructor waits for
@@ -76,6 +77,9 @@ class RankReporter {
   void StepFinished(const StepReport& r);
   // The controller answered stop=true, or the attempt is no longer current / the job is gone.
   bool stop_requested() const { return stop_requested_.load(); }
+  // The newest step at (or after) which the controller asked for a checkpoint (checkpoint now);
+  // -1 when it never asked.
+  int64_t checkpoint_requested_at() const { return checkpoint_at_.load(); }
   // Waits until the newest finished step has been delivered (sent and answered), reporting has
   // ended, or `timeout` passed.
   void Flush(std::chrono::milliseconds timeout);
@@ -93,6 +97,7 @@ class RankReporter {
   const int rank_;
   const Options options_;
   std::atomic<bool> stop_requested_{false};
+  std::atomic<int64_t> checkpoint_at_{-1};
 
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable wake_;     // the sender: something changed

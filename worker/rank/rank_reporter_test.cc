@@ -41,6 +41,10 @@ class FakeProgressService : public api::DhpService {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = stop;
   }
+  void SetCheckpointAt(int64_t step) {  // -1: no checkpoint asked
+    std::lock_guard<std::mutex> lock(mu_);
+    checkpoint_at_ = step;
+  }
   void SetError(absl::Status error) {
     std::lock_guard<std::mutex> lock(mu_);
     error_ = std::move(error);
@@ -91,6 +95,10 @@ class FakeProgressService : public api::DhpService {
     cv_.notify_all();
     if (!error_.ok()) return error_;
     resp->set_stop(stop_);
+    if (checkpoint_at_ >= 0) {
+      resp->set_checkpoint(true);
+      resp->set_checkpoint_at_step(checkpoint_at_);
+    }
     return absl::OkStatus();
   }
 
@@ -103,6 +111,7 @@ class FakeProgressService : public api::DhpService {
   DHP_FAKE_UNIMPLEMENTED(ListJobs)
   DHP_FAKE_UNIMPLEMENTED(CancelJob)
   DHP_FAKE_UNIMPLEMENTED(ResumeJob)
+  DHP_FAKE_UNIMPLEMENTED(CheckpointJob)
   DHP_FAKE_UNIMPLEMENTED(GetLogs)
   DHP_FAKE_UNIMPLEMENTED(ListNodes)
   DHP_FAKE_UNIMPLEMENTED(RegisterNode)
@@ -127,6 +136,7 @@ class FakeProgressService : public api::DhpService {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
+  int64_t checkpoint_at_ = -1;
   absl::Status error_;
   milliseconds delay_{0};
   std::vector<Received> received_;
@@ -276,6 +286,24 @@ TEST_F(RankReporterTest, StopFromTheControllerIsPropagatedAndReportingGoesOn) {
   reporter->StepFinished(Step(3));
   reporter->Flush(milliseconds(5000));
   EXPECT_EQ(service_.received().back().req.step(), 3);
+}
+
+TEST_F(RankReporterTest, ACheckpointRequestRaisesTheStepAskedForAndNeverLowersIt) {
+  RankReporter::Options options;
+  options.min_interval_ms = 10;
+  auto reporter = Make(options);
+  reporter->StepFinished(Step(1));
+  reporter->Flush(milliseconds(5000));
+  EXPECT_EQ(reporter->checkpoint_requested_at(), -1);
+  service_.SetCheckpointAt(2);
+  reporter->StepFinished(Step(2));
+  reporter->Flush(milliseconds(5000));
+  EXPECT_EQ(reporter->checkpoint_requested_at(), 2);
+  service_.SetCheckpointAt(1);  // an older answer arriving late
+  reporter->StepFinished(Step(3));
+  reporter->Flush(milliseconds(5000));
+  EXPECT_EQ(reporter->checkpoint_requested_at(), 2);
+  EXPECT_FALSE(reporter->stop_requested());
 }
 
 TEST_F(RankReporterTest, AStaleAttemptRequestsStopAndEndsReporting) {

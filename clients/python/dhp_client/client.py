@@ -153,6 +153,13 @@ class Client:
         """A new run of a CANCELLED or FAILED job from its newest complete checkpoint."""
         return self._call(self._jobs.ResumeJob, service_pb2.ResumeJobRequest(job_id=job_id))
 
+    def checkpoint(self, job_id: str) -> service_pb2.CheckpointJobResponse:
+        """Asks a running job's ranks to checkpoint at their next step boundary; the response's
+        ``at_step`` is the newest step reported when asked: the checkpoint is written there or
+        at the first step boundary after it."""
+        request = service_pb2.CheckpointJobRequest(job_id=job_id)
+        return self._call(self._jobs.CheckpointJob, request)
+
     def watch(self, job_id: str = "", *, after: int = 0,
               follow: bool = True) -> Iterator[job_pb2.Event]:
         """Events of a job (of all jobs and nodes when ``job_id`` is empty) after event id
