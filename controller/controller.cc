@@ -48,6 +48,7 @@ Controller::Controller(Store& store, const Clock& clock, MetricsExposition& metr
       jobs_(store, clock, options.spec),
       nodes_(store, clock, options.nodes),
       supervisor_(store, clock, SupervisorOptions{options.spec.checkpoint_root}),
+      kv_(&store),
       cluster_gauges_(metrics.AddComputedGauges({
           {"dhp_jobs", "Jobs by state.", {"state"}},
           {"dhp_nodes", "Registered nodes by state.", {"state"}},
@@ -89,6 +90,8 @@ void Controller::Start() {
   loop_id_ = loop_.get_id();
   absl::Status recovered = OnLoop([this] { return supervisor_.Recover(); });
   if (!recovered.ok()) DHP_LOG(ERROR) << "recovering runs from the store: " << recovered;
+  absl::Status loaded = OnLoop([this] { return kv_.Load(); });
+  if (!loaded.ok()) DHP_LOG(ERROR) << "loading the rendezvous keys from the store: " << loaded;
   boost::asio::post(io_, [this] { ScheduleHeartbeatCheck(); });
   if (options_.retention_s > 0) boost::asio::post(io_, [this] { ScheduleRetentionSweep(0); });
 }
@@ -99,6 +102,7 @@ void Controller::Stop() {
     if (!flushed.ok()) DHP_LOG(WARNING) << "writing heartbeat times at shutdown: " << flushed;
   }
   if (stopped_.exchange(true)) return;
+  kv_.Close();
   events_cv_.notify_all();
   boost::asio::post(io_, [this] {
     heartbeat_timer_.cancel();
@@ -242,7 +246,11 @@ void Controller::Settle(std::vector<v1::Event>& events) {
   for (const v1::Event& e : events) {
     if (e.type() == "run.state" &&
         (e.to_state() == "SUCCEEDED" || e.to_state() == "FAILED" || e.to_state() == "CANCELLED")) {
-      kv_.DropScope(KvScopeKey{e.job_id(), e.attempt()});
+      absl::Status dropped = kv_.DropScope(KvScopeKey{e.job_id(), e.attempt()});
+      if (!dropped.ok()) {
+        DHP_LOG(WARNING) << "deleting the rendezvous keys of " << e.job_id() << " attempt "
+                         << e.attempt() << " (the next start deletes them): " << dropped;
+      }
     }
   }
   Publish(events);
@@ -574,10 +582,14 @@ std::chrono::milliseconds Controller::KvTimeout(int timeout_ms) const {
   return std::chrono::milliseconds(std::clamp(timeout_ms, 0, options_.kv_max_timeout_ms));
 }
 
+// Changes run on the loop (the store's thread), reads and waits on the caller's thread.
+
 absl::Status Controller::KvSet(const v1::KvSetRequest& req, v1::KvSetResponse*) {
-  absl::StatusOr<KvScopeKey> scope = CheckScope(req.scope());
-  if (!scope.ok()) return scope.status();
-  return kv_.Set(*scope, req.key(), req.value());
+  return OnLoop([&]() -> absl::Status {
+    absl::StatusOr<KvScopeKey> scope = CheckScope(req.scope());
+    if (!scope.ok()) return scope.status();
+    return kv_.Set(*scope, req.key(), req.value());
+  });
 }
 
 absl::Status Controller::KvGet(const v1::KvGetRequest& req, v1::KvGetResponse* resp) {
@@ -590,12 +602,14 @@ absl::Status Controller::KvGet(const v1::KvGetRequest& req, v1::KvGetResponse* r
 }
 
 absl::Status Controller::KvAdd(const v1::KvAddRequest& req, v1::KvAddResponse* resp) {
-  absl::StatusOr<KvScopeKey> scope = CheckScope(req.scope());
-  if (!scope.ok()) return scope.status();
-  absl::StatusOr<int64_t> v = kv_.Add(*scope, req.key(), req.delta());
-  if (!v.ok()) return v.status();
-  resp->set_value(*v);
-  return absl::OkStatus();
+  return OnLoop([&]() -> absl::Status {
+    absl::StatusOr<KvScopeKey> scope = CheckScope(req.scope());
+    if (!scope.ok()) return scope.status();
+    absl::StatusOr<int64_t> v = kv_.Add(*scope, req.key(), req.delta(), req.request_id());
+    if (!v.ok()) return v.status();
+    resp->set_value(*v);
+    return absl::OkStatus();
+  });
 }
 
 absl::Status Controller::KvWait(const v1::KvWaitRequest& req, v1::KvWaitResponse*) {
@@ -614,10 +628,14 @@ absl::Status Controller::KvCheck(const v1::KvCheckRequest& req, v1::KvCheckRespo
 }
 
 absl::Status Controller::KvDelete(const v1::KvDeleteRequest& req, v1::KvDeleteResponse* resp) {
-  absl::StatusOr<KvScopeKey> scope = CheckScope(req.scope());
-  if (!scope.ok()) return scope.status();
-  resp->set_deleted(kv_.Delete(*scope, req.key()));
-  return absl::OkStatus();
+  return OnLoop([&]() -> absl::Status {
+    absl::StatusOr<KvScopeKey> scope = CheckScope(req.scope());
+    if (!scope.ok()) return scope.status();
+    absl::StatusOr<bool> deleted = kv_.Delete(*scope, req.key(), req.request_id());
+    if (!deleted.ok()) return deleted.status();
+    resp->set_deleted(*deleted);
+    return absl::OkStatus();
+  });
 }
 
 // ---- health and metrics --------------------------------------------------------------------

@@ -5,7 +5,8 @@
 // io_context thread (the loop). Most gRPC calls arrive through Dispatch and run on the loop
 // from start to end, holding no other thread; REST calls and the synchronous gRPC methods post
 // a closure onto the loop and wait for its result. Blocking calls (Watch, Kv waits, logs) wait
-// on their own thread and visit the loop only to read. The rendezvous KV has its own lock.
+// on their own thread and visit the loop only to read. The rendezvous KV has its own lock; its
+// changes run on the loop, which writes them to the store (reads and waits stay off it).
 #ifndef DHP_CONTROLLER_CONTROLLER_H_
 #define DHP_CONTROLLER_CONTROLLER_H_
 
@@ -57,6 +58,10 @@ class Controller : public api::DhpService {
   // Ends open watch streams, stops the loop and joins it, then finishes the queued file work
   // (manifests, checkpoint deletions). Calls arriving later get UNAVAILABLE.
   void Stop();
+  // Ends the rendezvous waits in flight (and refuses later Kv calls) with UNAVAILABLE, which
+  // ranks retry against the next controller. Call before shutting the gRPC server down: its
+  // shutdown waits for the calls in flight, and a wait may last minutes. Stop does it too.
+  void CloseRendezvous() { kv_.Close(); }
   // Keys the rendezvous store holds for a job's attempt (0 once its run ended). For tests.
   size_t KvKeyCount(const std::string& job_id, int attempt) {
     return kv_.KeyCount(KvScopeKey{job_id, attempt});

@@ -326,6 +326,51 @@ TEST_F(ControllerTest, KvIsScopedToTheCurrentAttemptOfARealJob) {
   EXPECT_EQ(s.message(), "scope.job_id: must not be empty");
 }
 
+// Issue 15 §5: the rendezvous keys lived in memory only, so a controller restart while ranks
+// bootstrapped lost them (a rank waiting for a peer's key never saw it) and the attempt failed.
+// They are kept in the store now, for as long as the run lasts.
+TEST_F(ControllerTest, KvKeysSurviveARestartUntilTheRunEnds) {
+  const v1::Job job = Submit();  // queued: attempt 1, its run PENDING
+  v1::KvSetRequest set;
+  set.mutable_scope()->set_job_id(job.id());
+  set.mutable_scope()->set_attempt(1);
+  set.set_key("world/arrived/0");
+  set.set_value("0");
+  v1::KvSetResponse set_resp;
+  ASSERT_TRUE(controller_->KvSet(set, &set_resp).ok());
+  v1::KvAddRequest add;
+  *add.mutable_scope() = set.scope();
+  add.set_key("world/store/counter");
+  add.set_delta(1);
+  v1::KvAddResponse added;
+  ASSERT_TRUE(controller_->KvAdd(add, &added).ok());
+
+  StopController();
+  StartController();
+  EXPECT_EQ(controller_->KvKeyCount(job.id(), 1), 2u);
+  v1::KvGetRequest get;
+  *get.mutable_scope() = set.scope();
+  get.set_key("world/arrived/0");
+  v1::KvGetResponse got;
+  ASSERT_TRUE(controller_->KvGet(get, &got).ok());
+  EXPECT_EQ(got.value(), "0");
+  ASSERT_TRUE(controller_->KvAdd(add, &added).ok());
+  EXPECT_EQ(added.value(), 2);  // counted on from the stored value
+
+  ASSERT_TRUE(Cancel(job.id()).ok());  // the run ends: its keys go, from the store too
+  EXPECT_EQ(controller_->KvKeyCount(job.id(), 1), 0u);
+  StopController();
+  {
+    absl::StatusOr<std::unique_ptr<SqliteDb>> db = SqliteDb::Open(path_);
+    ASSERT_TRUE(db.ok()) << db.status();
+    absl::StatusOr<int64_t> rows = (*db)->QueryInt("SELECT COUNT(*) FROM rendezvous_keys");
+    ASSERT_TRUE(rows.ok()) << rows.status();
+    EXPECT_EQ(*rows, 0);
+  }
+  StartController();
+  EXPECT_EQ(controller_->KvKeyCount(job.id(), 1), 0u);
+}
+
 // Logs were once stored for any job id, attempt and rank a caller named.
 TEST_F(ControllerTest, LogsAreStoredOnlyForARankPlacedOnTheSendingNode) {
   StopController();

@@ -160,6 +160,7 @@ int main(int argc, char** argv) {
   int sig = 0;
   sigwait(&signals, &sig);
   DHP_LOG(INFO) << "dhp-controller: signal " << sig << ", shutting down";
+  controller.CloseRendezvous();  // ranks waiting for keys retry against the next controller
   rest.Stop();
   (*grpc)->Shutdown();
   controller.Stop();

@@ -16,6 +16,15 @@ absl::Status CheckKey(const std::string& key) {
   return absl::OkStatus();
 }
 
+absl::Status CheckRequestId(const std::string& request_id) {
+  if (request_id.size() <= RendezvousKv::kMaxRequestIdBytes) return absl::OkStatus();
+  return absl::InvalidArgumentError("request_id: " + std::to_string(request_id.size()) +
+                                    " bytes exceeds the limit of " +
+                                    std::to_string(RendezvousKv::kMaxRequestIdBytes));
+}
+
+absl::Status Closed() { return absl::UnavailableError("the controller is shutting down"); }
+
 std::string ScopeName(const KvScopeKey& scope) {
   return "job " + scope.job_id + " attempt " + std::to_string(scope.attempt);
 }
@@ -31,6 +40,36 @@ std::string JoinQuoted(const std::vector<std::string>& keys) {
 
 }  // namespace
 
+absl::Status RendezvousKv::Load() {
+  if (store_ == nullptr) return absl::OkStatus();
+  absl::StatusOr<std::vector<StoredKvScope>> stored = store_->LoadKv();
+  if (!stored.ok()) return stored.status();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (StoredKvScope& s : *stored) {
+      Scope& scope = scopes_[KvScopeKey{s.job_id, s.attempt}];
+      scope.keys.merge(s.keys);
+      scope.replies.merge(s.replies);
+    }
+  }
+  changed_.notify_all();
+  return absl::OkStatus();
+}
+
+absl::Status RendezvousKv::PersistLocked(const KvScopeKey& scope, const std::string& key,
+                                         std::optional<std::string> value,
+                                         const std::string& request_id, int64_t reply) {
+  if (store_ == nullptr) return absl::OkStatus();
+  KvWrite write;
+  write.job_id = scope.job_id;
+  write.attempt = scope.attempt;
+  write.key = key;
+  write.value = std::move(value);
+  write.request_id = request_id;
+  write.reply = reply;
+  return store_->WriteKv(write);
+}
+
 absl::Status RendezvousKv::Set(const KvScopeKey& scope, const std::string& key,
                                const std::string& value) {
   if (absl::Status s = CheckKey(key); !s.ok()) return s;
@@ -41,7 +80,14 @@ absl::Status RendezvousKv::Set(const KvScopeKey& scope, const std::string& key,
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    scopes_[scope][key] = value;
+    if (closed_) return Closed();
+    auto it = scopes_.find(scope);
+    if (it != scopes_.end()) {
+      auto k = it->second.keys.find(key);
+      if (k != it->second.keys.end() && k->second == value) return absl::OkStatus();  // a retry
+    }
+    if (absl::Status s = PersistLocked(scope, key, value, "", 0); !s.ok()) return s;
+    scopes_[scope].keys[key] = value;
   }
   changed_.notify_all();
   return absl::OkStatus();
@@ -52,7 +98,7 @@ std::vector<std::string> RendezvousKv::MissingLocked(const KvScopeKey& scope,
   std::vector<std::string> missing;
   auto it = scopes_.find(scope);
   for (const std::string& k : keys) {
-    if (it == scopes_.end() || it->second.count(k) == 0) missing.push_back(k);
+    if (it == scopes_.end() || it->second.keys.count(k) == 0) missing.push_back(k);
   }
   return missing;
 }
@@ -66,6 +112,7 @@ absl::Status RendezvousKv::Wait(const KvScopeKey& scope, const std::vector<std::
   std::unique_lock<std::mutex> lock(mu_);
   const uint64_t generation = dropped_generation_;
   while (true) {
+    if (closed_) return Closed();
     std::vector<std::string> missing = MissingLocked(scope, keys);
     if (missing.empty()) return absl::OkStatus();
     if (dropped_generation_ != generation && scopes_.count(scope) == 0) {
@@ -73,6 +120,7 @@ absl::Status RendezvousKv::Wait(const KvScopeKey& scope, const std::vector<std::
                                   " was closed while waiting for " + JoinQuoted(missing));
     }
     if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      if (closed_) return Closed();
       missing = MissingLocked(scope, keys);
       if (missing.empty()) return absl::OkStatus();
       return absl::DeadlineExceededError(
@@ -90,32 +138,49 @@ absl::StatusOr<std::string> RendezvousKv::Get(const KvScopeKey& scope, const std
     return s;
   }
   std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return Closed();
   auto it = scopes_.find(scope);
-  if (it == scopes_.end() || it->second.count(key) == 0) {
+  if (it == scopes_.end() || it->second.keys.count(key) == 0) {
     return absl::NotFoundError("key \"" + key + "\" is not set in " + ScopeName(scope));
   }
-  return it->second[key];
+  return it->second.keys[key];
 }
 
 absl::StatusOr<int64_t> RendezvousKv::Add(const KvScopeKey& scope, const std::string& key,
-                                          int64_t delta) {
+                                          int64_t delta, const std::string& request_id) {
   if (absl::Status s = CheckKey(key); !s.ok()) return s;
+  if (absl::Status s = CheckRequestId(request_id); !s.ok()) return s;
   int64_t value = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    std::string& slot = scopes_[scope][key];
-    if (!slot.empty()) {
-      char* end = nullptr;
-      errno = 0;
-      long long current = std::strtoll(slot.c_str(), &end, 10);
-      if (errno != 0 || end == slot.c_str() || *end != '\0') {
-        return absl::FailedPreconditionError("key \"" + key + "\" in " + ScopeName(scope) +
-                                             " holds a value that is not an integer");
+    if (closed_) return Closed();
+    auto it = scopes_.find(scope);
+    if (it != scopes_.end()) {
+      if (!request_id.empty()) {
+        auto reply = it->second.replies.find(request_id);
+        if (reply != it->second.replies.end()) return reply->second;  // a retry: added already
       }
-      value = current;
+      auto k = it->second.keys.find(key);
+      if (k != it->second.keys.end() && !k->second.empty()) {
+        const std::string& slot = k->second;
+        char* end = nullptr;
+        errno = 0;
+        long long current = std::strtoll(slot.c_str(), &end, 10);
+        if (errno != 0 || end == slot.c_str() || *end != '\0') {
+          return absl::FailedPreconditionError("key \"" + key + "\" in " + ScopeName(scope) +
+                                               " holds a value that is not an integer");
+        }
+        value = current;
+      }
     }
     value += delta;
-    slot = std::to_string(value);
+    if (absl::Status s = PersistLocked(scope, key, std::to_string(value), request_id, value);
+        !s.ok()) {
+      return s;
+    }
+    Scope& stored = scopes_[scope];
+    stored.keys[key] = std::to_string(value);
+    if (!request_id.empty()) stored.replies[request_id] = value;
   }
   changed_.notify_all();
   return value;
@@ -126,22 +191,48 @@ bool RendezvousKv::Check(const KvScopeKey& scope, const std::vector<std::string>
   return MissingLocked(scope, keys).empty();
 }
 
-bool RendezvousKv::Delete(const KvScopeKey& scope, const std::string& key) {
-  bool erased = false;
+absl::StatusOr<bool> RendezvousKv::Delete(const KvScopeKey& scope, const std::string& key,
+                                          const std::string& request_id) {
+  if (absl::Status s = CheckRequestId(request_id); !s.ok()) return s;
+  bool existed = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return Closed();
     auto it = scopes_.find(scope);
-    if (it != scopes_.end()) erased = it->second.erase(key) > 0;
+    if (it != scopes_.end() && !request_id.empty()) {
+      auto reply = it->second.replies.find(request_id);
+      if (reply != it->second.replies.end()) return reply->second != 0;  // a retry
+    }
+    existed = it != scopes_.end() && it->second.keys.count(key) > 0;
+    if (!existed && request_id.empty()) return false;  // nothing to change or remember
+    if (absl::Status s = PersistLocked(scope, key, std::nullopt, request_id, existed ? 1 : 0);
+        !s.ok()) {
+      return s;
+    }
+    Scope& stored = scopes_[scope];
+    stored.keys.erase(key);
+    if (!request_id.empty()) stored.replies[request_id] = existed ? 1 : 0;
   }
   changed_.notify_all();
-  return erased;
+  return existed;
 }
 
-void RendezvousKv::DropScope(const KvScopeKey& scope) {
+absl::Status RendezvousKv::DropScope(const KvScopeKey& scope) {
+  absl::Status stored;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (store_ != nullptr) stored = store_->DeleteKvScope(scope.job_id, scope.attempt);
     scopes_.erase(scope);
     ++dropped_generation_;
+  }
+  changed_.notify_all();
+  return stored;
+}
+
+void RendezvousKv::Close() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
   }
   changed_.notify_all();
 }
@@ -149,7 +240,7 @@ void RendezvousKv::DropScope(const KvScopeKey& scope) {
 size_t RendezvousKv::KeyCount(const KvScopeKey& scope) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = scopes_.find(scope);
-  return it == scopes_.end() ? 0 : it->second.size();
+  return it == scopes_.end() ? 0 : it->second.keys.size();
 }
 
 }  // namespace dhp::controller

@@ -1,7 +1,10 @@
 #include "controller/rendezvous_kv.h"
 
+#include <memory>
 #include <thread>
 
+#include "controller/store.h"
+#include "dhp/v1/job.pb.h"
 #include "gtest/gtest.h"
 
 namespace dhp::controller {
@@ -11,6 +14,21 @@ using std::chrono::milliseconds;
 
 const KvScopeKey kRun1{"j-1", 1};
 const KvScopeKey kRun2{"j-1", 2};
+
+// A store holding job j-1 with its run attempt 1 in `state`.
+std::unique_ptr<Store> StoreWithRun(v1::RunState state) {
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(":memory:");
+  EXPECT_TRUE(store.ok()) << store.status();
+  JobWrite write;
+  write.job.set_id("j-1");
+  write.create = true;
+  v1::Run run;
+  run.set_attempt(1);
+  run.set_state(state);
+  write.runs.push_back(run);
+  EXPECT_TRUE((*store)->Commit(write).ok());
+  return std::move(*store);
+}
 
 TEST(RendezvousKvTest, SetGetIsScopedByAttempt) {
   RendezvousKv kv;
@@ -69,11 +87,11 @@ TEST(RendezvousKvTest, CheckDeleteAndDropScope) {
   ASSERT_TRUE(kv.Set(kRun1, "a", "1").ok());
   EXPECT_TRUE(kv.Check(kRun1, {"a"}));
   EXPECT_FALSE(kv.Check(kRun1, {"a", "b"}));
-  EXPECT_TRUE(kv.Delete(kRun1, "a"));
-  EXPECT_FALSE(kv.Delete(kRun1, "a"));
+  EXPECT_TRUE(*kv.Delete(kRun1, "a"));
+  EXPECT_FALSE(*kv.Delete(kRun1, "a"));
   ASSERT_TRUE(kv.Set(kRun1, "b", "2").ok());
   ASSERT_TRUE(kv.Set(kRun2, "b", "2").ok());
-  kv.DropScope(kRun1);
+  ASSERT_TRUE(kv.DropScope(kRun1).ok());
   EXPECT_EQ(kv.KeyCount(kRun1), 0u);
   EXPECT_EQ(kv.KeyCount(kRun2), 1u);
 }
@@ -82,7 +100,7 @@ TEST(RendezvousKvTest, DropScopeWakesWaitersWithCancelled) {
   RendezvousKv kv;
   std::thread dropper([&] {
     std::this_thread::sleep_for(milliseconds(50));
-    kv.DropScope(kRun1);
+    EXPECT_TRUE(kv.DropScope(kRun1).ok());
   });
   absl::Status s = kv.Wait(kRun1, {"never"}, milliseconds(5000));
   dropper.join();
@@ -96,6 +114,105 @@ TEST(RendezvousKvTest, RejectsEmptyAndOversizedKeys) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(kv.Set(kRun1, "k", std::string(5 << 20, 'v')).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(RendezvousKvTest, ARepeatedAddRequestIdAnswersAgainWithoutAdding) {
+  RendezvousKv kv;
+  EXPECT_EQ(*kv.Add(kRun1, "n", 5, "client-1"), 5);
+  EXPECT_EQ(*kv.Add(kRun1, "n", 5, "client-1"), 5);  // a retry: the first answer
+  EXPECT_EQ(*kv.Add(kRun1, "n", 1, "client-2"), 6);
+  EXPECT_EQ(*kv.Add(kRun1, "n", 1), 7);  // no id: always adds
+  EXPECT_EQ(*kv.Add(kRun1, "n", 1), 8);
+  EXPECT_EQ(*kv.Add(kRun2, "n", 5, "client-1"), 5);  // ids are per attempt
+  EXPECT_EQ(kv.Add(kRun1, "n", 1, std::string(129, 'x')).status().message(),
+            "request_id: 129 bytes exceeds the limit of 128");
+}
+
+TEST(RendezvousKvTest, ARepeatedDeleteRequestIdAnswersAgain) {
+  RendezvousKv kv;
+  ASSERT_TRUE(kv.Set(kRun1, "k", "v").ok());
+  EXPECT_TRUE(*kv.Delete(kRun1, "k", "client-1"));
+  EXPECT_TRUE(*kv.Delete(kRun1, "k", "client-1"));  // a retry: "it existed", as answered
+  ASSERT_TRUE(kv.Set(kRun1, "k", "again").ok());
+  EXPECT_TRUE(*kv.Delete(kRun1, "k", "client-1"));   // and it deletes nothing new
+  EXPECT_TRUE(kv.Check(kRun1, {"k"}));
+  EXPECT_FALSE(*kv.Delete(kRun1, "absent", "client-2"));
+  EXPECT_FALSE(*kv.Delete(kRun1, "absent", "client-2"));
+}
+
+// Issue 15 §5: keys and the answers to retried calls outlive the RendezvousKv (a controller
+// restart) while the attempt's run lasts, and go with it.
+TEST(RendezvousKvTest, KeysAndRepliesSurviveInTheStoreUntilTheScopeIsDropped) {
+  std::unique_ptr<Store> store = StoreWithRun(v1::RUN_STATE_STARTING);
+  {
+    RendezvousKv kv(store.get());
+    ASSERT_TRUE(kv.Load().ok());
+    ASSERT_TRUE(kv.Set(kRun1, "addr/0", std::string("10.0.0.1\0:29500", 15)).ok());
+    ASSERT_TRUE(kv.Set(kRun1, "gone", "x").ok());
+    EXPECT_EQ(*kv.Add(kRun1, "n", 5, "client-1"), 5);
+    EXPECT_TRUE(*kv.Delete(kRun1, "gone", "client-2"));
+  }
+  {
+    RendezvousKv kv(store.get());  // the controller restarted
+    ASSERT_TRUE(kv.Load().ok());
+    EXPECT_EQ(kv.KeyCount(kRun1), 2u);
+    EXPECT_EQ(*kv.Get(kRun1, "addr/0", milliseconds(0)), std::string("10.0.0.1\0:29500", 15));
+    EXPECT_EQ(*kv.Add(kRun1, "n", 5, "client-1"), 5);  // its reply was lost: answered again
+    EXPECT_EQ(*kv.Add(kRun1, "n", 1, "client-3"), 6);
+    EXPECT_TRUE(*kv.Delete(kRun1, "gone", "client-2"));
+    ASSERT_TRUE(kv.DropScope(kRun1).ok());  // the run ended
+  }
+  RendezvousKv kv(store.get());
+  ASSERT_TRUE(kv.Load().ok());
+  EXPECT_EQ(kv.KeyCount(kRun1), 0u);
+  EXPECT_EQ(*kv.Add(kRun1, "n", 5, "client-1"), 5);  // nothing remembered
+}
+
+TEST(RendezvousKvTest, LoadForgetsTheKeysOfAnAttemptWhoseRunEnded) {
+  std::unique_ptr<Store> store = StoreWithRun(v1::RUN_STATE_RUNNING);
+  {
+    RendezvousKv kv(store.get());
+    ASSERT_TRUE(kv.Set(kRun1, "a", "1").ok());
+  }
+  JobWrite ended;  // the run failed, and the controller stopped before dropping the scope
+  ended.job.set_id("j-1");
+  v1::Run run;
+  run.set_attempt(1);
+  run.set_state(v1::RUN_STATE_FAILED);
+  ended.runs.push_back(run);
+  ASSERT_TRUE(store->Commit(ended).ok());
+  RendezvousKv kv(store.get());
+  ASSERT_TRUE(kv.Load().ok());
+  EXPECT_EQ(kv.KeyCount(kRun1), 0u);
+  absl::StatusOr<std::vector<StoredKvScope>> rows = store->LoadKv();
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_TRUE(rows->empty());
+}
+
+TEST(RendezvousKvTest, AChangeTheStoreRefusesIsNotApplied) {
+  std::unique_ptr<Store> store = StoreWithRun(v1::RUN_STATE_STARTING);
+  RendezvousKv kv(store.get());
+  const KvScopeKey unknown{"j-unknown", 1};  // no such job: its rows break a foreign key
+  EXPECT_EQ(kv.Set(unknown, "a", "1").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(kv.Add(unknown, "n", 1).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(kv.Check(unknown, {"a"}));
+  EXPECT_FALSE(kv.Check(unknown, {"n"}));
+}
+
+TEST(RendezvousKvTest, CloseEndsWaitsAndLaterCallsWithUnavailable) {
+  RendezvousKv kv;
+  std::thread closer([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    kv.Close();
+  });
+  absl::Status s = kv.Wait(kRun1, {"never"}, milliseconds(5000));
+  closer.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(s.message(), "the controller is shutting down");
+  EXPECT_EQ(kv.Get(kRun1, "never", milliseconds(0)).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(kv.Set(kRun1, "k", "v").code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(kv.Add(kRun1, "n", 1).status().code(), absl::StatusCode::kUnavailable);
 }
 
 }  // namespace

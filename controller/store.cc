@@ -106,6 +106,22 @@ const Migration kMigrations[] = {
       ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
       CREATE INDEX jobs_by_owner ON jobs(owner, seq);
     )sql"},
+    {4, "rendezvous KV: keys of run attempts that bootstrap, and replies to retried calls", R"sql(
+      CREATE TABLE rendezvous_keys (
+        job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+        attempt INTEGER NOT NULL,
+        key TEXT NOT NULL,
+        value BLOB NOT NULL,
+        PRIMARY KEY (job_id, attempt, key)
+      );
+      CREATE TABLE rendezvous_replies (
+        job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+        attempt INTEGER NOT NULL,
+        request_id TEXT NOT NULL,
+        reply INTEGER NOT NULL,                 -- KvAdd: the sum; KvDelete: 1 if the key existed
+        PRIMARY KEY (job_id, attempt, request_id)
+      );
+    )sql"},
 };
 
 int64_t Micros(const google::protobuf::Timestamp& t) {

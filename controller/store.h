@@ -1,6 +1,7 @@
 // Store: the controller's durable state in SQLite (WAL mode).
 //
-// Holds jobs, runs, nodes, checkpoints and the append-only event history. Every state change
+// Holds jobs, runs, nodes, checkpoints, the append-only event history, and the rendezvous keys
+// of run attempts while their ranks bootstrap. Every state change
 // is one transaction (Commit), so a crash at any point leaves either all of a change or none of
 // it. The schema is versioned (PRAGMA user_version) and migrated forward on Open.
 //
@@ -27,6 +28,7 @@
 #include <map>
 #include <set>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,6 +70,25 @@ struct JobQuery {
   std::string owner;                          // only this owner's; empty: anyone's
   int limit = 50;                             // 0: the default (50); negative: INVALID_ARGUMENT
   int64_t before_seq = 0;                     // page: only jobs older than this; 0: newest
+};
+
+// One change of a run attempt's rendezvous KV (controller/rendezvous_kv.h): a key set or
+// deleted, with the answer to the request that made it when that request has an id.
+struct KvWrite {
+  std::string job_id;
+  int attempt = 0;
+  std::string key;
+  std::optional<std::string> value;  // the key's new value; nullopt: the key is deleted
+  std::string request_id;            // non-empty: `reply` is remembered for it
+  int64_t reply = 0;
+};
+
+// The rendezvous KV of one run attempt, as stored.
+struct StoredKvScope {
+  std::string job_id;
+  int attempt = 0;
+  std::map<std::string, std::string> keys;
+  std::map<std::string, int64_t> replies;  // by request id
 };
 
 struct JobPage {
@@ -125,6 +146,16 @@ class Store {
   // Deletes node events (those of no job) older than `before_us`; returns how many.
   absl::StatusOr<int64_t> DeleteNodeEventsBefore(int64_t before_us);
   int64_t LastEventId();
+
+  // The rendezvous KV (store_kv.cc): the keys of run attempts whose ranks bootstrap, kept so
+  // that a controller restart does not lose them. One transaction per change: a few per rank
+  // and process group while an attempt bootstraps, none while it trains.
+  absl::Status WriteKv(const KvWrite& write);
+  // Deletes an attempt's keys and replies (its run ended).
+  absl::Status DeleteKvScope(const std::string& job_id, int attempt);
+  // Deletes the keys and replies of attempts whose run has ended or is not stored (the
+  // controller stopped before it deleted them), then returns the rest, by (job id, attempt).
+  absl::StatusOr<std::vector<StoredKvScope>> LoadKv();
 
   // Quarantine (see above). The listener is called once per row moved, on the calling thread,
   // after the move has committed; empty: none.

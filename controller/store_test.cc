@@ -618,6 +618,65 @@ TEST_F(StoreTest, ReopenedFileKeepsEverything) {
   EXPECT_GT((*events)[0].id(), last_event);
 }
 
+// The rendezvous KV of run attempts (issue 15 §5): kept across a reopen while the run lasts;
+// attempts whose run ended (or whose job is gone) are deleted.
+TEST_F(StoreTest, RendezvousKeysAndRepliesLastAsLongAsTheirRun) {
+  auto store = OpenOrDie(path_);
+  ASSERT_NE(store, nullptr);
+  for (const char* id : {"j-live", "j-ended", "j-deleted"}) {
+    JobWrite write;
+    write.job = MakeJob(id, v1::JOB_STATE_RUNNING);
+    write.create = true;
+    v1::Run run;
+    run.set_attempt(1);
+    run.set_state(std::string(id) == "j-ended" ? v1::RUN_STATE_FAILED : v1::RUN_STATE_RUNNING);
+    write.runs.push_back(run);
+    ASSERT_TRUE(store->Commit(write).ok());
+    KvWrite key;
+    key.job_id = id;
+    key.attempt = 1;
+    key.key = "world/arrived/0";
+    key.value = std::string("a\0b", 3);
+    ASSERT_TRUE(store->WriteKv(key).ok());
+  }
+  KvWrite add;  // a counter with the answer to its request
+  add.job_id = "j-live";
+  add.attempt = 1;
+  add.key = "n";
+  add.value = "5";
+  add.request_id = "client-1";
+  add.reply = 5;
+  ASSERT_TRUE(store->WriteKv(add).ok());
+  KvWrite del;
+  del.job_id = "j-live";
+  del.attempt = 1;
+  del.key = "n";
+  del.request_id = "client-2";
+  del.reply = 1;
+  ASSERT_TRUE(store->WriteKv(del).ok());
+  EXPECT_EQ(store->WriteKv(add).code(), absl::StatusCode::kAlreadyExists);  // ids are unique
+  KvWrite orphan = add;
+  orphan.job_id = "j-unknown";
+  EXPECT_EQ(store->WriteKv(orphan).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(store->DeleteJob("j-deleted").ok());
+
+  store = OpenOrDie(path_);
+  absl::StatusOr<std::vector<StoredKvScope>> loaded = store->LoadKv();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->size(), 1u);
+  const StoredKvScope& live = (*loaded)[0];
+  EXPECT_EQ(live.job_id, "j-live");
+  EXPECT_EQ(live.attempt, 1);
+  EXPECT_EQ(live.keys, (std::map<std::string, std::string>{
+                           {"world/arrived/0", std::string("a\0b", 3)}}));
+  EXPECT_EQ(live.replies, (std::map<std::string, int64_t>{{"client-1", 5}, {"client-2", 1}}));
+
+  ASSERT_TRUE(store->DeleteKvScope("j-live", 1).ok());
+  loaded = store->LoadKv();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(loaded->empty());
+}
+
 TEST_F(StoreTest, NewerSchemaIsRefused) {
   { ASSERT_NE(OpenOrDie(path_), nullptr); }
   const int newer = Store::LatestSchemaVersion() + 1;

@@ -116,6 +116,13 @@ class RunsTest(unittest.TestCase):
         """The job's event history (dhpctl watch prints it and returns once the job is final)."""
         return self.cluster.dhpctl("watch", job, timeout=60)[1]
 
+    def kv_has(self, job, keys, attempt=1):
+        """Whether the controller's rendezvous KV holds all `keys` for the attempt (REST)."""
+        code, body = self.cluster.http("POST", "/v1/kv:check", {
+            "scope": {"jobId": job, "attempt": attempt}, "keys": keys})
+        self.assertEqual(code, 200, body)
+        return json.loads(body).get("ready", False)
+
     # ---- the tests --------------------------------------------------------------------------
 
     def test_a_job_trains_to_success_with_falling_loss_and_a_checkpoint(self):
@@ -189,6 +196,36 @@ class RunsTest(unittest.TestCase):
         self.assertEqual(got["job"].get("restart_count", 0), 0)
         self.assertEqual(len(got["runs"]), 1)
         self.assertEqual(int(got["job"]["latest_step"]), 30)
+
+    def test_the_controller_killed_during_rendezvous_costs_no_attempt(self):
+        """Issue 15 §5: rank 0 is held (SIGSTOP) before its first rendezvous call while rank 1
+        announces itself in the world group and waits for it; the controller is killed (SIGKILL)
+        and started again, then rank 0 goes on. Rank 1's key outlived the controller (it is kept
+        in the store) and its wait was re-issued to the new one (the client retries UNAVAILABLE):
+        the attempt bootstraps and the job succeeds, no restart spent. Before, the new controller
+        had lost the key and rank 1 waited for itself until the attempt failed."""
+        self.start_worker("node-a")
+        job = self.submit(spec_text(self.cluster, "rendezvous", steps=4, every=4))
+        rank0 = wait_for(lambda: rank_pids(job, rank=0), timeout=60, interval=0.005,
+                         what="rank 0 started")[0]
+        os.kill(rank0, signal.SIGSTOP)
+        try:
+            self.assertFalse(self.kv_has(job, ["world/arrived/0"]), "rank 0 arrived before SIGSTOP")
+            wait_for(lambda: self.kv_has(job, ["world/arrived/1"]), timeout=120, interval=0.1,
+                     what="rank 1 waiting in the world group's rendezvous")
+            time.sleep(0.5)  # rank 1 is in its wait for rank 0's key
+            self.cluster.kill_controller(signal.SIGKILL)
+            time.sleep(1.0)
+            self.cluster.start_controller(grpc_port=self.cluster.grpc_port,
+                                          http_port=self.cluster.http_port)
+            self.assertTrue(self.kv_has(job, ["world/arrived/1"]), "rank 1's key was lost")
+        finally:
+            os.kill(rank0, signal.SIGCONT)
+        self.wait_state(job, "SUCCEEDED")
+        got = self.job(job)
+        self.assertEqual(got["job"].get("restart_count", 0), 0)
+        self.assertEqual(len(got["runs"]), 1)
+        self.assertEqual(int(got["job"]["latest_step"]), 4)
 
     def test_resume_of_a_cancelled_job_continues_with_identical_losses(self):
         self.start_worker("node-a")

@@ -132,7 +132,9 @@ int Run(int argc, char** argv) {
                  job.status().ToString().c_str());
     return 1;
   }
-  comm::GrpcKvClient kv(client, o.job_id, o.attempt);
+  comm::GrpcKvClientOptions kv_options;
+  kv_options.retry_for = o.timeout;  // a controller restart during bootstrap: retried this long
+  comm::GrpcKvClient kv(client, o.job_id, o.attempt, kv_options);
   RankReporter reporter(report_client, o.job_id, o.attempt, o.world_rank, RankReporter::Options{});
   ControllerRankControl control(report_client, reporter);
   absl::StatusOr<JobRankResult> result = RunJobRank(*job, o, kv, control);
