@@ -128,6 +128,36 @@ class ChaosTest(unittest.TestCase):
         events = [json.loads(line) for line in out.splitlines() if line.strip()]
         return {int(e["id"]) for e in events}, complete, events
 
+    def test_an_agent_restart_ends_its_attempt_at_once_without_spending_a_restart(self):
+        """SIGKILL the agent (its ranks die with it) and start it again well within the
+        heartbeat timeout: the controller ends attempt 1 naming the restart, the new agent never
+        starts attempt 1 again, and attempt 2 resumes from the newest checkpoint, with
+        max_restarts 0."""
+        self.start_worker("node-a")
+        job = self.submit(spec_text(self.cluster, "agent-restart", steps=100000, every=3,
+                                    restarts=0, keep=2))
+        wait_for(lambda: any(c["state"] == "CHECKPOINT_STATE_COMPLETE"
+                             for c in self.job(job).get("checkpoints", [])),
+                 timeout=120, what="a complete checkpoint")
+        self.restart_agent()
+        runs = wait_for(lambda: (lambda r: len(r) >= 2 and r)(self.job(job)["runs"]),
+                        timeout=30, what="attempt 2")
+        self.assertEqual(runs[0]["state"], "RUN_STATE_FAILED")
+        self.assertIn("the agent restarted", runs[0]["reason"])
+        self.assertIn("not counted as a restart", runs[0]["reason"])
+        start = int(runs[1].get("start_step", 0))
+        self.assertGreater(start, 0)
+        wait_for(lambda: int(self.job(job)["job"].get("latest_step", 0)) >= start + 3,
+                 timeout=120, what="attempt 2 training")
+        got = self.job(job)
+        self.assertEqual(int(got["job"].get("restart_count", 0)), 0)
+        self.assertEqual(int(got["job"]["current_attempt"]), 2)
+        code, out, err = self.cluster.dhpctl("logs", job, "--rank", "0", "--attempt", "1")
+        steps = [int(m.group(1)) for m in STEP_LINE.finditer(out)]
+        self.assertEqual(len(steps), len(set(steps)), "attempt 1 started twice: %s" % steps)
+        self.assertEqual(self.cluster.dhpctl("cancel", job)[0], 0)
+        self.wait_state(job, "CANCELLED")
+
     def test_random_kills_change_no_loss_and_lose_nothing(self):
         rng = random.Random(SEED)
         self.start_worker("node-a")
