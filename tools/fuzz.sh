@@ -34,6 +34,18 @@ libs=(-lprotobuf -lgrpc++ -lgrpc -lgpr -labsl_status -labsl_statusor -labsl_stri
 flags=(-std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -I. -I"$gen" -Wno-deprecated-declarations)
 
+# Whether an object must be compiled again: it is missing, has no dependency file (-MMD), or
+# its source or any header it included is newer. (Checking the source alone once linked a
+# fuzzer from objects built against an older api/service.h: a vtable slot off by one.)
+stale() {
+  local obj=$1
+  [ -f "$obj" ] && [ -f "$obj.d" ] || return 0
+  local deps
+  deps=$(sed -e 's/^[^:]*://' -e 's/\\$//' "$obj.d")
+  # shellcheck disable=SC2086
+  [ -n "$(find $deps -newer "$obj" -print -quit 2>/dev/null)" ]
+}
+
 for target in "${targets[@]}"; do
   work=build/fuzz/$target
   mkdir -p "$work/obj" "$work/corpus"
@@ -45,8 +57,8 @@ for target in "${targets[@]}"; do
   objs=()
   for src in "${srcs[@]}"; do
     obj=$work/obj/$(echo "$src" | tr '/' '_').o
-    if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ]; then
-      "$cxx" "${flags[@]}" -c "$src" -o "$obj"
+    if stale "$obj"; then
+      "$cxx" "${flags[@]}" -MMD -MF "$obj.d" -c "$src" -o "$obj"
     fi
     objs+=("$obj")
   done
