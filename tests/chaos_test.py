@@ -32,7 +32,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import runs_test  # noqa: E402
-from dhp_cluster import Binaries, Cluster, wait_for  # noqa: E402
+from dhp_cluster import Binaries, wait_for  # noqa: E402
 from runs_test import STEP_LINE, generate_dataset, rank_pids, spec_text  # noqa: E402
 
 STEPS = 60
@@ -40,23 +40,7 @@ KILLS = int(os.environ.get("DHP_CHAOS_KILLS", "6"))
 SEED = int(os.environ.get("DHP_CHAOS_SEED", "20261124"))
 
 
-class ChaosTest(unittest.TestCase):
-    # The helpers of runs_test (not its tests): start_worker, submit, job, state, wait_state,
-    # losses.
-    start_worker = runs_test.RunsTest.start_worker
-    submit = runs_test.RunsTest.submit
-    job = runs_test.RunsTest.job
-    state = runs_test.RunsTest.state
-    wait_state = runs_test.RunsTest.wait_state
-    losses = runs_test.RunsTest.losses
-
-    def tearDown(self):
-        self.cluster.close()
-
-    def setUp(self):
-        self.cluster = Cluster(runs_test.BINS, heartbeat_timeout_ms=3000, heartbeat_interval_ms=200)
-        self.cluster.start_controller()
-
+class ChaosTest(runs_test.ClusterJobs, unittest.TestCase):
     def restart_controller(self):
         self.cluster.kill_controller(signal.SIGKILL)
         time.sleep(0.3)

@@ -23,7 +23,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import runs_test  # noqa: E402
-from dhp_cluster import Binaries, Cluster, wait_for  # noqa: E402
+from dhp_cluster import Binaries, wait_for  # noqa: E402
 from runs_test import STEP_LINE, generate_dataset, rank_pids, spec_text  # noqa: E402
 
 ASKED = re.compile(r"the controller asks for a checkpoint at step (\d+)")
@@ -32,22 +32,7 @@ SIGTERM_NOTE = "dhp-rank: SIGTERM: checkpointing at the next step boundary"
 PREEMPTED_AT = re.compile(r"preempted \(SIGTERM[^)]*\): checkpoint at step (\d+)")
 
 
-class PreemptionTest(unittest.TestCase):
-    start_worker = runs_test.RunsTest.start_worker
-    submit = runs_test.RunsTest.submit
-    job = runs_test.RunsTest.job
-    state = runs_test.RunsTest.state
-    wait_state = runs_test.RunsTest.wait_state
-    wait_step = runs_test.RunsTest.wait_step
-
-    def setUp(self):
-        self.cluster = Cluster(runs_test.BINS, heartbeat_timeout_ms=3000,
-                               heartbeat_interval_ms=200)
-        self.cluster.start_controller()
-
-    def tearDown(self):
-        self.cluster.close()
-
+class PreemptionTest(runs_test.ClusterJobs, unittest.TestCase):
     def complete_checkpoints(self, job):
         return sorted(int(c["step"]) for c in self.job(job).get("checkpoints", [])
                       if c["state"] == "CHECKPOINT_STATE_COMPLETE")

@@ -64,7 +64,10 @@ def rank_pids(job, attempt=None, rank=None):
     return pids
 
 
-class RunsTest(unittest.TestCase):
+class ClusterJobs:
+    """A controller on loopback (3 s heartbeat timeout) and the helpers the job tests share
+    (runs, chaos, preemption): mix into a unittest.TestCase."""
+
     def setUp(self):
         self.cluster = Cluster(BINS, heartbeat_timeout_ms=3000, heartbeat_interval_ms=200)
         self.cluster.start_controller()
@@ -123,6 +126,9 @@ class RunsTest(unittest.TestCase):
         self.assertEqual(code, 200, body)
         return json.loads(body).get("ready", False)
 
+
+
+class RunsTest(ClusterJobs, unittest.TestCase):
     # ---- the tests --------------------------------------------------------------------------
 
     def test_a_job_trains_to_success_with_falling_loss_and_a_checkpoint(self):
