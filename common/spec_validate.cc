@@ -314,6 +314,30 @@ void NormalizeCheckpoint(v1::CheckpointSpec& ckpt, const std::string& job_name,
   ckpt.set_directory(absl::StrJoin(parts, "/"));
 }
 
+// restart.*_timeout_s and preemption_grace_s: defaults, at least 1 s, and a collective timeout
+// below the stall timeout (else a dead peer is found by the stall check, as a stall).
+void NormalizeTimeouts(v1::RestartSpec& r, Errors& errors) {
+  if (!r.has_stall_timeout_s()) r.set_stall_timeout_s(600);
+  if (!r.has_launch_timeout_s()) r.set_launch_timeout_s(120);
+  if (!r.has_collective_timeout_s()) {
+    r.set_collective_timeout_s(std::max(1, std::min(300, r.stall_timeout_s() - 1)));
+  }
+  if (!r.has_preemption_grace_s()) r.set_preemption_grace_s(120);
+  const std::pair<const char*, int32_t> fields[] = {
+      {"restart.stall_timeout_s", r.stall_timeout_s()},
+      {"restart.launch_timeout_s", r.launch_timeout_s()},
+      {"restart.collective_timeout_s", r.collective_timeout_s()},
+      {"restart.preemption_grace_s", r.preemption_grace_s()}};
+  for (const auto& [field, value] : fields) {
+    if (value < 1) errors.Add(field, absl::StrCat(value, " must be at least 1 (seconds)"));
+  }
+  if (r.stall_timeout_s() >= 1 && r.collective_timeout_s() >= r.stall_timeout_s()) {
+    errors.Add("restart.collective_timeout_s",
+               absl::StrCat(r.collective_timeout_s(), " must be below restart.stall_timeout_s (",
+                            r.stall_timeout_s(), ")"));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<ModelPreset> ResolveSpecModel(const v1::JobSpec& spec, const SpecOptions& options) {
@@ -405,6 +429,10 @@ void CheckLimits(const v1::JobSpec& spec, Errors& errors) {
   CheckAtMost("restart.stall_timeout_s", spec.restart().stall_timeout_s(), 7 * 24 * 3600, errors);
   CheckAtMost("restart.launch_timeout_s", spec.restart().launch_timeout_s(), 7 * 24 * 3600,
               errors);
+  CheckAtMost("restart.collective_timeout_s", spec.restart().collective_timeout_s(),
+              7 * 24 * 3600, errors);
+  CheckAtMost("restart.preemption_grace_s", spec.restart().preemption_grace_s(), 7 * 24 * 3600,
+              errors);
 }
 
 absl::Status NormalizeAndValidateSpec(v1::JobSpec* spec, const SpecOptions& options) {
@@ -449,16 +477,7 @@ absl::Status NormalizeAndValidateSpec(v1::JobSpec* spec, const SpecOptions& opti
     errors.Add("restart.max_restarts",
                absl::StrCat(spec->restart().max_restarts(), " must not be negative"));
   }
-  if (!spec->restart().has_stall_timeout_s()) spec->mutable_restart()->set_stall_timeout_s(600);
-  if (spec->restart().stall_timeout_s() < 1) {
-    errors.Add("restart.stall_timeout_s",
-               absl::StrCat(spec->restart().stall_timeout_s(), " must be at least 1 (seconds)"));
-  }
-  if (!spec->restart().has_launch_timeout_s()) spec->mutable_restart()->set_launch_timeout_s(120);
-  if (spec->restart().launch_timeout_s() < 1) {
-    errors.Add("restart.launch_timeout_s",
-               absl::StrCat(spec->restart().launch_timeout_s(), " must be at least 1 (seconds)"));
-  }
+  NormalizeTimeouts(*spec->mutable_restart(), errors);
   CheckLimits(*spec, errors);
   return errors.ToStatus();
 }

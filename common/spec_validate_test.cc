@@ -157,6 +157,13 @@ const BadSpec kBadSpecs[] = {
      {{"restart", "restart: {max_restarts: 100000, stall_timeout_s: 10000000}"}},
      "restart.max_restarts: 100000 is over the limit of 10000; restart.stall_timeout_s: 10000000 "
      "is over the limit of 604800"},
+    {"collective_timeout_not_below_stall",
+     {{"restart", "restart: {stall_timeout_s: 60, collective_timeout_s: 60}"}},
+     "restart.collective_timeout_s: 60 must be below restart.stall_timeout_s (60)"},
+    {"collective_timeout_zero",
+     {{"restart", "restart: {collective_timeout_s: 0, preemption_grace_s: -5}"}},
+     "restart.collective_timeout_s: 0 must be at least 1 (seconds); restart.preemption_grace_s: "
+     "-5 must be at least 1 (seconds)"},
     {"batch_not_divisible",
      {{"dp", "data_parallel_size: 4"}, {"training", "training: {batch_size: 6, max_steps: 1}"}},
      "training.batch_size: 6 is not divisible by data_parallel_size 4"},
@@ -278,6 +285,23 @@ TEST(SpecValidateTest, DefaultsFilledOnMinimalSpec) {
   EXPECT_EQ(spec->checkpoint().keep_latest(), 3);
   EXPECT_EQ(spec->checkpoint().directory(), "min");
   EXPECT_EQ(spec->restart().max_restarts(), 0);
+  EXPECT_EQ(spec->restart().stall_timeout_s(), 600);
+  EXPECT_EQ(spec->restart().launch_timeout_s(), 120);
+  EXPECT_EQ(spec->restart().collective_timeout_s(), 300);
+  EXPECT_EQ(spec->restart().preemption_grace_s(), 120);
+}
+
+// The collective timeout defaults below a short stall timeout, so a dead peer is still named
+// by the collective that waited for it.
+TEST(SpecValidateTest, CollectiveTimeoutDefaultsBelowTheStallTimeout) {
+  absl::StatusOr<v1::JobSpec> spec =
+      ParseJobSpec(SpecYaml({{"restart", "restart: {stall_timeout_s: 30}"}}), Options());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->restart().collective_timeout_s(), 29);
+  spec = ParseJobSpec(SpecYaml({{"restart", "restart: {stall_timeout_s: 1}"}}), Options());
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().message(),
+            "restart.collective_timeout_s: 1 must be below restart.stall_timeout_s (1)");
 }
 
 TEST(SpecValidateTest, DefaultsDependOnOtherFields) {

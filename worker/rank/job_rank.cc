@@ -333,7 +333,11 @@ absl::Status JobRank::Build() {
   po.ns = options_.kv_namespace;
   po.arrival_timeout = options_.timeout;
   po.store_timeout = options_.timeout;
-  po.collective_timeout = options_.timeout;
+  // restart.collective_timeout_s: a dead peer fails the collective, naming it, well before the
+  // controller's stall check (specs stored before the field existed keep --timeout).
+  po.collective_timeout = spec.restart().has_collective_timeout_s()
+                              ? std::chrono::seconds(spec.restart().collective_timeout_s())
+                              : std::chrono::duration_cast<std::chrono::seconds>(options_.timeout);
   absl::StatusOr<std::unique_ptr<comm::ProcessGroups>> groups =
       comm::ProcessGroups::Create(kv_, layout_, options_.world_rank, po);
   if (!groups.ok()) return Annotate(groups.status(), me_ + ": process groups");
