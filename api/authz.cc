@@ -72,6 +72,8 @@ RequestScope ScopeOf(const v1::WatchJobRequest& req) {
   // The all-jobs stream (no job id) is filtered for users instead.
   return req.job_id().empty() ? RequestScope{} : JobScope(req.job_id());
 }
+RequestScope ScopeOf(const v1::DrainNodeRequest& req) { return NodeScope(req.node_id()); }
+RequestScope ScopeOf(const v1::UncordonNodeRequest& req) { return NodeScope(req.node_id()); }
 RequestScope ScopeOf(const v1::RegisterNodeRequest& req) {
   // The controller names a node by its id, or by its hostname when the id is empty.
   return NodeScope(req.node().id().empty() ? req.node().hostname() : req.node().id());
@@ -126,6 +128,8 @@ absl::Status Authorizer::Check(const Identity& who, std::string_view method,
                                    Sv(scope.job_id), "/", scope.attempt, "\""));
       }
       return absl::OkStatus();
+    case Access::kAdmin:
+      return Denied(who, method, "may not change nodes (only admins may)");
   }
   return Denied(who, method, "has no access");
 }

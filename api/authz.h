@@ -74,6 +74,8 @@ RequestScope ScopeOf(const v1::GetJobRequest& req);
 RequestScope ScopeOf(const v1::CancelJobRequest& req);
 RequestScope ScopeOf(const v1::ResumeJobRequest& req);
 RequestScope ScopeOf(const v1::CheckpointJobRequest& req);
+RequestScope ScopeOf(const v1::DrainNodeRequest& req);
+RequestScope ScopeOf(const v1::UncordonNodeRequest& req);
 RequestScope ScopeOf(const v1::GetLogsRequest& req);
 RequestScope ScopeOf(const v1::WatchJobRequest& req);
 RequestScope ScopeOf(const v1::RegisterNodeRequest& req);

@@ -235,6 +235,24 @@ TEST_F(AuthzTest, ViewersOnlyRead) {
                   .ok());
 }
 
+TEST_F(AuthzTest, OnlyAdminsDrainAndUncordonNodes) {
+  v1::DrainNodeRequest drain;
+  drain.set_node_id("node-a");
+  for (const char* token : {"alice-secret", "vera-secret", "node-a-secret"}) {
+    EXPECT_EQ(As(token, "DrainNode", &DhpService::DrainNode, drain).code(),
+              StatusCode::kPermissionDenied)
+        << token;
+  }
+  EXPECT_EQ(As("node-a-secret", "DrainNode", &DhpService::DrainNode, drain).message(),
+            "DrainNode: node \"node-a\" may not change nodes (only admins may)");
+  v1::UncordonNodeRequest uncordon;
+  uncordon.set_node_id("node-a");
+  EXPECT_EQ(As("alice-secret", "UncordonNode", &DhpService::UncordonNode, uncordon).code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_TRUE(As("admin-secret", "DrainNode", &DhpService::DrainNode, drain).ok());
+  EXPECT_TRUE(As("admin-secret", "UncordonNode", &DhpService::UncordonNode, uncordon).ok());
+}
+
 TEST_F(AuthzTest, AUsersEventStreamHoldsTheirJobsAndNodes) {
   for (const char* job : {"j-alice", "j-bob", "", "j-1", "j-gone"}) {
     v1::Event e;
@@ -269,7 +287,7 @@ TEST_F(AuthzTest, WithoutCredentialsEveryoneIsAnAdmin) {
 }
 
 TEST_F(AuthzTest, EveryMethodOfTheTableHasAnAccess) {
-  // Each row's access is one of the five, and the user-facing reads are open to viewers.
+  // Each row's access is one of the six, and the user-facing reads are open to viewers.
   for (const MethodInfo& m : kMethods) {
     EXPECT_NE(AccessName(m.access), "?") << m.name;
     const bool read = m.verb == "GET";

@@ -58,7 +58,9 @@ using AsyncJobService = v1::JobService::WithCallbackMethod_SubmitJob<
     v1::JobService::WithCallbackMethod_GetJob<v1::JobService::WithCallbackMethod_ListJobs<
         v1::JobService::WithCallbackMethod_CancelJob<v1::JobService::WithCallbackMethod_ResumeJob<
             v1::JobService::WithCallbackMethod_CheckpointJob<v1::JobService::Service>>>>>>;
-using AsyncNodeService = v1::NodeService::WithCallbackMethod_ListNodes<v1::NodeService::Service>;
+using AsyncNodeService = v1::NodeService::WithCallbackMethod_ListNodes<
+    v1::NodeService::WithCallbackMethod_DrainNode<
+        v1::NodeService::WithCallbackMethod_UncordonNode<v1::NodeService::Service>>>;
 using AsyncWorkerService = v1::WorkerService::WithCallbackMethod_RegisterNode<
     v1::WorkerService::WithCallbackMethod_Heartbeat<v1::WorkerService::WithCallbackMethod_KvSet<
         v1::WorkerService::WithCallbackMethod_KvAdd<v1::WorkerService::WithCallbackMethod_KvCheck<

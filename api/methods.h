@@ -30,6 +30,7 @@ enum class Access {
   kOwnJob,  // a job's owner and admins (cancel, resume, checkpoint)
   kNode,    // an agent, for the node its credential names
   kRank,    // a rank, for the job and attempt its credential names
+  kAdmin,   // admins only (node operations: drain, uncordon)
 };
 
 // clang-format off
@@ -50,6 +51,10 @@ enum class Access {
   X(WorkerService, RejectCheckpoint, kRank, POST, "/v1/jobs/{id}/checkpoints:reject",            \
     "Worker-facing: a checkpoint that failed verification")                                       \
   X(NodeService, ListNodes, kRead, GET, "/v1/nodes", "Worker nodes with their GPUs or CPU slots") \
+  X(NodeService, DrainNode, kAdmin, POST, "/v1/nodes/{id}:drain",                                \
+    "Cordon a node and checkpoint and stop the runs on it")                                       \
+  X(NodeService, UncordonNode, kAdmin, POST, "/v1/nodes/{id}:uncordon",                          \
+    "Let the scheduler place ranks on a node again")                                              \
   X(WorkerService, RegisterNode, kNode, POST, "/v1/nodes:register",                              \
     "Worker-facing: an agent registers")                                                          \
   X(WorkerService, Heartbeat, kNode, POST, "/v1/nodes/{id}:heartbeat",                           \
@@ -100,6 +105,7 @@ constexpr std::string_view AccessName(Access access) {
     case Access::kOwnJob: return "own-job";
     case Access::kNode: return "node";
     case Access::kRank: return "rank";
+    case Access::kAdmin: return "admin";
   }
   return "?";
 }

@@ -32,6 +32,8 @@
 //   POST /v1/jobs/{id}/checkpoints   ReportCheckpoint
 //   POST /v1/jobs/{id}/checkpoints:reject  RejectCheckpoint
 //   GET  /v1/nodes                   ListNodes
+//   POST /v1/nodes/{id}:drain        DrainNode
+//   POST /v1/nodes/{id}:uncordon     UncordonNode
 //   POST /v1/nodes:register          RegisterNode
 //   POST /v1/nodes/{id}:heartbeat    Heartbeat
 //   POST /v1/nodes/{id}/logs         AppendLogs  (node_id from the path)

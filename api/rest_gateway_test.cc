@@ -211,14 +211,14 @@ TEST_F(RestGatewayTest, OpenApiDocumentIsTheRouteTable) {
   EXPECT_TRUE(Observed("OpenApi", 200));
   const nlohmann::json doc = nlohmann::json::parse(res.body());
   EXPECT_EQ(doc["openapi"], "3.0.3");
-  EXPECT_EQ(doc["paths"].size(), 24u);  // 25 routes: GET and POST /v1/jobs share a path
+  EXPECT_EQ(doc["paths"].size(), 26u);  // 27 routes: GET and POST /v1/jobs share a path
   std::set<std::string> ids;
   for (const auto& [path, item] : doc["paths"].items()) {
     for (const auto& [method, op] : item.items()) ids.insert(op["operationId"]);
   }
-  EXPECT_EQ(ids.size(), 25u);
+  EXPECT_EQ(ids.size(), 27u);
   EXPECT_TRUE(ids.count("WatchJob") && ids.count("WatchEvents") && ids.count("KvDelete") &&
-              ids.count("CheckpointJob"));
+              ids.count("CheckpointJob") && ids.count("DrainNode") && ids.count("UncordonNode"));
   // The query parameters are the ones the router accepts.
   std::vector<std::string> names;
   for (const auto& p : doc["paths"]["/v1/jobs/{id}/logs"]["get"]["parameters"]) {
@@ -281,6 +281,18 @@ TEST_F(RestGatewayTest, CancelResumeAndPathIdsOverrideBody) {
   EXPECT_EQ(service_.Last<v1::CheckpointJobRequest>().job_id(), "j-10");
   EXPECT_NE(res.body().find("\"at_step\":\"12\""), std::string::npos) << res.body();
   EXPECT_TRUE(Observed("CheckpointJob", 200));
+
+  // Node routes take the node id from the path, whatever the body says.
+  res = client_->Post("/v1/nodes/n-3:drain", R"({"node_id": "other", "reason": "kernel 6.1"})");
+  EXPECT_EQ(res.result_int(), 200) << res.body();
+  EXPECT_EQ(service_.Last<v1::DrainNodeRequest>().node_id(), "n-3");
+  EXPECT_EQ(service_.Last<v1::DrainNodeRequest>().reason(), "kernel 6.1");
+  EXPECT_NE(res.body().find("\"cordoned\":true"), std::string::npos) << res.body();
+  res = client_->Post("/v1/nodes/n-3:uncordon");
+  EXPECT_EQ(res.result_int(), 200) << res.body();
+  EXPECT_EQ(service_.Last<v1::UncordonNodeRequest>().node_id(), "n-3");
+  EXPECT_TRUE(Observed("DrainNode", 200));
+  EXPECT_TRUE(Observed("UncordonNode", 200));
 }
 
 TEST_F(RestGatewayTest, UnknownKeyInBodyIs400NamingTheKey) {

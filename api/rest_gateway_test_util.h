@@ -126,6 +126,16 @@ class FakeService : public DhpService {
     resp->add_nodes()->set_id("n-1");
     return Record(req);
   }
+  absl::Status DrainNode(const v1::DrainNodeRequest& req, v1::DrainNodeResponse* resp) override {
+    resp->mutable_node()->set_id(req.node_id());
+    resp->mutable_node()->set_cordoned(true);
+    return Record(req);
+  }
+  absl::Status UncordonNode(const v1::UncordonNodeRequest& req,
+                            v1::UncordonNodeResponse* resp) override {
+    resp->mutable_node()->set_id(req.node_id());
+    return Record(req);
+  }
   absl::Status RegisterNode(const v1::RegisterNodeRequest& req,
                             v1::RegisterNodeResponse* resp) override {
     resp->set_node_id("n-" + req.node().hostname());

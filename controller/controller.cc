@@ -37,6 +37,12 @@ void WriteManifest(const std::string& dir, const std::string& json) {
 }
 constexpr int kWatchPollMs = 500;
 
+// "node n1 was drained (kernel upgrade)": what the runs' events and end reasons say.
+std::string DrainWhy(const v1::Node& node) {
+  return absl::StrCat("node ", node.id(), " was drained",
+                      node.cordon_reason().empty() ? "" : " (" + node.cordon_reason() + ")");
+}
+
 }  // namespace
 
 Controller::Controller(Store& store, const Clock& clock, MetricsExposition& metrics,
@@ -90,6 +96,8 @@ void Controller::Start() {
   loop_id_ = loop_.get_id();
   absl::Status recovered = OnLoop([this] { return supervisor_.Recover(); });
   if (!recovered.ok()) DHP_LOG(ERROR) << "recovering runs from the store: " << recovered;
+  absl::Status redrained = OnLoop([this] { return PreemptOnCordonedNodes(); });
+  if (!redrained.ok()) DHP_LOG(ERROR) << "asking runs on drained nodes again: " << redrained;
   absl::Status loaded = OnLoop([this] { return kv_.Load(); });
   if (!loaded.ok()) DHP_LOG(ERROR) << "loading the rendezvous keys from the store: " << loaded;
   boost::asio::post(io_, [this] { ScheduleHeartbeatCheck(); });
@@ -254,6 +262,18 @@ void Controller::Settle(std::vector<v1::Event>& events) {
     }
   }
   Publish(events);
+}
+
+absl::Status Controller::PreemptOnCordonedNodes() {
+  std::vector<v1::Event> events;
+  absl::Status s;
+  for (const v1::Node& node : nodes_.List()) {
+    if (!node.cordoned()) continue;
+    std::vector<std::string> job_ids;
+    s.Update(supervisor_.PreemptRunsOn(node.id(), DrainWhy(node), &job_ids, &events));
+  }
+  Settle(events);
+  return s;
 }
 
 absl::Status Controller::ApplyNodeEvents(const std::vector<v1::Event>& events,
@@ -534,6 +554,37 @@ absl::Status Controller::ListNodes(const v1::ListNodesRequest&, v1::ListNodesRes
   return OnLoop([&] {
     for (v1::Node& n : nodes_.List()) *resp->add_nodes() = std::move(n);
     return absl::OkStatus();
+  });
+}
+
+absl::Status Controller::DrainNode(const v1::DrainNodeRequest& req, v1::DrainNodeResponse* resp) {
+  return OnLoop([&] {
+    std::vector<v1::Event> events;
+    absl::StatusOr<v1::Node> node = nodes_.SetCordon(req.node_id(), true, req.reason(), &events);
+    absl::Status s = node.status();
+    if (s.ok()) {
+      supervisor_.OnNodeChanged(*node);
+      std::vector<std::string> job_ids;
+      s = supervisor_.PreemptRunsOn(node->id(), DrainWhy(*node), &job_ids, &events);
+      *resp->mutable_node() = *node;
+      for (std::string& id : job_ids) resp->add_job_ids(std::move(id));
+    }
+    Settle(events);
+    return s;
+  });
+}
+
+absl::Status Controller::UncordonNode(const v1::UncordonNodeRequest& req,
+                                      v1::UncordonNodeResponse* resp) {
+  return OnLoop([&] {
+    std::vector<v1::Event> events;
+    absl::StatusOr<v1::Node> node = nodes_.SetCordon(req.node_id(), false, "", &events);
+    if (node.ok()) {
+      supervisor_.OnNodeChanged(*node);  // schedulable again: the next pass may place there
+      *resp->mutable_node() = *node;
+    }
+    Settle(events);
+    return node.status();
   });
 }
 

@@ -77,6 +77,9 @@ class Controller : public api::DhpService {
   absl::Status WatchJob(const v1::WatchJobRequest& req, api::EventSink& sink) override;
   absl::Status GetLogs(const v1::GetLogsRequest& req, v1::GetLogsResponse* resp) override;
   absl::Status ListNodes(const v1::ListNodesRequest& req, v1::ListNodesResponse* resp) override;
+  absl::Status DrainNode(const v1::DrainNodeRequest& req, v1::DrainNodeResponse* resp) override;
+  absl::Status UncordonNode(const v1::UncordonNodeRequest& req,
+                            v1::UncordonNodeResponse* resp) override;
   absl::Status RegisterNode(const v1::RegisterNodeRequest& req,
                             v1::RegisterNodeResponse* resp) override;
   absl::Status Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) override;
@@ -115,6 +118,9 @@ class Controller : public api::DhpService {
   // loop (on files_), the rendezvous keys of runs that ended dropped, and the events published.
   void Settle(std::vector<v1::Event>& events);
   // Tells the supervisor about node state changes among `events` (LOST / READY again).
+  // After Recover: the runs still on cordoned nodes are asked again to checkpoint and stop
+  // (requests are in memory; the cordon is stored).
+  absl::Status PreemptOnCordonedNodes();
   absl::Status ApplyNodeEvents(const std::vector<v1::Event>& events,
                                std::vector<v1::Event>* more);
   absl::StatusOr<KvScopeKey> CheckScope(const v1::KvScope& scope);

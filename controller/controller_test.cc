@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -369,6 +370,74 @@ TEST_F(ControllerTest, KvKeysSurviveARestartUntilTheRunEnds) {
   }
   StartController();
   EXPECT_EQ(controller_->KvKeyCount(job.id(), 1), 0u);
+}
+
+// A drain cordons the node for good (restarts, re-registration) and asks the runs on it to
+// checkpoint and stop; the request is in memory, so a restarted controller asks again.
+TEST_F(ControllerTest, ADrainedNodeStaysCordonedAndItsRunIsAskedAgainAfterARestart) {
+  ASSERT_TRUE(Register("n1").ok());
+  const v1::Job job = Submit();
+  v1::HeartbeatRequest beat;
+  beat.set_node_id("n1");
+  v1::HeartbeatResponse launch;
+  ASSERT_TRUE(controller_->Heartbeat(beat, &launch).ok());
+  ASSERT_EQ(launch.ranks_size(), 1);
+  v1::RankStatus* st = beat.add_ranks();
+  st->set_job_id(job.id());
+  st->set_attempt(1);
+  st->set_world_rank(0);
+  st->set_state(v1::RANK_PROCESS_STATE_RUNNING);
+  ASSERT_TRUE(controller_->Heartbeat(beat, &launch).ok());
+  auto progress = [&](int64_t step) {
+    v1::ReportProgressRequest req;
+    req.set_job_id(job.id());
+    req.set_attempt(1);
+    req.set_rank(0);
+    req.set_step(step);
+    req.set_total_steps(10);
+    v1::ReportProgressResponse resp;
+    absl::Status s = controller_->ReportProgress(req, &resp);
+    EXPECT_TRUE(s.ok()) << s;
+    return resp;
+  };
+  EXPECT_FALSE(progress(1).preempt());
+
+  v1::DrainNodeRequest drain;
+  drain.set_node_id("n1");
+  drain.set_reason("disk swap");
+  v1::DrainNodeResponse drained;
+  ASSERT_TRUE(controller_->DrainNode(drain, &drained).ok());
+  EXPECT_TRUE(drained.node().cordoned());
+  EXPECT_EQ(drained.node().cordon_reason(), "disk swap");
+  ASSERT_EQ(drained.job_ids_size(), 1);
+  EXPECT_EQ(drained.job_ids(0), job.id());
+  EXPECT_EQ(progress(2).preempt_reason(), "node n1 was drained (disk swap)");
+
+  StopController();
+  StartController();
+  ASSERT_TRUE(Register("n1").ok());  // the agent reconnects, re-registering
+  ASSERT_TRUE(controller_->Heartbeat(beat, &launch).ok());
+  const v1::ReportProgressResponse again = progress(3);
+  EXPECT_TRUE(again.preempt());
+  EXPECT_EQ(again.preempt_reason(), "node n1 was drained (disk swap)");
+  v1::ListNodesResponse nodes;
+  ASSERT_TRUE(controller_->ListNodes(v1::ListNodesRequest(), &nodes).ok());
+  ASSERT_EQ(nodes.nodes_size(), 1);
+  EXPECT_TRUE(nodes.nodes(0).cordoned());
+
+  drain.set_node_id("n9");
+  EXPECT_EQ(controller_->DrainNode(drain, &drained).code(), absl::StatusCode::kNotFound);
+  v1::UncordonNodeRequest uncordon;
+  uncordon.set_node_id("n1");
+  v1::UncordonNodeResponse uncordoned;
+  ASSERT_TRUE(controller_->UncordonNode(uncordon, &uncordoned).ok());
+  EXPECT_FALSE(uncordoned.node().cordoned());
+  std::vector<std::string> types;
+  for (const v1::Event& e : Replay("")) {
+    if (e.node_id() == "n1") types.push_back(e.type());
+  }
+  EXPECT_NE(std::find(types.begin(), types.end(), "node.cordon"), types.end());
+  EXPECT_NE(std::find(types.begin(), types.end(), "node.uncordon"), types.end());
 }
 
 // Logs were once stored for any job id, attempt and rank a caller named.

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/proto_enum.h"
+#include "common/utf8.h"
 #include "controller/time_util.h"
 
 namespace dhp::controller {
@@ -89,9 +91,16 @@ absl::Status NodeTracker::Register(const v1::RegisterNodeRequest& req,
   const int64_t now = clock_.NowMicros();
   std::string reason = "registered";
   auto existing = nodes_.find(node.id());
+  node.clear_cordoned();  // the operator's, never the agent's
+  node.clear_cordon_reason();
+  node.clear_cordon_time();
   if (existing != nodes_.end()) {
-    *node.mutable_register_time() = existing->second.node.register_time();
-    node.set_state(existing->second.node.state());
+    const v1::Node& before = existing->second.node;
+    *node.mutable_register_time() = before.register_time();
+    node.set_state(before.state());
+    node.set_cordoned(before.cordoned());
+    node.set_cordon_reason(before.cordon_reason());
+    if (before.has_cordon_time()) *node.mutable_cordon_time() = before.cordon_time();
     reason = "re-registered";
   } else {
     *node.mutable_register_time() = MicrosToTimestamp(now);
@@ -130,6 +139,49 @@ absl::Status NodeTracker::Heartbeat(const v1::HeartbeatRequest& req,
     due_.push_back(t.node.id());
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Node> NodeTracker::SetCordon(const std::string& node_id, bool cordoned,
+                                                 const std::string& reason,
+                                                 std::vector<v1::Event>* events) {
+  DHP_CHECK_ON_THREAD(loop_);
+  EnsureLoaded();
+  if (node_id.empty()) return absl::InvalidArgumentError("node_id: must not be empty");
+  if (reason.size() > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reason: ", reason.size(), " bytes, over the limit of 1024"));
+  }
+  if (const std::string bad = Utf8Error(reason); !bad.empty()) {
+    return absl::InvalidArgumentError("reason: " + bad);
+  }
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) return absl::NotFoundError("node " + node_id + " not found");
+  Tracked& t = it->second;
+  if (t.node.cordoned() == cordoned && (!cordoned || t.node.cordon_reason() == reason)) {
+    return Get(node_id);
+  }
+  v1::Node node = t.node;
+  const int64_t now = clock_.NowMicros();
+  node.set_cordoned(cordoned);
+  node.set_cordon_reason(cordoned ? reason : "");
+  if (cordoned) {
+    *node.mutable_cordon_time() = MicrosToTimestamp(now);
+  } else {
+    node.clear_cordon_time();
+  }
+  *node.mutable_last_heartbeat_time() = MicrosToTimestamp(t.last_beat);
+  v1::Event e;
+  e.set_node_id(node_id);
+  *e.mutable_time() = MicrosToTimestamp(now);
+  e.set_type(cordoned ? "node.cordon" : "node.uncordon");
+  e.set_reason(cordoned ? (reason.empty() ? "drained" : "drained: " + reason)
+                        : "uncordoned: ranks may be placed here again");
+  absl::StatusOr<std::vector<v1::Event>> added = store_.PutNode(node, {e});
+  if (!added.ok()) return added.status();
+  t.node = std::move(node);
+  t.persisted = t.last_beat;
+  events->insert(events->end(), added->begin(), added->end());
+  return Get(node_id);
 }
 
 std::vector<v1::Node> NodeTracker::List() {

@@ -6,7 +6,9 @@
 // the nodes that are due.
 //
 // A node that has not heartbeated for `heartbeat_timeout_ms` is marked LOST (with an event);
-// its next heartbeat or registration brings it back to READY. After a controller restart every
+// its next heartbeat or registration brings it back to READY. A cordon (SetCordon) is the
+// operator's and outlives re-registration and restarts; agents cannot set or clear it. After a
+// controller restart every
 // node gets a fresh grace period (its agent cannot have heartbeated while we were down).
 //
 // Thread-safety: not thread-safe; the Controller calls it only on its loop thread.
@@ -40,6 +42,11 @@ class NodeTracker {
   absl::Status Register(const v1::RegisterNodeRequest& req, v1::RegisterNodeResponse* resp,
                         std::vector<v1::Event>* events);
   absl::Status Heartbeat(const v1::HeartbeatRequest& req, std::vector<v1::Event>* events);
+  // Cordons (`cordoned`, with the reason) or uncordons a node, persisted with a "node.cordon"
+  // or "node.uncordon" event (none when nothing changes). NOT_FOUND when it never registered;
+  // INVALID_ARGUMENT for an empty id or a reason over 1024 bytes or not UTF-8.
+  absl::StatusOr<v1::Node> SetCordon(const std::string& node_id, bool cordoned,
+                                     const std::string& reason, std::vector<v1::Event>* events);
   std::vector<v1::Node> List();  // by id, with their newest heartbeat times
   // A node as the tracker knows it; NOT_FOUND when it never registered.
   absl::StatusOr<v1::Node> Get(const std::string& node_id);

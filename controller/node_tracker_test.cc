@@ -331,5 +331,64 @@ TEST_F(NodeTrackerTest, ANodeThatBeatsDuringTheGracePeriodStaysReady) {
   EXPECT_EQ(StateOf("n1"), v1::NODE_STATE_READY);
 }
 
+TEST_F(NodeTrackerTest, ACordonIsStoredWithAnEventAndOutlivesReRegistrationAndRestarts) {
+  std::vector<v1::Event> events;
+  ASSERT_TRUE(Register(NodeRequest("n1"), &events).ok());
+  events.clear();
+  clock_.AdvanceMicros(5 * kSecond);
+  absl::StatusOr<v1::Node> node = tracker_->SetCordon("n1", true, "kernel upgrade", &events);
+  ASSERT_TRUE(node.ok()) << node.status();
+  EXPECT_TRUE(node->cordoned());
+  EXPECT_EQ(node->cordon_reason(), "kernel upgrade");
+  EXPECT_EQ(node->state(), v1::NODE_STATE_READY);  // cordoned is not LOST
+  EXPECT_EQ(Rows(events), (std::vector<EventRow>{
+                              {"n1", "node.cordon", "", "", "drained: kernel upgrade"}}));
+  EXPECT_TRUE(store_->GetNode("n1")->cordoned());
+  // The agent re-registers (it restarted) claiming no cordon: the operator's cordon stays.
+  v1::RegisterNodeRequest again = NodeRequest("n1");
+  again.mutable_node()->set_cordoned(false);
+  ASSERT_TRUE(Register(again, &events).ok());
+  EXPECT_TRUE(tracker_->Get("n1")->cordoned());
+  EXPECT_EQ(tracker_->Get("n1")->cordon_reason(), "kernel upgrade");
+  // A new agent cannot cordon itself either.
+  v1::RegisterNodeRequest fresh = NodeRequest("n2");
+  fresh.mutable_node()->set_cordoned(true);
+  ASSERT_TRUE(Register(fresh, &events).ok());
+  EXPECT_FALSE(tracker_->Get("n2")->cordoned());
+  // A controller restart reads it back.
+  tracker_ = std::make_unique<NodeTracker>(*store_, clock_, options_);
+  EXPECT_TRUE(tracker_->Get("n1")->cordoned());
+  events.clear();
+  node = tracker_->SetCordon("n1", false, "", &events);
+  ASSERT_TRUE(node.ok()) << node.status();
+  EXPECT_FALSE(node->cordoned());
+  EXPECT_EQ(node->cordon_reason(), "");
+  EXPECT_FALSE(node->has_cordon_time());
+  EXPECT_EQ(Rows(events),
+            (std::vector<EventRow>{{"n1", "node.uncordon", "", "",
+                                    "uncordoned: ranks may be placed here again"}}));
+  events.clear();  // uncordoning an uncordoned node changes nothing
+  ASSERT_TRUE(tracker_->SetCordon("n1", false, "", &events).ok());
+  EXPECT_TRUE(events.empty());
+}
+
+TEST_F(NodeTrackerTest, ABadCordonRequestNamesTheFieldAndChangesNothing) {
+  std::vector<v1::Event> events;
+  ASSERT_TRUE(Register(NodeRequest("n1"), &events).ok());
+  events.clear();
+  EXPECT_EQ(tracker_->SetCordon("nope", true, "", &events).status().code(),
+            absl::StatusCode::kNotFound);
+  absl::Status s = tracker_->SetCordon("", true, "", &events).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "node_id: must not be empty");
+  s = tracker_->SetCordon("n1", true, std::string(1025, 'x'), &events).status();
+  EXPECT_EQ(s.message(), "reason: 1025 bytes, over the limit of 1024");
+  s = tracker_->SetCordon("n1", true, "bad \xff byte", &events).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message().substr(0, 30), "reason: not valid UTF-8: byte ");
+  EXPECT_TRUE(events.empty());
+  EXPECT_FALSE(store_->GetNode("n1")->cordoned());
+}
+
 }  // namespace
 }  // namespace dhp::controller

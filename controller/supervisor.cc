@@ -164,6 +164,7 @@ absl::Status Supervisor::Recover() {
       run.placed_micros = now;
       run.stall_timeout_s = job.spec().restart().stall_timeout_s();
       run.launch_timeout_s = job.spec().restart().launch_timeout_s();
+      run.preemption_grace_s = job.spec().restart().preemption_grace_s();
       std::vector<SlotRef> slots;
       for (const v1::RankPlacement& p : run.placement) {
         slots.push_back(SlotRef{p.node_id(), p.slot(), p.gpu()});
@@ -237,42 +238,6 @@ absl::Status Supervisor::OnJobCancelled(const v1::Job& job, std::vector<v1::Even
   return SweepDrained(events);
 }
 
-absl::Status Supervisor::RequestCheckpoint(const std::string& job_id,
-                                           v1::CheckpointJobResponse* resp,
-                                           std::vector<v1::Event>* events) {
-  DHP_CHECK_ON_THREAD(loop_);
-  if (job_id.empty()) return absl::InvalidArgumentError("job_id: must not be empty");
-  absl::StatusOr<v1::Job> job = store_.GetJob(job_id);
-  if (!job.ok()) return job.status();
-  ActiveRun* run = FindRun(RunId{job_id, job->current_attempt()});
-  const bool live =
-      job->state() == v1::JOB_STATE_STARTING || job->state() == v1::JOB_STATE_RUNNING;
-  if (!live || run == nullptr || run->draining) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot checkpoint job ", job_id, ": it is ", ShortName(job->state()),
-                     "; only a STARTING or RUNNING job has ranks to write a checkpoint"));
-  }
-  const bool joined = run->checkpoint_at.has_value();
-  // The newest step a rank reported (or the first step of the attempt): a checkpoint there
-  // loses no step.
-  if (!joined) run->checkpoint_at = std::max(run->max_step, run->start_step + 1);
-  const int64_t at = *run->checkpoint_at;
-  absl::Status s = Transition(run->id, events, [&](v1::Job& j, v1::Run&, int64_t now, JobWrite& w) {
-    w.events.push_back(JobEvent(j, now, "checkpoint", "", "REQUESTED",
-                                absl::StrCat("checkpoint requested by user",
-                                             joined ? " (joins the pending request)" : "",
-                                             ": at step ", at, " or the first step boundary after it")));
-    return absl::OkStatus();
-  });
-  if (!s.ok()) {
-    if (!joined) run->checkpoint_at.reset();
-    return s;
-  }
-  *resp->mutable_job() = *job;
-  resp->set_at_step(at);
-  return absl::OkStatus();
-}
-
 // ---- nodes --------------------------------------------------------------------------------
 
 void Supervisor::OnNodeChanged(const v1::Node& node) {
@@ -291,9 +256,9 @@ void Supervisor::OnNodeChanged(const v1::Node& node) {
   } else if (cap.slots > 0) {
     cap.memory_bytes_per_slot = res.memory_bytes() / cap.slots;
   }
-  cap.schedulable = node.state() == v1::NODE_STATE_READY;
+  cap.schedulable = node.state() == v1::NODE_STATE_READY && !node.cordoned();
   scheduler_.UpsertNode(cap);
-  if (cap.schedulable) {
+  if (node.state() == v1::NODE_STATE_READY) {
     lost_nodes_.erase(node.id());
   } else {
     lost_nodes_.insert(node.id());
@@ -408,6 +373,7 @@ absl::Status Supervisor::Place(const PlacementDecision& decision, std::vector<v1
     active.start_step = run.start_step();
     active.stall_timeout_s = job.spec().restart().stall_timeout_s();
     active.launch_timeout_s = job.spec().restart().launch_timeout_s();
+    active.preemption_grace_s = job.spec().restart().preemption_grace_s();
     return MoveJob(job, v1::JOB_STATE_SCHEDULED, reason, now, &write);
   });
   if (!s.ok()) return s;
@@ -576,10 +542,12 @@ absl::Status Supervisor::ApplyRankStatus(ActiveRun& run, const v1::RankStatus& s
   if (st.exit_code() == kRankExitPreempted && st.signal() == 0) {
     // Every rank checkpointed at one step and the shards were reported before any exited
     // (job_rank.h): the next attempt resumes there, and no restart is spent.
+    const std::string why =
+        run.preempt_reason.empty() ? "a SIGTERM reached the job" : run.preempt_reason;
     return FailRun(run,
-                   absl::StrCat("preempted: rank ", w, " on node ", node_id,
-                                " stopped after a SIGTERM reached the job, every rank having "
-                                "checkpointed first (not counted as a restart)"),
+                   absl::StrCat("preempted: rank ", w, " on node ", node_id, " stopped after ",
+                                why, ", every rank having checkpointed first (not counted as a "
+                                "restart)"),
                    /*counted=*/false, events, v1::RUN_STATE_PREEMPTED);
   }
   if ((st.exit_code() == 0 && st.signal() == 0) || st.stopped_by_agent()) return absl::OkStatus();

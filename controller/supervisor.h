@@ -87,6 +87,13 @@ struct ActiveRun {
   // boundary at or after this step, until a shard of such a step is reported. In memory: a
   // controller restart forgets a request not yet answered by a shard.
   std::optional<int64_t> checkpoint_at;
+  // Preempt (a drain of a node holding its ranks): the ranks are told to checkpoint at their
+  // next step boundary and exit kRankExitPreempted; a run still not ended at the deadline is
+  // stopped without that checkpoint. In memory: the Controller asks again after a restart for
+  // the runs still on cordoned nodes.
+  std::string preempt_reason;  // "": not asked
+  int64_t preempt_deadline_micros = 0;
+  int preemption_grace_s = 120;
   std::set<std::string> drain_nodes;  // nodes that have not yet reported the ranks gone
 };
 
@@ -116,7 +123,15 @@ class Supervisor {
   absl::Status RequestCheckpoint(const std::string& job_id, v1::CheckpointJobResponse* resp,
                                  std::vector<v1::Event>* events);
 
-  // Node inventory: a registration or a state change of a node.
+  // DrainNode, after the node was cordoned: asks every running attempt with ranks on the node
+  // to checkpoint at its next step boundary and stop (an event each; `why` says who asked);
+  // an attempt that has not finished a step yet has nothing to save and ends at once. Both end
+  // PREEMPTED and their jobs are queued again, not counted as restarts. Appends the job ids.
+  absl::Status PreemptRunsOn(const std::string& node_id, const std::string& why,
+                             std::vector<std::string>* job_ids, std::vector<v1::Event>* events);
+
+  // Node inventory: a registration, a state change or a cordon of a node (cordoned and LOST
+  // nodes get no new ranks).
   void OnNodeChanged(const v1::Node& node);
   // A node went LOST: every run with ranks on it fails; draining runs stop waiting for it.
   absl::Status OnNodeLost(const std::string& node_id, std::vector<v1::Event>* events);
@@ -138,7 +153,8 @@ class Supervisor {
   // costs the same with 10 or 10,000 jobs waiting.
   absl::Status Schedule(std::vector<v1::Event>* events);
   // Periodic: fails runs whose step has not advanced for their stall timeout, and runs with
-  // ranks their agents have not reported launched within the launch timeout.
+  // ranks their agents have not reported launched within the launch timeout; stops preempted
+  // runs whose ranks have not stopped within restart.preemption_grace_s.
   absl::Status CheckStalls(std::vector<v1::Event>* events);
 
   // Checkpoint bookkeeping: the caller takes its manifests to write and directories to delete.
@@ -184,6 +200,8 @@ class Supervisor {
   absl::Status FailRun(ActiveRun& run, const std::string& reason, bool counted,
                        std::vector<v1::Event>* events);
   absl::Status SucceedRun(ActiveRun& run, std::vector<v1::Event>* events);
+  // Ends a preempted run whose grace period is over (PREEMPTED, not counted).
+  absl::Status CheckPreemptGrace(ActiveRun& run, int64_t now, std::vector<v1::Event>* events);
   // One node's report on one run: applies the statuses, moves the job when all ranks launched or
   // finished, and counts the node as confirmed when the run is draining.
   absl::Status ApplyNodeReport(ActiveRun& run, const std::string& node,

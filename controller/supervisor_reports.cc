@@ -59,6 +59,10 @@ absl::Status Supervisor::OnProgress(const v1::ReportProgressRequest& req,
     resp->set_checkpoint(true);
     resp->set_checkpoint_at_step(*run->checkpoint_at);
   }
+  if (!run->preempt_reason.empty()) {
+    resp->set_preempt(true);
+    resp->set_preempt_reason(run->preempt_reason);
+  }
   const int64_t now = clock_.NowMicros();
   RankView& rank = run->ranks[req.rank()];
   rank.step = std::max(rank.step, req.step());
@@ -148,6 +152,8 @@ absl::Status Supervisor::CheckStalls(std::vector<v1::Event>* events) {
   const int64_t now = clock_.NowMicros();
   // FailRun changes neither runs_ nor by_node_ (only SweepDrained does): iterating is safe.
   for (auto& [id, run] : runs_) {
+    if (run.draining) continue;
+    if (absl::Status s = CheckPreemptGrace(run, now, events); !s.ok()) return s;
     if (run.draining) continue;
     if (absl::Status s = CheckLaunched(run, now, events); !s.ok()) return s;
     if (run.draining) continue;

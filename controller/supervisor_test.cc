@@ -8,175 +8,13 @@
 
 #include "common/clock.h"
 #include "controller/job_manager.h"
+#include "controller/supervisor_test_util.h"
 #include "controller/time_util.h"
 
 namespace dhp::controller {
 namespace {
 
 using ::testing::HasSubstr;
-
-constexpr char kRoot[] = "/data/ckpt";
-
-// Tiny model, vision SP 2 x text TP 2 collocated: 2 ranks forming one tensor-parallel group.
-std::string Spec(const std::string& name, int max_restarts, int priority = 0,
-                 int launch_timeout_s = 120) {
-  return "name: " + name + "\nmodel: {preset: tiny}\npriority: " + std::to_string(priority) +
-         "\nvision: {parallelism: sequence, degree: 2}\ntext: {parallelism: tensor, degree: 2}\n"
-         "training: {max_steps: 10}\ncheckpoint: {every_steps: 5, keep_latest: 2}\n"
-         "restart: {max_restarts: " + std::to_string(max_restarts) + ", stall_timeout_s: 30, "
-         "launch_timeout_s: " + std::to_string(launch_timeout_s) + "}\n"
-         "data: {datasets: [shapes], registry: {shapes: {annotation_path: data/train.jsonl}}}\n";
-}
-
-class SupervisorTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(":memory:");
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
-    jobs_ = std::make_unique<JobManager>(*store_, clock_, SpecOptions{kRoot});
-    sup_ = std::make_unique<Supervisor>(*store_, clock_, SupervisorOptions{kRoot});
-  }
-
-  void AddNode(const std::string& id, int cpu_slots) {
-    v1::Node node;
-    node.set_id(id);
-    node.set_state(v1::NODE_STATE_READY);
-    node.mutable_resources()->set_cpu_slots(cpu_slots);
-    ASSERT_TRUE(store_->PutNode(node, {}).ok());
-    sup_->OnNodeChanged(node);
-  }
-
-  v1::Job Submit(const std::string& name, int max_restarts = 1, int priority = 0,
-                 int launch_timeout_s = 120) {
-    v1::SubmitJobRequest req;
-    req.set_spec_text(Spec(name, max_restarts, priority, launch_timeout_s));
-    absl::StatusOr<v1::JobSpec> spec = jobs_->ValidateSubmission(req);
-    EXPECT_TRUE(spec.ok()) << spec.status();
-    EXPECT_TRUE(sup_->CheckAdmission(*spec).ok());
-    v1::SubmitJobResponse resp;
-    std::vector<v1::Event> events;
-    EXPECT_TRUE(jobs_->SubmitValidated(*spec, false, &resp, &events).ok());
-    sup_->OnJobQueued(resp.job());
-    clock_.AdvanceMicros(1000);
-    return resp.job();
-  }
-
-  void Schedule() {
-    std::vector<v1::Event> events;
-    ASSERT_TRUE(sup_->Schedule(&events).ok());
-  }
-
-  // One heartbeat of `node` reporting `ranks`; returns the ranks it is told to run.
-  std::vector<v1::RankLaunch> Beat(const std::string& node,
-                                   const std::vector<v1::RankStatus>& ranks = {}) {
-    v1::HeartbeatRequest req;
-    req.set_node_id(node);
-    for (const v1::RankStatus& r : ranks) *req.add_ranks() = r;
-    v1::HeartbeatResponse resp;
-    std::vector<v1::Event> events;
-    absl::Status s = sup_->OnHeartbeat(req, &resp, &events);
-    EXPECT_TRUE(s.ok()) << s;
-    return {resp.ranks().begin(), resp.ranks().end()};
-  }
-
-  static v1::RankStatus Status(const v1::Job& job, int attempt, int rank, bool running,
-                               int exit_code = 0, int signal = 0) {
-    v1::RankStatus st;
-    st.set_job_id(job.id());
-    st.set_attempt(attempt);
-    st.set_world_rank(rank);
-    st.set_state(running ? v1::RANK_PROCESS_STATE_RUNNING : v1::RANK_PROCESS_STATE_EXITED);
-    st.set_exit_code(exit_code);
-    st.set_signal(signal);
-    if (exit_code != 0) st.set_log_tail("loading data\nrank 1: group text.tp0: connection reset\n");
-    return st;
-  }
-
-  absl::Status Progress(const v1::Job& job, int attempt, int rank, int64_t step,
-                        const std::string& waiting_on = "", bool* stop = nullptr) {
-    v1::ReportProgressRequest req;
-    req.set_job_id(job.id());
-    req.set_attempt(attempt);
-    req.set_rank(rank);
-    req.set_step(step);
-    req.set_loss(rank == 0 ? 5.0 - step * 0.1 : NAN);
-    req.set_total_steps(10);
-    req.set_waiting_on(waiting_on);
-    v1::ReportProgressResponse resp;
-    std::vector<v1::Event> events;
-    absl::Status s = sup_->OnProgress(req, &resp, &events);
-    if (stop != nullptr) *stop = resp.stop();
-    last_progress_ = resp;
-    return s;
-  }
-
-  absl::StatusOr<int64_t> RequestCheckpoint(const v1::Job& job) {
-    v1::CheckpointJobResponse resp;
-    std::vector<v1::Event> events;
-    absl::Status s = sup_->RequestCheckpoint(job.id(), &resp, &events);
-    if (!s.ok()) return s;
-    return resp.at_step();
-  }
-
-  absl::StatusOr<v1::Checkpoint> Shard(const v1::Job& job, int attempt, int rank, int64_t step) {
-    const v1::Run run = Run(job.id(), attempt);
-    v1::ReportCheckpointRequest req;
-    req.set_job_id(job.id());
-    req.set_attempt(attempt);
-    req.set_step(step);
-    req.set_world_size(2);
-    req.set_path(run.checkpoint_dir() + "/step-" + std::to_string(step));
-    req.mutable_shard()->set_rank(rank);
-    req.mutable_shard()->set_file("rank-" + std::to_string(rank) + ".safetensors");
-    req.mutable_shard()->set_size_bytes(1000 + rank);
-    req.mutable_shard()->set_crc32c("0badf00d");
-    req.set_write_seconds(0.25 + rank);
-    v1::ReportCheckpointResponse resp;
-    std::vector<v1::Event> events;
-    absl::Status s = sup_->OnCheckpointShard(req, &resp, &events);
-    if (!s.ok()) return s;
-    return resp.checkpoint();
-  }
-
-  // A user cancels the job (JobManager), and the Supervisor hears of it.
-  void Cancel(const v1::Job& job) {
-    v1::CancelJobRequest req;
-    req.set_job_id(job.id());
-    v1::CancelJobResponse resp;
-    std::vector<v1::Event> events;
-    ASSERT_TRUE(jobs_->Cancel(req, &resp, &events).ok());
-    ASSERT_TRUE(sup_->OnJobCancelled(resp.job(), &events).ok());
-  }
-
-  v1::Job Stored(const std::string& id) { return *store_->GetJob(id); }
-  v1::Run Run(const std::string& id, int attempt) {
-    for (const v1::Run& r : store_->ListRuns(id)) {
-      if (r.attempt() == attempt) return r;
-    }
-    ADD_FAILURE() << "no run " << attempt;
-    return v1::Run();
-  }
-  std::vector<v1::Event> Events(const std::string& id) { return store_->ListEvents(id, 0, 0); }
-
-  // Places `job`, launches both ranks and reports step 1: RUNNING.
-  void StartRunning(const v1::Job& job, int attempt = 1) {
-    Schedule();
-    ASSERT_EQ(Beat("n1").size(), 2u);
-    Beat("n1", {Status(job, attempt, 0, true), Status(job, attempt, 1, true)});
-    ASSERT_EQ(Stored(job.id()).state(), v1::JOB_STATE_STARTING);
-    const int64_t start = Run(job.id(), attempt).start_step();
-    ASSERT_TRUE(Progress(job, attempt, 0, start + 1).ok());
-    ASSERT_TRUE(Progress(job, attempt, 1, start + 1).ok());
-    ASSERT_EQ(Stored(job.id()).state(), v1::JOB_STATE_RUNNING);
-  }
-
-  v1::ReportProgressResponse last_progress_;
-  FakeClock clock_;
-  std::unique_ptr<Store> store_;
-  std::unique_ptr<JobManager> jobs_;
-  std::unique_ptr<Supervisor> sup_;
-};
 
 TEST_F(SupervisorTest, AJobRunsToSuccessWithItsCheckpoint) {
   AddNode("n1", 2);
@@ -316,26 +154,6 @@ TEST_F(SupervisorTest, AKilledRankIsTheCauseWhenItsPeersFailInTheSameReport) {
   EXPECT_EQ(Run(job.id(), 1).reason(), "rank 1 on node n1 was killed by signal 9 (Killed)");
 }
 
-TEST_F(SupervisorTest, APreemptedRunIsRequeuedFromItsCheckpointWithoutSpendingARestart) {
-  AddNode("n1", 2);
-  const v1::Job job = Submit("preempted", /*max_restarts=*/0);
-  StartRunning(job);
-  ASSERT_TRUE(Shard(job, 1, 0, 7).ok());  // the ranks checkpoint at the step SIGTERM came...
-  ASSERT_TRUE(Shard(job, 1, 1, 7).ok());
-  Beat("n1", {Status(job, 1, 0, false, 75), Status(job, 1, 1, true)});  // ...then exit 75
-  const v1::Job stored = Stored(job.id());
-  EXPECT_EQ(stored.state(), v1::JOB_STATE_QUEUED);  // with max_restarts 0: nothing spent
-  EXPECT_EQ(stored.restart_count(), 0);
-  EXPECT_EQ(stored.current_attempt(), 2);
-  EXPECT_THAT(stored.message(), HasSubstr("at step 7"));
-  EXPECT_EQ(Run(job.id(), 1).state(), v1::RUN_STATE_PREEMPTED);
-  EXPECT_EQ(Run(job.id(), 1).reason(),
-            "preempted: rank 0 on node n1 stopped after a SIGTERM reached the job, every rank "
-            "having checkpointed first (not counted as a restart)");
-  EXPECT_TRUE(Run(job.id(), 1).has_end_time());
-  EXPECT_EQ(Run(job.id(), 2).start_step(), 7);
-}
-
 TEST_F(SupervisorTest, CancelCompletesWhenTheAgentReportsTheRanksGone) {
   AddNode("n1", 2);
   const v1::Job job = Submit("cancel");
@@ -419,44 +237,6 @@ TEST_F(SupervisorTest, AnAgentThatRestartedWhileTheControllerWasDownEndsTheAttem
   EXPECT_EQ(Stored(job.id()).current_attempt(), 2);
   EXPECT_EQ(Stored(job.id()).restart_count(), 0);
   EXPECT_THAT(Run(job.id(), 1).reason(), HasSubstr("no longer reports ranks 0, 1"));
-}
-
-TEST_F(SupervisorTest, CheckpointNowIsAnsweredToEveryRankUntilAShardOfThatStepOrLaterArrives) {
-  AddNode("n1", 2);
-  const v1::Job job = Submit("checkpoint-now");
-  EXPECT_EQ(RequestCheckpoint(job).status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(RequestCheckpoint(job).status().message()),
-              HasSubstr("it is QUEUED; only a STARTING or RUNNING job"));
-  EXPECT_EQ(RequestCheckpoint(v1::Job()).status().code(), absl::StatusCode::kInvalidArgument);
-  v1::Job missing;
-  missing.set_id("no-such-job");
-  EXPECT_EQ(RequestCheckpoint(missing).status().code(), absl::StatusCode::kNotFound);
-
-  StartRunning(job);
-  ASSERT_TRUE(Progress(job, 1, 0, 4).ok());
-  EXPECT_FALSE(last_progress_.checkpoint());
-  ASSERT_EQ(RequestCheckpoint(job).value_or(-1), 4);
-  ASSERT_TRUE(Progress(job, 1, 0, 5).ok());
-  EXPECT_TRUE(last_progress_.checkpoint());
-  EXPECT_EQ(last_progress_.checkpoint_at_step(), 4);
-  EXPECT_EQ(RequestCheckpoint(job).value_or(-1), 4);  // joins the pending one
-  ASSERT_TRUE(Progress(job, 1, 1, 5).ok());
-  EXPECT_TRUE(last_progress_.checkpoint());
-  EXPECT_EQ(last_progress_.checkpoint_at_step(), 4);
-  ASSERT_TRUE(Shard(job, 1, 0, 3).ok());  // of an earlier step: not an answer
-  ASSERT_TRUE(Progress(job, 1, 0, 5).ok());
-  EXPECT_TRUE(last_progress_.checkpoint());
-  ASSERT_TRUE(Shard(job, 1, 0, 5).ok());
-  ASSERT_TRUE(Progress(job, 1, 1, 6).ok());
-  EXPECT_FALSE(last_progress_.checkpoint());
-  int requested = 0;
-  for (const v1::Event& e : Events(job.id())) {
-    if (e.type() == "checkpoint" && e.to_state() == "REQUESTED") {
-      ++requested;
-      EXPECT_THAT(e.reason(), HasSubstr("at step 4 or the first step boundary after it"));
-    }
-  }
-  EXPECT_EQ(requested, 2);
 }
 
 TEST_F(SupervisorTest, AStalledRunFailsNamingTheSilentRankAndTheWaitingOne) {

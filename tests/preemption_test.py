@@ -8,6 +8,9 @@ and its dhp-rank processes train the tiny job on loopback with no periodic check
     ranks) makes every rank checkpoint at the step boundary where it arrived and exit 75; the
     run ends PREEMPTED and the next attempt starts from that step, without spending a restart
     (max_restarts is 0 here, so a counted one would fail the job);
+  - `dhpctl drain NODE` does the same for the job with ranks on the node: the run ends
+    PREEMPTED at the step boundary where the ranks heard of it, and the next attempt starts
+    there on the other node (the drained one is cordoned until `dhpctl uncordon`);
   - asking a job that has no ranks, or a job that does not exist, is refused with the reason
     (FAILED_PRECONDITION / NOT_FOUND, HTTP 409/404 on REST) and changes nothing.
 
@@ -29,6 +32,7 @@ from runs_test import STEP_LINE, generate_dataset, rank_pids, spec_text  # noqa:
 ASKED = re.compile(r"the controller asks for a checkpoint at step (\d+)")
 SAVED_NOW = re.compile(r"checkpoint now at step (\d+)")
 SIGTERM_NOTE = "dhp-rank: SIGTERM: checkpointing at the next step boundary"
+DRAIN_NOTE = "the controller asks to checkpoint and stop"
 PREEMPTED_AT = re.compile(r"preempted \(SIGTERM[^)]*\): checkpoint at step (\d+)")
 
 
@@ -144,6 +148,64 @@ class PreemptionTest(runs_test.ClusterJobs, unittest.TestCase):
         self.assertEqual(int(self.job(job)["job"]["current_attempt"]), 2)
         self.assertEqual(self.cluster.dhpctl("cancel", job)[0], 0)
         self.wait_state(job, "CANCELLED")
+
+    def test_a_drained_node_checkpoints_its_job_which_resumes_on_another_node(self):
+        self.start_worker("node-a")
+        self.start_worker("node-b")
+        job = self.submit(spec_text(self.cluster, "drained", steps=100000, every=0))
+        self.wait_step(job, 3)
+        node = self.run_of(job, 1)["placement"][0]["node_id"]
+        other = "node-b" if node == "node-a" else "node-a"
+        code, out, err = self.cluster.dhpctl("drain", node, "--reason", "kernel upgrade")
+        self.assertEqual(code, 0, err)
+        self.assertIn("node %s cordoned" % node, out)
+        self.assertIn(job, out)
+        wait_for(lambda: (self.run_of(job, 1) or {}).get("state") == "RUN_STATE_PREEMPTED",
+                 timeout=60, what="attempt 1 PREEMPTED")
+        # Every rank heard of the drain at a step boundary and checkpointed there or at the next.
+        saved, heard_by = None, []
+        for rank in (0, 1):
+            log = wait_for(lambda: (lambda t: PREEMPTED_AT.search(t) and t)(
+                self.rank_log(job, rank)), timeout=30, what="rank %d's preemption line" % rank)
+            at = int(PREEMPTED_AT.search(log).group(1))
+            self.assertIn(saved, (None, at))
+            saved = at
+            heard = log.find(DRAIN_NOTE)
+            if heard < 0:
+                continue  # told by the other rank in the step's agreement
+            heard_by.append(rank)
+            before = [int(m.group(1)) for m in STEP_LINE.finditer(log[:heard])]
+            self.assertLessEqual(saved - max(before), 1, "heard after step %d, saved at %d"
+                                 % (max(before), saved))
+            after = [int(m.group(1)) for m in STEP_LINE.finditer(log[heard:])]
+            self.assertEqual(max(after + before), saved, "trained past the checkpoint")
+        self.assertTrue(heard_by, "no rank logged the controller's request")
+        run1 = self.run_of(job, 1)
+        self.assertIn("stopped after node %s was drained (kernel upgrade)" % node, run1["reason"])
+        self.assertIn("not counted as a restart", run1["reason"])
+        self.assertIn(saved, self.complete_checkpoints(job))
+        # The next attempt starts at that step, on the node that is not cordoned.
+        self.wait_step(job, saved + 2)
+        run2 = self.run_of(job, 2)
+        self.assertEqual(int(run2.get("start_step", 0)), saved)
+        self.assertEqual({p["node_id"] for p in run2["placement"]}, {other})
+        self.assertEqual(int(self.job(job)["job"].get("restart_count", 0)), 0)
+        nodes = {n["id"]: n for n in self.cluster.dhpctl_json("nodes")["nodes"]}
+        self.assertTrue(nodes[node].get("cordoned"))
+        self.assertEqual(nodes[node].get("cordon_reason"), "kernel upgrade")
+        self.assertIn("READY,CORDONED", self.cluster.dhpctl("nodes")[1])
+        code, out, err = self.cluster.dhpctl("uncordon", node)
+        self.assertEqual(code, 0, err)
+        self.assertFalse(self.cluster.dhpctl_json("nodes")["nodes"][0].get("cordoned", False))
+        self.assertEqual(self.cluster.dhpctl("cancel", job)[0], 0)
+        self.wait_state(job, "CANCELLED")
+        code, out, err = self.cluster.dhpctl("drain", "node-zz")
+        self.assertNotEqual(code, 0)
+        self.assertIn("NOT_FOUND", err)
+        status, body = self.cluster.http("POST", "/v1/nodes/%s:drain" % node,
+                                         '{"reason": "%s"}' % ("x" * 1025))
+        self.assertEqual(status, 400, body)
+        self.assertIn("reason: 1025 bytes, over the limit of 1024", body)
 
     def test_checkpoint_of_a_job_without_ranks_or_of_no_job_is_refused(self):
         job = self.submit(spec_text(self.cluster, "no-ranks", steps=5, every=0))  # no worker

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -138,6 +139,28 @@ class PythonClientTest(unittest.TestCase):
             secured.close()
         with self.assertRaises(dhp_client.Unavailable):
             dhp_client.Client("127.0.0.1:1", timeout=2).list()
+
+    def test_4_drain_and_uncordon_a_node(self):
+        c = self.client
+        with self.assertRaises(dhp_client.NotFound):
+            c.drain_node("node-zz")
+        with self.assertRaises(dhp_client.InvalidArgument) as long_reason:
+            c.drain_node("node-a", reason="x" * 1025)
+        self.assertEqual(long_reason.exception.message,
+                         "reason: 1025 bytes, over the limit of 1024")
+        self.assertFalse(c.nodes()[0].cordoned)  # nothing changed
+        drained = c.drain_node("node-a", reason="py maintenance")
+        self.assertTrue(drained.node.cordoned)
+        self.assertEqual(drained.node.cordon_reason, "py maintenance")
+        node = c.nodes()[0]
+        self.assertTrue(node.cordoned)
+        self.assertEqual(node.state, node_pb2.NODE_STATE_READY)  # alive, only not schedulable
+        # A job waits while the only node is cordoned, and runs once it is uncordoned.
+        job = c.submit(spec_text(self.cluster, "py-cordoned", steps=2, every=0))
+        time.sleep(1.5)
+        self.assertEqual(c.get(job.id).job.state, job_pb2.JOB_STATE_QUEUED)
+        self.assertFalse(c.uncordon_node("node-a").cordoned)
+        self.assertEqual(c.wait(job.id, timeout=120).state, job_pb2.JOB_STATE_SUCCEEDED)
 
 
 if __name__ == "__main__":

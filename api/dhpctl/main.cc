@@ -4,6 +4,7 @@
 //   dhpctl list [--state running] [--label team=vision] [--owner alice] [--limit N]
 //   dhpctl get JOB | cancel JOB [--reason R] | resume JOB | checkpoint JOB | watch JOB | events
 //          | nodes
+//   dhpctl drain NODE [--reason R] | uncordon NODE   (admins)
 //   dhpctl logs JOB [--rank N]... [--attempt A] [-f|--follow]
 //   dhpctl checkpoints JOB
 //   dhpctl top JOB [--interval 1s] [--once]
@@ -359,6 +360,14 @@ int main(int argc, char** argv) {
   events->add_option("--after", after, "Only events after this id");
   events->add_flag("--follow", follow, "Keep streaming new events");
   CLI::App* nodes = app.add_subcommand("nodes", "List worker nodes");
+  std::string node_id;
+  CLI::App* drain = app.add_subcommand(
+      "drain", "Cordon a node; the runs on it checkpoint at their next step and are requeued");
+  drain->add_option("node", node_id, "Node id")->required();
+  drain->add_option("--reason", reason, "Recorded with the drain (events, dhpctl nodes)");
+  CLI::App* uncordon =
+      app.add_subcommand("uncordon", "Let the scheduler place ranks on a drained node again");
+  uncordon->add_option("node", node_id, "Node id")->required();
   CLI::App* logs = app.add_subcommand(
       "logs", "Print a job's rank output; several ranks' lines start \"[rank N] \"");
   logs->add_option("job", job_id, "Job id")->required();
@@ -535,6 +544,21 @@ int main(int argc, char** argv) {
       return 2;
     }
     return Top(client, job_id, *interval_ms, top_once, g);
+  }
+  if (drain->parsed()) {
+    v1::DrainNodeRequest req;
+    req.set_node_id(node_id);
+    req.set_reason(reason);
+    absl::StatusOr<v1::DrainNodeResponse> resp = client.DrainNode(req);
+    if (!resp.ok()) return Report(resp.status(), g.server);
+    return Print(*resp, g, DrainSummary(*resp));
+  }
+  if (uncordon->parsed()) {
+    v1::UncordonNodeRequest req;
+    req.set_node_id(node_id);
+    absl::StatusOr<v1::UncordonNodeResponse> resp = client.UncordonNode(req);
+    if (!resp.ok()) return Report(resp.status(), g.server);
+    return Print(*resp, g, "node " + node_id + " uncordoned: ranks may be placed there again\n");
   }
   if (nodes->parsed()) {
     absl::StatusOr<v1::ListNodesResponse> resp = client.ListNodes(v1::ListNodesRequest());

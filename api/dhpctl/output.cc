@@ -258,12 +258,21 @@ std::string NodesTable(const std::vector<v1::Node>& nodes, int64_t now_micros) {
   for (const v1::Node& n : nodes) {
     std::string gpus = std::to_string(n.resources().gpus_size());
     if (n.resources().gpus_size() > 0) gpus += " x " + n.resources().gpus(0).name();
-    rows.push_back({n.id(), ShortName(n.state()), gpus, std::to_string(n.resources().cpu_slots()),
+    const std::string state = ShortName(n.state()) + (n.cordoned() ? ",CORDONED" : "");
+    rows.push_back({n.id(), state, gpus, std::to_string(n.resources().cpu_slots()),
                     Bytes(n.resources().memory_bytes()),
                     Age(Micros(n.last_heartbeat_time()), now_micros) + " ago", n.address()});
   }
   return RenderTable({"NODE", "STATE", "GPUS", "CPU_SLOTS", "MEMORY", "HEARTBEAT", "ADDRESS"},
                      rows);
+}
+
+std::string DrainSummary(const v1::DrainNodeResponse& resp) {
+  std::string out = "node " + resp.node().id() + " cordoned: no new ranks are placed there";
+  if (resp.job_ids().empty()) return out + "; no running job had ranks there\n";
+  out += "; asked to checkpoint at their next step and stop (then queued again):";
+  for (const std::string& id : resp.job_ids()) out += " " + id;
+  return out + "\n";
 }
 
 std::string EventLine(const v1::Event& e) {

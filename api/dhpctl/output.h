@@ -33,6 +33,8 @@ std::string CheckpointsTable(const v1::GetJobResponse& resp);
 std::string PlacementSummary(const v1::Run& run);
 // "0.4s", "59.0s", "1:05", "1:02:03"; "-" for 0.
 std::string Seconds(double seconds);
+// What `dhpctl drain` prints: the node cordoned and the jobs asked to checkpoint and stop.
+std::string DrainSummary(const v1::DrainNodeResponse& resp);
 std::string EventLine(const v1::Event& event);
 
 // The message as JSON (proto JSON mapping) or YAML, for -o json|yaml.

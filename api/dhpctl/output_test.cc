@@ -81,6 +81,28 @@ TEST(OutputTest, NodesTable) {
             "gpu-1  LOST   1 x H100  0          2.0 GiB  30s ago    10.0.0.5\n");
 }
 
+TEST(OutputTest, ACordonedNodeAndWhatADrainAsked) {
+  v1::Node n;
+  n.set_id("cpu-1");
+  n.set_state(v1::NODE_STATE_READY);
+  n.set_cordoned(true);
+  n.mutable_resources()->set_cpu_slots(4);
+  n.mutable_last_heartbeat_time()->set_seconds(kNow / 1000000 - 1);
+  EXPECT_EQ(NodesTable({n}, kNow),
+            "NODE   STATE           GPUS  CPU_SLOTS  MEMORY  HEARTBEAT  ADDRESS\n"
+            "cpu-1  READY,CORDONED  0     4          0 B     1s ago     \n");
+  v1::DrainNodeResponse resp;
+  *resp.mutable_node() = n;
+  EXPECT_EQ(DrainSummary(resp),
+            "node cpu-1 cordoned: no new ranks are placed there; no running job had ranks "
+            "there\n");
+  resp.add_job_ids("j-1");
+  resp.add_job_ids("j-2");
+  EXPECT_EQ(DrainSummary(resp),
+            "node cpu-1 cordoned: no new ranks are placed there; asked to checkpoint at their "
+            "next step and stop (then queued again): j-1 j-2\n");
+}
+
 
 TEST(OutputTest, CheckpointsTableWithCorruptNote) {
   v1::GetJobResponse resp;

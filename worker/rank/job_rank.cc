@@ -231,7 +231,8 @@ absl::StatusOr<JobRankResult> JobRank::RunImpl() {
     const bool periodic = step == total || (every > 0 && step % every == 0);
     if (periodic || agreed->checkpoint || agreed->preempt) {
       if (agreed->preempt) {
-        Log(absl::StrCat("preempted (SIGTERM", control_.preempt_requested() ? " here" : " on a rank",
+        Log(absl::StrCat("preempted (SIGTERM or drain",
+                         control_.preempt_requested() ? ", here" : ", on another rank",
                          "): checkpoint at step ", step, ", then exiting"));
       } else if (!periodic) {
         Log(absl::StrCat("checkpoint now at step ", step, ", as a rank was asked (at step ",

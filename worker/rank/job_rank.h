@@ -92,7 +92,8 @@ class RankControl {
   virtual void StepFinished(const RankStepProgress& progress) = 0;
   // The controller asked the run to stop (cancel).
   virtual bool stop_requested() const = 0;
-  // This rank got SIGTERM (preemption.h): checkpoint at the next step boundary and stop.
+  // This rank got SIGTERM (preemption.h), or the controller asked (a drain of a node holding
+  // the job's ranks): checkpoint at the next step boundary and stop.
   virtual bool preempt_requested() const = 0;
   // The newest step at (or after) which the controller asked for a checkpoint now; -1: never.
   virtual int64_t checkpoint_requested_at() const = 0;

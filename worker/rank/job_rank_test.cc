@@ -328,9 +328,9 @@ TEST_F(JobRankTest, ASigtermOnOneRankCheckpointsEveryRankAtTheSameStepAndEndsPre
     EXPECT_GE(rr.control.flushes, 1);
     for (int64_t s = 1; s <= 3; ++s) EXPECT_EQ(d.Loss(r, s), Straight().Loss(r, s));
   }
-  EXPECT_THAT(d.ranks[0].log, Contains(HasSubstr("preempted (SIGTERM here): checkpoint at step 3")));
+  EXPECT_THAT(d.ranks[0].log, Contains(HasSubstr("preempted (SIGTERM or drain, here): checkpoint at step 3")));
   EXPECT_THAT(d.ranks[1].log,
-              Contains(HasSubstr("preempted (SIGTERM on a rank): checkpoint at step 3")));
+              Contains(HasSubstr("preempted (SIGTERM or drain, on another rank): checkpoint at step 3")));
 }
 
 TEST_F(JobRankTest, AResumedRunContinuesBitIdentically) {

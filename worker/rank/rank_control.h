@@ -32,7 +32,9 @@ class ControllerRankControl : public RankControl {
   void StepStarted(int64_t step) override { reporter_.StepStarted(step); }
   void StepFinished(const RankStepProgress& progress) override;
   bool stop_requested() const override { return reporter_.stop_requested(); }
-  bool preempt_requested() const override { return PreemptionRequested(); }
+  bool preempt_requested() const override {
+    return PreemptionRequested() || reporter_.preempt_requested();
+  }
   int64_t checkpoint_requested_at() const override {
     return reporter_.checkpoint_requested_at();
   }

@@ -221,6 +221,10 @@ void RankReporter::Run() {
         DHP_LOG(INFO) << "rank " << rank_ << ": the controller asks for a checkpoint at step "
                       << resp->checkpoint_at_step() << " or the first step boundary after it";
       }
+      if (resp->preempt() && !preempt_requested_.exchange(true)) {
+        DHP_LOG(INFO) << "rank " << rank_ << ": the controller asks to checkpoint and stop: "
+                      << resp->preempt_reason();
+      }
       if (resp->stop() && !stop_requested_.exchange(true)) {
         DHP_LOG(INFO) << "rank " << rank_ << ": the controller asks job " << job_id_
                       << " (attempt " << attempt_ << ") to stop";

@@ -80,6 +80,9 @@ class RankReporter {
   // The newest step at (or after) which the controller asked for a checkpoint (checkpoint now);
   // -1 when it never asked.
   int64_t checkpoint_requested_at() const { return checkpoint_at_.load(); }
+  // The controller answered preempt=true (a drain of a node holding the job's ranks):
+  // checkpoint at the next step boundary and stop, as for a SIGTERM.
+  bool preempt_requested() const { return preempt_requested_.load(); }
   // Waits until the newest finished step has been delivered (sent and answered), reporting has
   // ended, or `timeout` passed.
   void Flush(std::chrono::milliseconds timeout);
@@ -98,6 +101,7 @@ class RankReporter {
   const Options options_;
   std::atomic<bool> stop_requested_{false};
   std::atomic<int64_t> checkpoint_at_{-1};
+  std::atomic<bool> preempt_requested_{false};
 
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable wake_;     // the sender: something changed

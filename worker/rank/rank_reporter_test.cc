@@ -45,6 +45,10 @@ class FakeProgressService : public api::DhpService {
     std::lock_guard<std::mutex> lock(mu_);
     checkpoint_at_ = step;
   }
+  void SetPreempt(std::string reason) {  // "": not asked
+    std::lock_guard<std::mutex> lock(mu_);
+    preempt_reason_ = std::move(reason);
+  }
   void SetError(absl::Status error) {
     std::lock_guard<std::mutex> lock(mu_);
     error_ = std::move(error);
@@ -99,6 +103,8 @@ class FakeProgressService : public api::DhpService {
       resp->set_checkpoint(true);
       resp->set_checkpoint_at_step(checkpoint_at_);
     }
+    resp->set_preempt(!preempt_reason_.empty());
+    resp->set_preempt_reason(preempt_reason_);
     return absl::OkStatus();
   }
 
@@ -114,6 +120,8 @@ class FakeProgressService : public api::DhpService {
   DHP_FAKE_UNIMPLEMENTED(CheckpointJob)
   DHP_FAKE_UNIMPLEMENTED(GetLogs)
   DHP_FAKE_UNIMPLEMENTED(ListNodes)
+  DHP_FAKE_UNIMPLEMENTED(DrainNode)
+  DHP_FAKE_UNIMPLEMENTED(UncordonNode)
   DHP_FAKE_UNIMPLEMENTED(RegisterNode)
   DHP_FAKE_UNIMPLEMENTED(Heartbeat)
   DHP_FAKE_UNIMPLEMENTED(KvSet)
@@ -137,6 +145,7 @@ class FakeProgressService : public api::DhpService {
   std::condition_variable cv_;
   bool stop_ = false;
   int64_t checkpoint_at_ = -1;
+  std::string preempt_reason_;
   absl::Status error_;
   milliseconds delay_{0};
   std::vector<Received> received_;
@@ -303,6 +312,24 @@ TEST_F(RankReporterTest, ACheckpointRequestRaisesTheStepAskedForAndNeverLowersIt
   reporter->StepFinished(Step(3));
   reporter->Flush(milliseconds(5000));
   EXPECT_EQ(reporter->checkpoint_requested_at(), 2);
+  EXPECT_FALSE(reporter->stop_requested());
+}
+
+TEST_F(RankReporterTest, APreemptRequestIsKeptOnceAnswered) {
+  RankReporter::Options options;
+  options.min_interval_ms = 10;
+  auto reporter = Make(options);
+  reporter->StepFinished(Step(1));
+  reporter->Flush(milliseconds(5000));
+  EXPECT_FALSE(reporter->preempt_requested());
+  service_.SetPreempt("node n1 was drained");
+  reporter->StepFinished(Step(2));
+  reporter->Flush(milliseconds(5000));
+  EXPECT_TRUE(reporter->preempt_requested());
+  service_.SetPreempt("");  // a later answer without it does not take it back
+  reporter->StepFinished(Step(3));
+  reporter->Flush(milliseconds(5000));
+  EXPECT_TRUE(reporter->preempt_requested());
   EXPECT_FALSE(reporter->stop_requested());
 }
 

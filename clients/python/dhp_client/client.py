@@ -221,3 +221,15 @@ class Client:
     def nodes(self) -> List[node_pb2.Node]:
         """Registered worker nodes with their GPUs or CPU slots and state."""
         return list(self._call(self._nodes.ListNodes, service_pb2.ListNodesRequest()).nodes)
+
+    def drain_node(self, node_id: str, reason: str = "") -> service_pb2.DrainNodeResponse:
+        """Cordons a node (no new ranks are placed there) and asks every running job with ranks
+        on it to checkpoint at its next step boundary and stop; those jobs are queued again
+        without spending a restart. ``job_ids`` of the response lists them. Admins only."""
+        request = service_pb2.DrainNodeRequest(node_id=node_id, reason=reason)
+        return self._call(self._nodes.DrainNode, request)
+
+    def uncordon_node(self, node_id: str) -> node_pb2.Node:
+        """Lets the scheduler place ranks on a drained node again. Admins only."""
+        request = service_pb2.UncordonNodeRequest(node_id=node_id)
+        return self._call(self._nodes.UncordonNode, request).node
