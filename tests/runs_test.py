@@ -22,7 +22,7 @@ DATA_ROOT = None  # one generated dataset for every test
 STEP_LINE = re.compile(r"(?m)^(?:\[rank \d+\] )?step (\d+)/(\d+) loss (\S+)")
 
 
-def spec_text(cluster, name, steps=20, every=5, restarts=0, stall=600, keep=2):
+def spec_text(cluster, name, steps=20, every=5, restarts=0, stall=600, keep=2, collective=None):
     with open(cluster.config("tiny-cpu.yaml")) as f:
         text = f.read()
     text = re.sub(r"(?m)^name: .*$", "name: " + name, text)
@@ -32,7 +32,8 @@ def spec_text(cluster, name, steps=20, every=5, restarts=0, stall=600, keep=2):
     text = re.sub(r"(?m)^  every_steps: .*$", "  every_steps: %d" % every, text)
     text = re.sub(r"(?m)^  keep_latest: .*$", "  keep_latest: %d" % keep, text)
     text = re.sub(r"(?m)^  max_restarts: .*$",
-                  "  max_restarts: %d\n  stall_timeout_s: %d" % (restarts, stall), text)
+                  "  max_restarts: %d\n  stall_timeout_s: %d" % (restarts, stall)
+                  + ("\n  collective_timeout_s: %d" % collective if collective else ""), text)
     path = os.path.join(cluster.tmp.name, name + ".yaml")
     with open(path, "w") as f:
         f.write(text)
@@ -290,6 +291,30 @@ class RunsTest(ClusterJobs, unittest.TestCase):
         reason = self.job(job)["runs"][0]["reason"]
         self.assertIn("no progress for", reason)
         self.assertIn("rank 1 (node node-a) silent for", reason)
+        wait_for(lambda: rank_pids(job) == [], timeout=20, what="ranks gone")
+
+    def test_a_hung_peer_fails_the_collective_within_the_collective_timeout(self):
+        """Issue 15 §5: rank 1 is held (SIGSTOP) mid-training. Rank 0 waits for it in a
+        collective and fails after restart.collective_timeout_s (4 s), naming the timeout, long
+        before the stall timeout (600 s) would; before the field existed it waited the rank's
+        default --timeout of 300 s."""
+        self.start_worker("node-a")
+        job = self.submit(spec_text(self.cluster, "hung-peer", steps=4000, every=0,
+                                    collective=4))
+        self.wait_step(job, 2)
+        pid = rank_pids(job, rank=1)[0]
+        os.kill(pid, signal.SIGSTOP)
+        held = time.monotonic()
+        try:
+            self.wait_state(job, "FAILED", timeout=90)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        self.assertLess(time.monotonic() - held, 60)
+        reason = self.job(job)["runs"][0]["reason"]
+        self.assertIn("rank 0 on node node-a exited with code", reason)
+        self.assertNotIn("no progress for", reason)
+        log = self.cluster.dhpctl("logs", job, "--rank", "0")[1]
+        self.assertRegex(log, r"(?i)tim(ed |e)out")
         wait_for(lambda: rank_pids(job) == [], timeout=20, what="ranks gone")
 
 
