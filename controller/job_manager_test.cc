@@ -194,7 +194,7 @@ TEST_F(JobManagerTest, InvalidSpecIsRefusedWithTheValidationMessageAndNothingSto
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(),
             "restart.max_restart: unknown key; known keys: max_restarts, stall_timeout_s, "
-            "launch_timeout_s");
+            "launch_timeout_s, collective_timeout_s, preemption_grace_s");
 
   EXPECT_TRUE(events.empty());
   EXPECT_EQ(resp.job().id(), "");
