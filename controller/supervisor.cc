@@ -448,6 +448,7 @@ absl::Status Supervisor::OnHeartbeat(const v1::HeartbeatRequest& req, v1::Heartb
       launch->set_world_size(static_cast<int>(run.placement.size()));
       launch->set_slot(p.slot());
       launch->set_gpu(p.gpu());
+      launch->set_preemption_grace_s(run.preemption_grace_s);
     }
   }
   return absl::OkStatus();

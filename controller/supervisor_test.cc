@@ -36,6 +36,7 @@ TEST_F(SupervisorTest, AJobRunsToSuccessWithItsCheckpoint) {
   EXPECT_EQ(launches[0].world_rank(), 0);
   EXPECT_EQ(launches[1].world_rank(), 1);
   EXPECT_EQ(launches[1].world_size(), 2);
+  EXPECT_EQ(launches[1].preemption_grace_s(), 120);  // the spec's restart.preemption_grace_s
   EXPECT_EQ(launches[1].slot(), 1);
   EXPECT_TRUE(Beat("n2").empty());  // nothing for other nodes
 

@@ -161,6 +161,8 @@ class DeployTest(unittest.TestCase):
         grace = re.search(r"--stop-grace-ms[= ](\d+)", worker["ExecStart"])
         self.assertIsNotNone(grace)
         self.assertGreater(int(worker["TimeoutStopSec"].rstrip("s")) * 1000, int(grace.group(1)))
+        # Preempted ranks get their job's restart.preemption_grace_s (default 120 s) first.
+        self.assertGreater(int(worker["TimeoutStopSec"].rstrip("s")), 120)
         env = read(os.path.join(DEPLOY, "systemd", "worker.env.example"))
         self.assertRegex(env, r"(?m)^DHP_SERVER=")
         self.assertRegex(env, r"(?m)^DHP_TOKEN=")
@@ -290,6 +292,7 @@ class DeployTest(unittest.TestCase):
         self.assertIn("--address=$(POD_IP)", args)
         grace_ms = int([a for a in args if a.startswith("--stop-grace-ms=")][0].split("=")[1])
         self.assertGreater(ds["terminationGracePeriodSeconds"] * 1000, grace_ms)
+        self.assertGreater(ds["terminationGracePeriodSeconds"], 120)  # preemption_grace_s
 
     # ---- Prometheus -------------------------------------------------------------------------
 

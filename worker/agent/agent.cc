@@ -151,8 +151,9 @@ int Agent::Run() {
 
 void Agent::Shutdown() {
   if (!launcher_.AllExited()) {
-    DHP_LOG(INFO) << "stopping " << launcher_.tracked() << " rank processes (grace "
-                  << options_.ranks.stop_grace_ms << " ms)";
+    DHP_LOG(INFO) << "stopping " << launcher_.tracked() << " rank processes with SIGTERM: "
+                  << "each checkpoints and exits within its job's restart.preemption_grace_s "
+                  << "(else --stop-grace-ms " << options_.ranks.stop_grace_ms << " ms)";
   }
   launcher_.StopAll();
   while (true) {

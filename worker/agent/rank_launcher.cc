@@ -174,7 +174,11 @@ void RankLauncher::Stop(const RankKey& key, Rank& rank, const char* why, int sig
   if (rank.exited() || rank.stopped_by_agent) return;
   DHP_LOG(INFO) << "stopping " << key.ToString() << " (pid " << rank.process->pid() << "): " << why;
   rank.stopped_by_agent = true;
-  rank.process->Terminate(std::chrono::milliseconds(options_.stop_grace_ms), signal);
+  // A preempted rank checkpoints first: it gets its job's grace (restart.preemption_grace_s).
+  const int64_t job_grace_ms = int64_t{rank.launch.preemption_grace_s()} * 1000;
+  const int64_t grace_ms =
+      signal == SIGTERM && job_grace_ms > 0 ? job_grace_ms : options_.stop_grace_ms;
+  rank.process->Terminate(std::chrono::milliseconds(grace_ms), signal);
 }
 
 void RankLauncher::Reconcile(const std::vector<v1::RankLaunch>& desired) {

@@ -40,7 +40,9 @@ struct RankLauncherOptions {
   bool allow_any_data_path = false;           // passed as --allow-any-data-path
   std::string data_root = ".";
   std::string log_dir = "logs";
-  int stop_grace_ms = 10000;          // SIGTERM → SIGKILL
+  // SIGINT/SIGTERM → SIGKILL; StopAll (SIGTERM) uses the launch's preemption_grace_s instead
+  // when the controller set it.
+  int stop_grace_ms = 10000;
   double peak_tflops = 0;             // passed as --peak-tflops when > 0 (MFU's denominator)
 };
 

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -115,6 +116,33 @@ TEST_F(RankLauncherTest, GpuRankGetsItsCommandLineEnvironmentAndLog) {
   EXPECT_FALSE(statuses[0].stopped_by_agent());
   ASSERT_EQ(launcher.Logs().size(), 1u);
   EXPECT_EQ(launcher.Logs()[0].path, log);
+}
+
+// A preempted rank (the agent got SIGTERM) has its job's restart.preemption_grace_s to
+// checkpoint and exit, not the agent's shorter --stop-grace-ms.
+TEST_F(RankLauncherTest, StopAllGivesEachRankItsJobsPreemptionGrace) {
+  std::ofstream(options_.rank_binary) << "#!/bin/sh\n"
+                                         "trap 'sleep 1; echo checkpointed; exit 75' TERM\n"
+                                         "echo ready\n"
+                                         "while :; do sleep 0.1; done\n";
+  options_.stop_grace_ms = 300;
+  RankLauncher launcher(options_);
+  v1::RankLaunch patient = Launch("j1", 1, 0, 2, /*slot=*/0);
+  patient.set_preemption_grace_s(10);
+  const v1::RankLaunch plain = Launch("j2", 1, 0, 2, /*slot=*/1);  // no grace from the job
+  launcher.Reconcile({patient, plain});
+  const std::string log1 = options_.log_dir + "/j1/attempt-1/rank-0.log";
+  const std::string log2 = options_.log_dir + "/j2/attempt-1/rank-0.log";
+  ASSERT_TRUE(PollUntil(launcher, [&] { return LogSays(log1, "ready") && LogSays(log2, "ready"); }));
+  launcher.StopAll();
+  ASSERT_TRUE(PollUntil(launcher, [&] { return launcher.AllExited(); }));
+  std::map<std::string, v1::RankStatus> by_job;
+  for (const v1::RankStatus& st : launcher.Statuses()) by_job[st.job_id()] = st;
+  EXPECT_EQ(by_job["j1"].exit_code(), 75);  // checkpointed within its 10 s
+  EXPECT_EQ(by_job["j1"].signal(), 0);
+  EXPECT_TRUE(LogSays(log1, "checkpointed"));
+  EXPECT_EQ(by_job["j2"].signal(), SIGKILL);  // 300 ms were not enough
+  EXPECT_TRUE(by_job["j2"].stopped_by_agent());
 }
 
 TEST_F(RankLauncherTest, CpuRankRunsOnCpuWithoutCudaDevicesOrToken) {
