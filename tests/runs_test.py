@@ -278,18 +278,25 @@ class RunsTest(ClusterJobs, unittest.TestCase):
         self.assertIn("the job can never fit this cluster", err)
         self.assertEqual(self.cluster.dhpctl_json("list").get("jobs", []), [])
 
-    def test_a_stalled_rank_is_named_and_the_run_fails(self):
+    def test_a_stalled_job_is_named_and_the_run_fails(self):
+        # Every rank hangs (both held): no peer's collective times out, so the controller's
+        # stall check finds it. (One held rank is found sooner by its peer's collective
+        # timeout: test_a_hung_peer_fails_the_collective_within_the_collective_timeout.)
         self.start_worker("node-a")
         job = self.submit(spec_text(self.cluster, "stall", steps=4000, every=0, stall=15))
         self.wait_step(job, 2)
-        pid = rank_pids(job, rank=1)[0]
-        os.kill(pid, signal.SIGSTOP)
+        pids = rank_pids(job)
+        self.assertEqual(len(pids), 2)
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
         try:
             self.wait_state(job, "FAILED", timeout=60)
         finally:
-            os.kill(pid, signal.SIGCONT)
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
         reason = self.job(job)["runs"][0]["reason"]
         self.assertIn("no progress for", reason)
+        self.assertIn("rank 0 (node node-a) silent for", reason)
         self.assertIn("rank 1 (node node-a) silent for", reason)
         wait_for(lambda: rank_pids(job) == [], timeout=20, what="ranks gone")
 
