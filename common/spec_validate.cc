@@ -270,6 +270,7 @@ bool NormalizePath(const std::string& path, std::vector<std::string>* parts) {
 void NormalizeCheckpoint(v1::CheckpointSpec& ckpt, const std::string& job_name,
                          const SpecOptions& options, Errors& errors) {
   if (!ckpt.has_keep_latest()) ckpt.set_keep_latest(kDefaultKeepLatest);
+  if (!ckpt.has_async_write()) ckpt.set_async_write(true);
   if (ckpt.directory().empty()) ckpt.set_directory(job_name);
 
   if (ckpt.every_steps() < 0) {

@@ -284,6 +284,8 @@ TEST(SpecValidateTest, DefaultsFilledOnMinimalSpec) {
   EXPECT_EQ(spec->checkpoint().every_steps(), 0);
   EXPECT_EQ(spec->checkpoint().keep_latest(), 3);
   EXPECT_EQ(spec->checkpoint().directory(), "min");
+  EXPECT_TRUE(spec->checkpoint().has_async_write());
+  EXPECT_TRUE(spec->checkpoint().async_write());
   EXPECT_EQ(spec->restart().max_restarts(), 0);
   EXPECT_EQ(spec->restart().stall_timeout_s(), 600);
   EXPECT_EQ(spec->restart().launch_timeout_s(), 120);

@@ -129,10 +129,18 @@ int64_t Zero1AdamW::state_bytes() const {
 }
 
 Zero1AdamW::PartitionState Zero1AdamW::State() const {
+  PartitionState st = StateView();
+  st.master = st.master.clone();
+  st.exp_avg = st.exp_avg.clone();
+  st.exp_avg_sq = st.exp_avg_sq.clone();
+  return st;
+}
+
+Zero1AdamW::PartitionState Zero1AdamW::StateView() const {
   PartitionState st;
-  st.master = master_.clone();
-  st.exp_avg = exp_avg_.clone();
-  st.exp_avg_sq = exp_avg_sq_.clone();
+  st.master = master_;
+  st.exp_avg = exp_avg_;
+  st.exp_avg_sq = exp_avg_sq_;
   st.step = step_;
   return st;
 }

@@ -89,6 +89,8 @@ class Zero1AdamW {
     int64_t step = 0;
   };
   PartitionState State() const;
+  // The same without copies: the optimizer's own tensors, which its next Step changes.
+  PartitionState StateView() const;
   // Restores a State() taken on the same partition (same parameters, group size and rank).
   // InvalidArgument naming the tensor and both sizes when a partition size or dtype differs
   // (e.g. a checkpoint of another layout); nothing is changed then. The parameters themselves

@@ -375,22 +375,32 @@ DistTrainer::NamedTensors DistTrainer::TextParams() const {
 }
 
 absl::StatusOr<DistTrainer::NamedTensors> DistTrainer::State() {
+  absl::StatusOr<NamedTensors> live = LiveState();
+  if (!live.ok()) return live.status();
+  absl::Status s = CatchTorch("trainer state", [&] {
+    for (auto& [name, t] : *live) t = t.clone();
+  });
+  if (!s.ok()) return s;
+  return live;
+}
+
+absl::StatusOr<DistTrainer::NamedTensors> DistTrainer::LiveState() {
   NamedTensors out;
   absl::Status s = CatchTorch("trainer state", [&] {
     at::NoGradGuard no_grad;
     out.emplace_back(kStepName, at::tensor({step_}, at::kLong));
-    for (const auto& [name, p] : VisionParams()) out.emplace_back(name, p.detach().clone());
+    for (const auto& [name, p] : VisionParams()) out.emplace_back(name, p.detach());
     if (zero1_ != nullptr) {
-      Zero1AdamW::PartitionState z = zero1_->State();
+      Zero1AdamW::PartitionState z = zero1_->StateView();
       out.emplace_back(absl::StrCat(kZeroPrefix, "master"), z.master);
       out.emplace_back(absl::StrCat(kZeroPrefix, "exp_avg"), z.exp_avg);
       out.emplace_back(absl::StrCat(kZeroPrefix, "exp_avg_sq"), z.exp_avg_sq);
       out.emplace_back(absl::StrCat(kZeroPrefix, "step"), at::tensor({z.step}, at::kLong));
     }
     const NamedTensors text = TextParams();
-    for (const auto& [name, p] : text) out.emplace_back(name, p.detach().clone());
+    for (const auto& [name, p] : text) out.emplace_back(name, p.detach());
     if (text_opt_ != nullptr) {
-      for (auto& nt : AdamWStateTensors(*text_opt_, text, kTextOptPrefix)) {
+      for (auto& nt : AdamWStateTensors(*text_opt_, text, kTextOptPrefix, /*copy=*/false)) {
         out.push_back(std::move(nt));
       }
     }

@@ -116,6 +116,11 @@ class DistTrainer {
   //                                     been updated (optimizer_state.h)
   // Local: no communication.
   absl::StatusOr<NamedTensors> State();
+  // The same names and values without copies: aliases of the live parameters and optimizer
+  // state (only "trainer.step" and "optim.vision.step" are fresh), which the next Step or
+  // LoadState changes. For a checkpoint written before training goes on, or snapshotted
+  // first (rank_checkpoint.h SnapshotToHost: one copy, straight to host memory).
+  absl::StatusOr<NamedTensors> LiveState();
 
   // Restores a State() of the same rank of the same layout. Every name must be known and every
   // required one present with this rank's shape; otherwise InvalidArgument naming the tensors

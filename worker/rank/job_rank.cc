@@ -31,6 +31,7 @@
 #include "worker/rank/dist_data.h"
 #include "worker/rank/dist_step.h"
 #include "worker/rank/model_init.h"
+#include "worker/rank/rank_checkpoint.h"
 #include "worker/rank/rank_metrics.h"
 #include "worker/rank/step_flops.h"
 #include "worker/rank/training_config.h"
@@ -39,6 +40,10 @@ namespace dhp {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Checkpoints snapshotted and not yet written and reported, at most (host memory: this many
+// copies of the rank's state; a step boundary that would exceed it waits for the oldest).
+constexpr int kCheckpointsInFlight = 2;
 
 double SecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -105,7 +110,14 @@ class JobRank {
   bool Reject(const std::string& reason);
   absl::Status Build();
   absl::Status Restore();
+  // Snapshots the state at `step` and hands it to writer_ (which writes and reports it in the
+  // background, or now when checkpoint.async_write is false).
   absl::Status SaveCheckpoint(int64_t step);
+  // Logs the checkpoints written since the last call; returns the first checkpoint failure, if
+  // any (the rank fails at the step boundary that sees it). `drain`: first waits until every
+  // checkpoint in flight is written and reported (each path that ends the rank after training:
+  // the controller must hold them before the rank exits).
+  absl::Status CheckCheckpoints(bool drain);
   // What every rank learns at the end of a step, agreed in one all-reduce (max) over "world":
   // whether any rank was told to stop, and whether any was asked for a checkpoint now that
   // this attempt has not written yet.
@@ -147,6 +159,9 @@ class JobRank {
   std::unique_ptr<comm::Communicator> handoff_;
   std::unique_ptr<DistTrainer> trainer_;
   bool warned_no_checkpoint_dir_ = false;
+  bool async_checkpoints_ = true;  // checkpoint.async_write
+  // Last: destroyed (drained) first, while everything its tasks and reports use is alive.
+  std::unique_ptr<CheckpointWriter> writer_;
 };
 
 absl::StatusOr<JobRankResult> JobRank::RunImpl() {
@@ -226,6 +241,7 @@ absl::StatusOr<JobRankResult> JobRank::RunImpl() {
         p.tokens_per_second, seconds));
     control_.StepFinished(p);
     result.last_step = step;
+    if (absl::Status s = CheckCheckpoints(/*drain=*/false); !s.ok()) return s;
     absl::StatusOr<BoundaryAgreement> agreed = AgreeAtStepBoundary();
     if (!agreed.ok()) return Annotate(agreed.status(), where);
     const bool periodic = step == total || (every > 0 && step % every == 0);
@@ -244,6 +260,7 @@ absl::StatusOr<JobRankResult> JobRank::RunImpl() {
     if (agreed->preempt && step != total) {
       // Every shard is reported once all ranks pass this barrier: the controller holds the
       // checkpoint COMPLETE before the first rank's exit can end the run.
+      if (absl::Status s = CheckCheckpoints(/*drain=*/true); !s.ok()) return s;
       if (absl::Status s = groups_->world().Barrier(); !s.ok()) return Annotate(s, where);
       control_.Flush(FlushTimeout());
       result.end = JobRankEnd::kPreempted;
@@ -252,11 +269,13 @@ absl::StatusOr<JobRankResult> JobRank::RunImpl() {
     if (step == total) break;
     if (agreed->stop) {
       Log(absl::StrCat("stopping after step ", step, " as the controller asked"));
+      if (absl::Status s = CheckCheckpoints(/*drain=*/true); !s.ok()) return s;
       control_.Flush(FlushTimeout());
       result.end = JobRankEnd::kStopped;
       return result;
     }
   }
+  if (absl::Status s = CheckCheckpoints(/*drain=*/true); !s.ok()) return s;
   control_.Flush(FlushTimeout());
   result.end = JobRankEnd::kFinished;
   return result;
@@ -368,6 +387,15 @@ absl::Status JobRank::Build() {
   notes.push_back(absl::StrCat("layout ", layout_.DebugString(), "; this rank hosts", roles,
                                "; ", config_.max_steps, " steps on ", device_.str()));
   notes.push_back(ChoosePeakFlops());
+  // checkpoint.async_write (specs stored before the field existed: on).
+  async_checkpoints_ = !spec.checkpoint().has_async_write() || spec.checkpoint().async_write();
+  if (!async_checkpoints_) notes.push_back("checkpoint.async_write is off: steps wait for writes");
+  writer_ = std::make_unique<CheckpointWriter>(
+      [this](const v1::ReportCheckpointRequest& req) {
+        return RetryWhileUnavailable([&] { return control_.ReportCheckpoint(req); },
+                                     options_.timeout, options_.sleep);
+      },
+      CheckpointWriterOptions{async_checkpoints_, kCheckpointsInFlight});
   for (const std::string& n : notes) Log(n);
   return absl::OkStatus();
 }
@@ -457,10 +485,10 @@ absl::Status JobRank::SaveCheckpoint(int64_t step) {
     return absl::OkStatus();
   }
   const std::string where = absl::StrCat(me_, ": checkpoint at step ", step);
-  const std::string dir =
-      absl::StrFormat("%s/step-%08d", job_.run.checkpoint_dir(), step);
-  const std::string file = absl::StrFormat("rank-%05d.safetensors", options_.world_rank);
-  absl::StatusOr<DistTrainer::NamedTensors> state = trainer_->State();
+  absl::StatusOr<DistTrainer::NamedTensors> state = trainer_->LiveState();
+  // Asynchronous: a copy of its own (the next step changes the live tensors); synchronous: the
+  // write ends before training goes on, so the live tensors are written as they are.
+  if (state.ok() && async_checkpoints_) state = SnapshotToHost(*state);
   if (!state.ok()) return Annotate(state.status(), where);
   const data::DataPosition position = data_->position();
   ckpt::RankStateMeta meta;
@@ -473,26 +501,17 @@ absl::Status JobRank::SaveCheckpoint(int64_t step) {
   meta.data_epoch = position.epoch;
   meta.data_offset = position.offset;
   meta.spec_json = ProtoToJson(job_.spec);
-  absl::StatusOr<ckpt::WrittenShard> written =
-      ckpt::WriteTensorShard(dir, file, *state, meta.ToMetadata());
-  if (!written.ok()) return Annotate(written.status(), where);
-  v1::ReportCheckpointRequest req;
-  req.set_job_id(options_.job_id);
-  req.set_attempt(options_.attempt);
-  req.set_step(step);
-  req.set_world_size(layout_.WorldSize());
-  req.set_path(dir);
-  req.mutable_shard()->set_rank(options_.world_rank);
-  req.mutable_shard()->set_file(written->info.file);
-  req.mutable_shard()->set_size_bytes(written->info.size_bytes);
-  req.mutable_shard()->set_crc32c(written->info.crc32c);
-  req.set_write_seconds(written->write_seconds);
-  absl::Status s = RetryWhileUnavailable([&] { return control_.ReportCheckpoint(req); },
-                                         options_.timeout, options_.sleep);
-  if (!s.ok()) return Annotate(s, where + ": ReportCheckpoint");
-  Log(absl::StrFormat("checkpoint step %d: %s/%s, %d bytes, crc32c %s, %.3f s", step, dir, file,
-                      written->info.size_bytes, written->info.crc32c, written->write_seconds));
-  return absl::OkStatus();
+  const RankCheckpointTarget target{options_.job_id, options_.attempt, layout_.WorldSize(),
+                                    options_.world_rank, job_.run.checkpoint_dir()};
+  absl::Status s =
+      writer_->Submit(MakeRankCheckpointTask(target, step, *std::move(state), meta.ToMetadata()));
+  return s.ok() ? s : Annotate(s, me_);
+}
+
+absl::Status JobRank::CheckCheckpoints(bool drain) {
+  absl::Status s = drain ? writer_->Drain() : writer_->status();
+  for (const std::string& note : writer_->TakeNotes()) Log(note);
+  return s.ok() ? s : Annotate(s, me_);
 }
 
 absl::StatusOr<JobRank::BoundaryAgreement> JobRank::AgreeAtStepBoundary() {
@@ -553,27 +572,6 @@ absl::StatusOr<JobRankResult> RunJobRank(const JobDescription& job, const JobRan
                                          comm::KvClient& kv, RankControl& control) {
   JobRank rank(job, options, kv, control);
   return rank.Run();
-}
-
-absl::Status RetryWhileUnavailable(const std::function<absl::Status()>& call,
-                                   std::chrono::milliseconds budget,
-                                   const std::function<void(std::chrono::milliseconds)>& sleep) {
-  const Clock::time_point t0 = Clock::now();
-  std::chrono::milliseconds backoff(100), slept(0);
-  for (;;) {
-    absl::Status s = call();
-    if (!absl::IsUnavailable(s) && !absl::IsDeadlineExceeded(s)) return s;
-    const auto elapsed =
-        std::max(slept, std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0));
-    if (elapsed + backoff > budget) return s;
-    if (sleep) {
-      sleep(backoff);
-    } else {
-      std::this_thread::sleep_for(backoff);
-    }
-    slept += backoff;
-    backoff = std::min<std::chrono::milliseconds>(backoff * 2, std::chrono::seconds(2));
-  }
 }
 
 }  // namespace dhp

@@ -24,6 +24,14 @@
 //      control.ReportCheckpoint{job, attempt, step, world size, dir, shard, write seconds},
 //      retried while UNAVAILABLE or DEADLINE_EXCEEDED for up to options.timeout (the controller
 //      may be restarting). Without a checkpoint_dir a note says checkpoints are off.
+//      checkpoint.async_write (default on): the step boundary only snapshots the state to host
+//      memory (rank_checkpoint.h); the write and the report run on a background thread while
+//      training goes on (checkpoint_writer.h), at most 2 checkpoints in flight (a boundary
+//      that would start a third waits for the oldest). A failed write or report fails the rank
+//      at the next step boundary: "rank <R>: checkpoint at step <S>: <cause>". Every end below
+//      (finished, stopped, preempted) first waits until every checkpoint in flight is written
+//      and reported, and so does an error's (bounded by the report's retries). Off: the step
+//      boundary writes and reports, as the writer would, before training goes on.
 //   6. After every step the ranks agree (one all-reduce over "world" of two flags) on whether
 //      any rank's control.stop_requested(), and whether any rank was asked for a checkpoint
 //      now (control.checkpoint_requested_at() past the newest checkpoint this attempt wrote or
@@ -58,6 +66,7 @@
 #include "dhp/v1/job.pb.h"
 #include "dhp/v1/service.pb.h"
 #include "worker/comm/kv_client.h"
+#include "worker/rank/retry_unavailable.h"
 
 namespace dhp {
 
@@ -99,6 +108,8 @@ class RankControl {
   virtual int64_t checkpoint_requested_at() const = 0;
   // Waits up to `timeout` for queued reports to be delivered.
   virtual void Flush(std::chrono::milliseconds timeout) = 0;
+  // Called from the checkpoint writer's thread (checkpoint.async_write), concurrently with the
+  // calls above.
   virtual absl::Status ReportCheckpoint(const v1::ReportCheckpointRequest& request) = 0;
   virtual absl::Status RejectCheckpoint(const v1::RejectCheckpointRequest& request) = 0;
 };
@@ -124,7 +135,8 @@ struct JobRankOptions {
   // Where step lines and notes go; defaults: stdout (flushed per line) and stderr.
   std::function<void(const std::string&)> out;
   std::function<void(const std::string&)> log;
-  // Back-off between retries; default std::this_thread::sleep_for.
+  // Back-off between retries; default std::this_thread::sleep_for. Checkpoint reports call it
+  // from the checkpoint writer's thread.
   std::function<void(std::chrono::milliseconds)> sleep;
 };
 
@@ -145,12 +157,6 @@ int ExitCodeOf(JobRankEnd end);
 
 absl::StatusOr<JobRankResult> RunJobRank(const JobDescription& job, const JobRankOptions& options,
                                          comm::KvClient& kv, RankControl& control);
-
-// Calls `call` until it returns neither UNAVAILABLE nor DEADLINE_EXCEEDED or `budget` is spent
-// (back-off 100 ms doubling to 2 s, through `sleep`); returns the last status.
-absl::Status RetryWhileUnavailable(const std::function<absl::Status()>& call,
-                                   std::chrono::milliseconds budget,
-                                   const std::function<void(std::chrono::milliseconds)>& sleep);
 
 }  // namespace dhp
 

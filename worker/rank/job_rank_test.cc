@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <condition_variable>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -45,12 +46,18 @@ std::string Root() {
   return std::string(tmp ? tmp : "/tmp") + "/job_rank_test";
 }
 
-// The controller as one rank sees it; records everything.
+// The controller as one rank sees it; records everything. ReportCheckpoint runs on the rank's
+// checkpoint writer thread: `mu` guards what it shares with the training thread.
 class FakeControl : public RankControl {
  public:
   void StepStarted(int64_t step) override { started.push_back(step); }
-  void StepFinished(const RankStepProgress& p) override { progress.push_back(p); }
+  void StepFinished(const RankStepProgress& p) override {
+    std::lock_guard<std::mutex> lock(mu);
+    progress.push_back(p);
+    finished.notify_all();
+  }
   bool stop_requested() const override {
+    std::lock_guard<std::mutex> lock(mu);
     return stop_after_checkpoint > 0 && !checkpoints.empty() &&
            checkpoints.back().step() >= stop_after_checkpoint;
   }
@@ -64,6 +71,13 @@ class FakeControl : public RankControl {
   }
   void Flush(std::chrono::milliseconds) override { ++flushes; }
   absl::Status ReportCheckpoint(const v1::ReportCheckpointRequest& r) override {
+    std::unique_lock<std::mutex> lock(mu);
+    if (down_until_step > 0) {  // the controller is down (the call hangs) until that step ends
+      finished.wait_for(lock, std::chrono::seconds(20), [&] {
+        return !progress.empty() && progress.back().step >= down_until_step;
+      });
+    }
+    steps_done_at_report.push_back(progress.empty() ? 0 : progress.back().step);
     ++report_calls;
     if (unavailable_reports > 0) {
       --unavailable_reports;
@@ -81,6 +95,10 @@ class FakeControl : public RankControl {
   int unavailable_reports = 0;        // the first N ReportCheckpoint calls fail UNAVAILABLE
   int64_t preempt_after_step = 0;  // > 0: SIGTERM arrives once this step finished
   int64_t ask_checkpoint_at = -1;  // >= 0: once this step finished, a checkpoint at it is asked
+  int64_t down_until_step = 0;  // > 0: ReportCheckpoint hangs until this step finished (20 s)
+  mutable std::mutex mu;
+  std::condition_variable finished;  // a step finished
+  std::vector<int64_t> steps_done_at_report;  // per ReportCheckpoint call
   std::vector<int64_t> started;
   std::vector<RankStepProgress> progress;
   std::vector<v1::ReportCheckpointRequest> checkpoints;
@@ -182,12 +200,20 @@ class JobRankTest : public ::testing::Test {
     return *run;
   }
 
-  // Run B: rank 1's controller asks to stop once the step-2 checkpoint is reported.
+  // Run B: rank 1's controller asks to stop once the step-2 checkpoint is reported. Written
+  // synchronously (checkpoint.async_write false), so that the report, and with it the stop,
+  // comes at a known step; A's (asynchronous) shards must equal B's byte for byte.
   static const JobRun& Stopped() {
-    static const JobRun* run = new JobRun(RunJob(Describe(Root() + "/B"), {0, 1}, [](int r, FakeControl& c) {
-      if (r == 1) c.stop_after_checkpoint = 2;
-    }));
+    static const JobRun* run = new JobRun(RunJob(Synchronous(Describe(Root() + "/B")), {0, 1},
+                                                 [](int r, FakeControl& c) {
+                                                   if (r == 1) c.stop_after_checkpoint = 2;
+                                                 }));
     return *run;
+  }
+
+  static JobDescription Synchronous(JobDescription d) {
+    d.spec.mutable_checkpoint()->set_async_write(false);
+    return d;
   }
 
   // The checkpoint record the controller would hold for run B's step-2 checkpoint.
@@ -287,9 +313,55 @@ TEST_F(JobRankTest, AStopEndsEveryRankAfterTheSameStep) {
     ASSERT_EQ(rr.control.checkpoints.size(), 1u);  // step 2's; nothing at the stop
     EXPECT_GE(rr.control.flushes, 1);
     for (int64_t s = 1; s <= 3; ++s) EXPECT_EQ(b.Loss(r, s), Straight().Loss(r, s));
-    // The same state and data position as run A's step-2 shard, byte for byte.
-    EXPECT_EQ(rr.control.checkpoints[0].shard().crc32c(),
-              Straight().Checkpoint(r, 2)->shard().crc32c());
+    // Synchronous: reported at step 2's boundary, before step 3 started.
+    EXPECT_EQ(rr.control.steps_done_at_report, (std::vector<int64_t>{2}));
+    EXPECT_THAT(rr.log, Contains(HasSubstr("checkpoint.async_write is off")));
+    // The same state and data position as run A's (asynchronous) step-2 shard, tensor for
+    // tensor; the metadata differ only in the spec's checkpoint.async_write.
+    const v1::ReportCheckpointRequest& mine = rr.control.checkpoints[0];
+    const v1::ReportCheckpointRequest& theirs = *Straight().Checkpoint(r, 2);
+    absl::StatusOr<ckpt::LoadedShard> x = ckpt::ReadTensorShard(
+        mine.path(), {mine.shard().file(), mine.shard().size_bytes(), mine.shard().crc32c()});
+    absl::StatusOr<ckpt::LoadedShard> y = ckpt::ReadTensorShard(
+        theirs.path(),
+        {theirs.shard().file(), theirs.shard().size_bytes(), theirs.shard().crc32c()});
+    ASSERT_TRUE(x.ok() && y.ok()) << x.status() << y.status();
+    ASSERT_EQ(x->tensors.size(), y->tensors.size());
+    for (size_t i = 0; i < x->tensors.size(); ++i) {
+      EXPECT_EQ(x->tensors[i].first, y->tensors[i].first);
+      EXPECT_TRUE(at::equal(x->tensors[i].second, y->tensors[i].second)) << x->tensors[i].first;
+    }
+    x->metadata.erase("dhp.spec");
+    y->metadata.erase("dhp.spec");
+    EXPECT_EQ(x->metadata, y->metadata);
+  }
+}
+
+TEST_F(JobRankTest, AControllerThatHangsDoesNotHoldUpTrainingAndGetsEveryReportBeforeTheEnd) {
+  // Both ranks' controllers hang on ReportCheckpoint until step 3 has finished: the step-2
+  // checkpoint is written and reported in the background while steps 3 and 4 train.
+  const JobRun run = RunJob(Describe(Root() + "/hang"), {0, 1}, [](int, FakeControl& c) {
+    c.down_until_step = 3;
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    const RankRun& rr = run.ranks[r];
+    ASSERT_TRUE(rr.result.ok()) << "rank " << r << ": " << rr.result.status();
+    EXPECT_EQ(rr.result->end, JobRankEnd::kFinished);
+    // Step 2's report reached the controller only after step 3 had finished; every report
+    // reached it before the rank ended (the final one drained at the end).
+    ASSERT_EQ(rr.control.steps_done_at_report.size(), 2u);
+    EXPECT_GE(rr.control.steps_done_at_report[0], 3) << "training waited for the report";
+    ASSERT_EQ(rr.control.checkpoints.size(), 2u);
+    EXPECT_EQ(rr.control.checkpoints[0].step(), 2);
+    EXPECT_EQ(rr.control.checkpoints[1].step(), 4);
+    for (int64_t s = 1; s <= kSteps; ++s) EXPECT_EQ(run.Loss(r, s), Straight().Loss(r, s));
+    // Snapshots, not the tensors that steps 3 and 4 changed: A's shards byte for byte.
+    for (const v1::ReportCheckpointRequest& c : rr.control.checkpoints) {
+      EXPECT_EQ(c.shard().crc32c(), Straight().Checkpoint(r, c.step())->shard().crc32c())
+          << "rank " << r << " step " << c.step();
+      EXPECT_EQ(c.shard().size_bytes(), Straight().Checkpoint(r, c.step())->shard().size_bytes());
+    }
+    EXPECT_THAT(rr.log, Contains(HasSubstr("checkpoint step 2: ")));
   }
 }
 

@@ -16,14 +16,15 @@ std::string ShapeText(at::IntArrayRef sizes) {
 
 std::vector<std::pair<std::string, at::Tensor>> AdamWStateTensors(
     TrainingOptimizer& optimizer, const TrainingOptimizer::NamedParams& params,
-    const std::string& prefix) {
+    const std::string& prefix, bool copy) {
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const auto& [name, p] : params) {
     const torch::optim::AdamWParamState* found = optimizer.StateOf(p, /*create=*/false);
     if (found == nullptr) continue;
     const torch::optim::AdamWParamState& s = *found;
-    out.emplace_back(prefix + name + ".exp_avg", s.exp_avg().detach().clone());
-    out.emplace_back(prefix + name + ".exp_avg_sq", s.exp_avg_sq().detach().clone());
+    const at::Tensor m = s.exp_avg().detach(), v = s.exp_avg_sq().detach();
+    out.emplace_back(prefix + name + ".exp_avg", copy ? m.clone() : m);
+    out.emplace_back(prefix + name + ".exp_avg_sq", copy ? v.clone() : v);
     out.emplace_back(prefix + name + ".step", at::tensor({s.step()}, at::kLong));
   }
   return out;

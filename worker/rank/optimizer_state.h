@@ -25,10 +25,11 @@
 
 namespace dhp {
 
-// The state of every parameter of `params` (the optimizer's own) that has one; copies.
+// The state of every parameter of `params` (the optimizer's own) that has one; copies, or
+// with copy false the optimizer's own moments (aliases that its next step changes).
 std::vector<std::pair<std::string, at::Tensor>> AdamWStateTensors(
     TrainingOptimizer& optimizer, const TrainingOptimizer::NamedParams& params,
-    const std::string& prefix);
+    const std::string& prefix, bool copy = true);
 
 struct AdamWParamTensors {
   at::Tensor exp_avg, exp_avg_sq;
