@@ -248,4 +248,57 @@ absl::StatusOr<ModelPreset> LoadHfConfig(const std::string& path) {
   return p;
 }
 
+std::string HfConfigJson(const ModelPreset& preset, const std::string& torch_dtype) {
+  const VisionConfig& v = preset.vision;
+  const TextConfig& t = preset.text;
+  const SpecialTokens& s = preset.tokens;
+  nlohmann::ordered_json vision = {
+      {"depth", v.depth},
+      {"hidden_act", "silu"},
+      {"hidden_size", v.hidden_size},
+      {"intermediate_size", v.intermediate_size},
+      {"num_heads", v.num_heads},
+      {"in_chans", v.in_channels},  // the published configs' key; transformers reads in_channels
+      {"in_channels", v.in_channels},
+      {"out_hidden_size", v.out_hidden_size},
+      {"patch_size", v.patch_size},
+      {"spatial_merge_size", v.spatial_merge_size},
+      {"temporal_patch_size", v.temporal_patch_size},
+      {"window_size", v.window_size},
+      {"fullatt_block_indexes", v.fullatt_block_indexes},
+      {"tokens_per_second", 2},  // the published value (video positions only)
+  };
+  nlohmann::ordered_json c = {
+      {"architectures", {"Qwen2_5_VLForConditionalGeneration"}},
+      {"model_type", "qwen2_5_vl"},
+      {"torch_dtype", torch_dtype},
+      {"hidden_act", "silu"},
+      {"hidden_size", t.hidden_size},
+      {"intermediate_size", t.intermediate_size},
+      {"num_hidden_layers", t.num_layers},
+      {"num_attention_heads", t.num_heads},
+      {"num_key_value_heads", t.num_kv_heads},
+      {"vocab_size", t.vocab_size},
+      {"max_position_embeddings", t.max_position_embeddings},
+      {"rms_norm_eps", t.rms_norm_eps},
+      {"rope_theta", t.rope_theta},
+      {"rope_scaling",
+       {{"type", "mrope"},
+        {"mrope_section", {t.mrope_section[0], t.mrope_section[1], t.mrope_section[2]}}}},
+      {"tie_word_embeddings", t.tie_word_embeddings},
+      {"attention_dropout", 0.0},
+      {"use_cache", true},
+      {"use_sliding_window", false},
+  };
+  const std::pair<const char*, int64_t> ids[] = {
+      {"bos_token_id", s.endoftext},        {"eos_token_id", s.im_end},
+      {"vision_start_token_id", s.vision_start}, {"vision_end_token_id", s.vision_end},
+      {"image_token_id", s.image_pad},       {"video_token_id", s.video_pad}};
+  for (const auto& [key, id] : ids) {
+    if (id >= 0) c[key] = id;
+  }
+  c["vision_config"] = std::move(vision);
+  return c.dump(2) + "\n";
+}
+
 }  // namespace dhp

@@ -1,4 +1,5 @@
-// Reads a Hugging Face Qwen2.5-VL `config.json` into dhp's config structs.
+// Reads a Hugging Face Qwen2.5-VL `config.json` into dhp's config structs, and writes one for a
+// preset (what `dhp-ckpt export --hf-dir` puts beside the weights of a preset model).
 //
 // Accepts both layouts transformers has written: text fields at the top level (the published
 // checkpoints, transformers 4.4x) and text fields under "text_config" (transformers 5, which
@@ -24,6 +25,14 @@ absl::StatusOr<ModelPreset> ParseHfConfig(const std::string& json_text, const st
 // Reads `path`, which is either a config.json file or a checkpoint directory holding one.
 // NotFound when there is no such file. The preset is named after the path.
 absl::StatusOr<ModelPreset> LoadHfConfig(const std::string& path);
+
+// The config.json of `preset`, in the layout of the published Qwen2.5-VL checkpoints (text fields
+// at the top level, "rope_scaling": {"type": "mrope", "mrope_section"}, the vision fields under
+// "vision_config"), which transformers 4.x and 5 and vLLM load; `torch_dtype` is the weights'
+// dtype ("float32", "bfloat16", "float16"). Every architecture field is written, so ParseHfConfig
+// reads back `preset` exactly (DiffModelPresets is empty) whatever transformers' defaults are.
+// Special token ids below 0 (unknown) are left out. Pretty-printed, ending in a newline.
+std::string HfConfigJson(const ModelPreset& preset, const std::string& torch_dtype);
 
 }  // namespace dhp
 

@@ -5,6 +5,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 
 namespace dhp {
 namespace {
@@ -228,6 +232,37 @@ TEST(HfConfigTest, LoadsFromCheckpointDirectory) {
   EXPECT_EQ(p->text.hidden_size, 3584);
   absl::StatusOr<ModelPreset> none = LoadHfConfig((dir / "nope").string());
   EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
+}
+
+// The written config of every preset reads back as the same architecture, in both dtypes, and
+// carries what transformers needs to pick the model class and the weights' dtype.
+TEST(HfConfigTest, WrittenPresetConfigsReadBackExactly) {
+  for (const std::string& name : ModelPresetNames()) {
+    const ModelPreset& preset = *FindModelPreset(name);
+    for (const char* dtype : {"float32", "bfloat16"}) {
+      const std::string text = HfConfigJson(preset, dtype);
+      absl::StatusOr<ModelPreset> back = ParseHfConfig(text, name);
+      ASSERT_TRUE(back.ok()) << name << ": " << back.status();
+      EXPECT_EQ(DiffModelPresets(preset, *back), std::vector<std::string>{}) << name;
+      EXPECT_NE(text.find(absl::StrCat("\"torch_dtype\": \"", dtype, "\"")), std::string::npos);
+    }
+    const std::string text = HfConfigJson(preset, "float32");
+    EXPECT_NE(text.find("\"architectures\": [\n    \"Qwen2_5_VLForConditionalGeneration\"\n  ]"),
+              std::string::npos)
+        << text;
+    EXPECT_NE(text.find("\"model_type\": \"qwen2_5_vl\""), std::string::npos);
+  }
+  // The tiny preset's values, as transformers will read them.
+  const std::string tiny = HfConfigJson(*FindModelPreset("tiny"), "float32");
+  for (const char* want : {"\"hidden_size\": 64", "\"vocab_size\": 1024", "\"rope_theta\": 10000.0",
+                           "\"image_token_id\": 1005", "\"eos_token_id\": 1002",
+                           "\"fullatt_block_indexes\": [\n      1,\n      3\n    ]"}) {
+    EXPECT_NE(tiny.find(want), std::string::npos) << want << " in " << tiny;
+  }
+  // An unknown id (e.g. from a config.json that lacks it) is left out, not written as -1.
+  ModelPreset unknown = *FindModelPreset("tiny");
+  unknown.tokens.vision_start = -1;
+  EXPECT_EQ(HfConfigJson(unknown, "float32").find("vision_start_token_id"), std::string::npos);
 }
 
 }  // namespace
