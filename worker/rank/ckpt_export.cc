@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -101,11 +102,12 @@ struct Output {
   std::function<at::Tensor(const std::vector<at::Tensor>&)> join;
 };
 
-class Exporter {
+class Exporter final : public AssembledCheckpoint {
  public:
   explicit Exporter(const CheckpointExportOptions& options) : options_(options) {}
 
-  absl::StatusOr<CheckpointExportResult> Run();
+  // Opens and verifies the shards and fills the base class's members.
+  absl::Status Plan();
 
  private:
   absl::Status OpenShards();
@@ -117,15 +119,14 @@ class Exporter {
   const SafetensorsFile& File(int rank) const { return *files_.at(rank); }
   std::vector<std::string> ParameterNames(int rank, const std::vector<std::string>& prefixes) const;
 
-  const CheckpointExportOptions& options_;
+  absl::Status PlanTensors();
+
+  const CheckpointExportOptions options_;
   v1::Checkpoint manifest_;
   std::map<int, std::unique_ptr<SafetensorsFile>> files_;  // by world rank
   std::map<int, ckpt::RankStateMeta> metas_;               // their metadata, by world rank
-  v1::JobSpec spec_;
-  ModelPreset preset_;
   comm::Layout layout_;
-  std::vector<Output> outputs_;
-  CheckpointExportResult result_;
+  std::vector<Output> outputs_;  // tensors_' producers point into it: never resized after Plan
 };
 
 absl::Status Exporter::OpenShards() {
@@ -191,9 +192,9 @@ absl::Status Exporter::ResolveSpec() {
   }
   absl::StatusOr<ModelPreset> preset = ResolveSpecModel(spec_, spec_options);
   if (!preset.ok()) return preset.status();
-  preset_ = *std::move(preset);
+  model_ = *std::move(preset);
   layout_ = LayoutForSpec(spec_);
-  result_.model = preset_.name;
+  result_.model = model_.name;
   result_.layout = layout_.DebugString();
   if (first.layout != layout_.DebugString()) {
     return absl::FailedPreconditionError(
@@ -285,7 +286,7 @@ absl::Status Exporter::PlanVision() {
 absl::Status Exporter::PlanText() {
   const int tt = layout_.text_degree;
   absl::StatusOr<std::map<std::string, tp::ParamShard>> shards =
-      tp::TextTpShardLayout(preset_.text, tt);
+      tp::TextTpShardLayout(model_.text, tt);
   if (!shards.ok()) return shards.status();
   const int rank0 = comm::TextWorldRank(layout_, 0, 0);
   for (const std::string& name : ParameterNames(rank0, {"model.", "lm_head."})) {
@@ -328,19 +329,23 @@ absl::Status Exporter::PlanText() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<CheckpointExportResult> Exporter::Run() {
+absl::Status Exporter::Plan() {
   if (absl::Status s = OpenShards(); !s.ok()) return s;
   if (absl::Status s = ResolveSpec(); !s.ok()) return s;
   if (absl::Status s = PlanVision(); !s.ok()) return s;
   if (absl::Status s = PlanText(); !s.ok()) return s;
+  return PlanTensors();
+}
 
+absl::Status Exporter::PlanTensors() {
   StDtype convert_to = StDtype::kF32;
   if (options_.dtype.has_value() && !ToStDtype(*options_.dtype, &convert_to)) {
     return absl::InvalidArgumentError(
         absl::StrCat("dtype ", c10::toString(*options_.dtype), ": use fp32, bf16 or fp16"));
   }
+  std::sort(outputs_.begin(), outputs_.end(),
+            [](const Output& a, const Output& b) { return a.name < b.name; });
   int64_t elements = 0;
-  std::vector<StTensorSource> sources;
   for (const Output& o : outputs_) {
     int64_t n = 1;
     for (int64_t d : o.shape) n *= d;
@@ -348,7 +353,7 @@ absl::StatusOr<CheckpointExportResult> Exporter::Run() {
     const bool convert = options_.dtype.has_value() && IsFloating(o.stored);
     const StDtype dtype = convert ? convert_to : o.stored;
     const at::ScalarType target = options_.dtype.value_or(at::kFloat);
-    sources.push_back(
+    tensors_.push_back(
         {o.name, dtype, o.shape, [&o, convert, target](const StTensorSource::WriteFn& write) {
            return CatchTorch(o.name, [&] {
              std::vector<at::Tensor> pieces;
@@ -363,30 +368,41 @@ absl::StatusOr<CheckpointExportResult> Exporter::Run() {
            });
          }});
   }
-  const ParamCount count = CountParams(preset_.vision, preset_.text);
+  const ParamCount count = CountParams(model_.vision, model_.text);
   if (elements != count.total) {
     return absl::FailedPreconditionError(absl::StrCat(
         options_.checkpoint_dir, ": the shards re-assemble to ", elements, " parameters in ",
-        outputs_.size(), " tensors; model ", preset_.name, " has ", count.total));
+        outputs_.size(), " tensors; model ", model_.name, " has ", count.total));
   }
   // The shards' job, step and layout (ResolveSpec checked the layout is layout_'s).
-  std::map<std::string, std::string> metadata = metas_.begin()->second.ExportMetadata(preset_.name);
-  metadata["format"] = "pt";  // what transformers expects of a PyTorch safetensors file
-  if (absl::Status s = WriteSafetensorsStreamed(options_.out_path, sources, metadata); !s.ok()) {
-    return s;
-  }
-  std::ifstream written(options_.out_path, std::ios::binary | std::ios::ate);
-  result_.bytes = static_cast<int64_t>(written.tellg());
+  metadata_ = metas_.begin()->second.ExportMetadata(model_.name);
+  metadata_["format"] = "pt";  // what transformers expects of a PyTorch safetensors file
   result_.tensors = static_cast<int64_t>(outputs_.size());
   result_.elements = elements;
-  return result_;
+  return absl::OkStatus();
 }
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<AssembledCheckpoint>> AssembledCheckpoint::Open(
+    const CheckpointExportOptions& options) {
+  auto exporter = std::make_unique<Exporter>(options);
+  if (absl::Status s = exporter->Plan(); !s.ok()) return s;
+  return std::unique_ptr<AssembledCheckpoint>(std::move(exporter));
+}
+
 absl::StatusOr<CheckpointExportResult> ExportCheckpoint(const CheckpointExportOptions& options) {
-  Exporter exporter(options);
-  return exporter.Run();
+  absl::StatusOr<std::unique_ptr<AssembledCheckpoint>> ckpt = AssembledCheckpoint::Open(options);
+  if (!ckpt.ok()) return ckpt.status();
+  const AssembledCheckpoint& c = **ckpt;
+  if (absl::Status s = WriteSafetensorsStreamed(options.out_path, c.tensors(), c.metadata());
+      !s.ok()) {
+    return s;
+  }
+  CheckpointExportResult result = c.result();
+  std::ifstream written(options.out_path, std::ios::binary | std::ios::ate);
+  result.bytes = static_cast<int64_t>(written.tellg());
+  return result;
 }
 
 }  // namespace dhp

@@ -27,18 +27,28 @@
 // is about twice the largest full tensor (its shards' copies and the joined tensor), e.g. 6.2 GB
 // for the fp32 embedding of a 32B model (152064 x 5120); shard files are memory-mapped.
 //
-// Thread-safety: no shared state.
+// AssembledCheckpoint is that re-assembly before anything is written: the tensors as
+// StTensorSources that read and join their shards when a writer asks for their bytes. It is what
+// ExportCheckpoint writes into one file and ExportHfDirectory (hf_export.h) into a model
+// directory's shards.
+//
+// Thread-safety: no shared state; an AssembledCheckpoint is used by one thread.
 #ifndef DHP_WORKER_RANK_CKPT_EXPORT_H_
 #define DHP_WORKER_RANK_CKPT_EXPORT_H_
 
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/model_presets.h"
 #include "dhp/v1/job_spec.pb.h"
+#include "worker/model/safetensors.h"
 
 namespace dhp {
 
@@ -62,6 +72,38 @@ struct CheckpointExportResult {
   int64_t tensors = 0;
   int64_t elements = 0;  // parameters exported
   int64_t bytes = 0;     // size of the written file
+};
+
+// A checkpoint opened, verified against its manifest and planned for export. Nothing of the
+// tensors is read until a writer calls their produce(); the shards stay memory-mapped while this
+// object lives.
+class AssembledCheckpoint {
+ public:
+  // Errors as ExportCheckpoint's, before anything is written. options.out_path is not used.
+  static absl::StatusOr<std::unique_ptr<AssembledCheckpoint>> Open(
+      const CheckpointExportOptions& options);
+  virtual ~AssembledCheckpoint() = default;
+
+  // step, job_id, model, layout, tensors and elements; bytes is 0 (nothing is written yet).
+  const CheckpointExportResult& result() const { return result_; }
+  // The architecture: the spec's preset, or model.weights_path's config.json.
+  const ModelPreset& model() const { return model_; }
+  // The job's spec, normalised (from the shards' dhp.spec or CheckpointExportOptions::spec).
+  const v1::JobSpec& spec() const { return spec_; }
+  // Every parameter with its output dtype and full shape, sorted by name. Each produce() reads
+  // and joins that tensor's pieces (about twice its size in memory) and may be called again.
+  const std::vector<StTensorSource>& tensors() const { return tensors_; }
+  // What every written file carries: "format": "pt" and the shards' job, step, layout, model.
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+ protected:
+  AssembledCheckpoint() = default;
+
+  CheckpointExportResult result_;
+  ModelPreset model_;
+  v1::JobSpec spec_;
+  std::vector<StTensorSource> tensors_;
+  std::map<std::string, std::string> metadata_;
 };
 
 // Errors name the file and what is wrong: NOT_FOUND (manifest or shard missing), DATA_LOSS
