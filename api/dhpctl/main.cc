@@ -7,6 +7,8 @@
 //   dhpctl drain NODE [--reason R] | uncordon NODE   (admins)
 //   dhpctl logs JOB [--rank N]... [--attempt A] [-f|--follow]
 //   dhpctl checkpoints JOB
+//   dhpctl export JOB [--checkpoint ID] --out DIR [--dtype keep|fp32|bf16|fp16]
+//          [--max-shard-size 5GB] [--data-root DIR] [--dhp-ckpt PATH]
 //   dhpctl top JOB [--interval 1s] [--once]
 //
 // --server / DHP_SERVER picks the controller (host:port of its gRPC API); -o table|json|yaml;
@@ -15,6 +17,8 @@
 // (api/dhpctl/progress.h) and a summary is printed to stderr when the job ends.
 // `top` redraws a live view of the job's ranks (api/dhpctl/top.h) until the job is final or
 // Ctrl-C (exit 0); --once prints one snapshot.
+// `export` resolves the checkpoint through the API and runs dhp-ckpt on it (api/dhpctl/export.h);
+// it exits with dhp-ckpt's code.
 // Exit codes: 0 success; 1 the controller refused or failed the request; 2 bad usage or an
 // unreadable file; 3 the controller is unreachable; with --follow, 4 when the job ends FAILED
 // and 5 when it ends CANCELLED; 130 interrupted (Ctrl-C) while following or in logs -f.
@@ -39,6 +43,7 @@
 #include "CLI/CLI.hpp"
 #include "api/auth.h"
 #include "api/client.h"
+#include "api/dhpctl/export.h"
 #include "api/dhpctl/log_lines.h"
 #include "api/dhpctl/output.h"
 #include "api/dhpctl/progress.h"
@@ -292,6 +297,32 @@ int Top(api::DhpClient& client, const std::string& job_id, int interval_ms, bool
   }
 }
 
+// `dhpctl export`: the checkpoint from GetJob, then dhp-ckpt export --hf-dir.
+int Export(api::DhpClient& client, const std::string& job_id, std::optional<int64_t> id,
+           const std::string& dhp_ckpt_flag, const ExportFlags& flags, const Globals& g) {
+  const char* path_env = std::getenv("PATH");
+  absl::StatusOr<std::string> dhp_ckpt =
+      FindDhpCkpt(dhp_ckpt_flag, SelfDir(), path_env != nullptr ? path_env : "");
+  if (!dhp_ckpt.ok()) {
+    std::cerr << "dhpctl: " << dhp_ckpt.status().message() << "\n";
+    return 2;
+  }
+  v1::GetJobRequest req;
+  req.set_job_id(job_id);
+  absl::StatusOr<v1::GetJobResponse> job = client.GetJob(req);
+  if (!job.ok()) return Report(job.status(), g.server);
+  absl::StatusOr<v1::Checkpoint> c = PickCheckpoint(*job, id);
+  if (!c.ok()) return Report(c.status(), g.server);
+  std::cerr << "dhpctl: exporting checkpoint " << c->id() << " (step " << c->step() << ") of job "
+            << job_id << " from " << c->path() << " with " << *dhp_ckpt << "\n";
+  absl::StatusOr<int> code = RunAndWait(DhpCkptArgs(*dhp_ckpt, *c, flags));
+  if (!code.ok()) {
+    std::cerr << "dhpctl: " << code.status().message() << "\n";
+    return 2;
+  }
+  return *code;
+}
+
 bool ReadFile(const std::string& path, std::string* out) {
   std::ifstream in(path == "-" ? "/dev/stdin" : path);
   if (!in) return false;
@@ -378,6 +409,28 @@ int main(int argc, char** argv) {
   CLI::App* checkpoints = app.add_subcommand(
       "checkpoints", "List a job's checkpoints with their state, shards and write time");
   checkpoints->add_option("job", job_id, "Job id")->required();
+  ExportFlags export_flags;
+  int64_t export_checkpoint = -1;
+  std::string dhp_ckpt;
+  CLI::App* export_cmd = app.add_subcommand(
+      "export",
+      "Export a job's checkpoint as a Hugging Face model directory (runs dhp-ckpt here; the "
+      "checkpoint's directory must be readable from this machine)");
+  export_cmd->add_option("job", job_id, "Job id")->required();
+  export_cmd->add_option("--checkpoint", export_checkpoint,
+                         "Checkpoint ID (dhpctl checkpoints JOB); default: the newest COMPLETE");
+  export_cmd->add_option("--out", export_flags.out_dir,
+                         "The model directory to create (must not exist or be empty)")
+      ->required();
+  export_cmd->add_option("--dtype", export_flags.dtype, "Weights' dtype (keep: as trained)")
+      ->check(CLI::IsMember({"keep", "fp32", "bf16", "fp16"}))
+      ->capture_default_str();
+  export_cmd->add_option("--max-shard-size", export_flags.max_shard_size,
+                         "Tensor bytes per weight file (dhp-ckpt's default: 5GB)");
+  export_cmd->add_option("--data-root", export_flags.data_root,
+                         "Where a relative model.weights_path starts (the agents' --data-root)");
+  export_cmd->add_option("--dhp-ckpt", dhp_ckpt,
+                         "The dhp-ckpt binary (default: next to dhpctl, else on PATH)");
   std::string top_interval = "1s";
   bool top_once = false;
   CLI::App* top = app.add_subcommand(
@@ -535,6 +588,11 @@ int main(int argc, char** argv) {
     v1::GetJobResponse only;
     *only.mutable_checkpoints() = resp->checkpoints();
     return Print(only, g, CheckpointsTable(*resp));
+  }
+  if (export_cmd->parsed()) {
+    std::optional<int64_t> id;
+    if (export_checkpoint >= 0) id = export_checkpoint;
+    return Export(client, job_id, id, dhp_ckpt, export_flags, g);
   }
   if (top->parsed()) {
     std::optional<int> interval_ms = ParseInterval(top_interval);
