@@ -119,6 +119,13 @@ def run_case(out_dir, spec, seed, golden=False):
     model = Qwen2_5_VLForConditionalGeneration(cfg).float()
     model.config._attn_implementation = "eager"
     model.save_pretrained(out_dir, safe_serialization=True)
+    return write_reference(model, out_dir, samples, seed, golden)
+
+
+def write_reference(model, out_dir, samples, seed, golden=False):
+    """transformers' outputs for `model` (fp32, eager attention) on a packed batch of `samples`
+    (one list of image grids each; inputs drawn from seed + 1) into out_dir/reference.safetensors,
+    where dhp-hf-parity reads them. The AdamW step (unless golden) changes model's parameters."""
     params = {checkpoint_name(n): p for n, p in model.named_parameters()}
 
     gen = torch.Generator().manual_seed(seed + 1)

@@ -17,12 +17,15 @@
 #      tokenizers (tests/hf_tokenizer_parity.py: ids and decoded text of 10,000 strings, NFC
 #      included) and the model against transformers' Qwen2.5-VL
 #      (tests/hf_model_parity.py: logits, loss, gradients, an AdamW step, and the loss of a
-#      dhp-train step from a model directory alone);
+#      dhp-train step from a model directory alone), and a real job's checkpoint exported as a
+#      Hugging Face directory (tests/hf_export_test.py: from_pretrained with no missing keys,
+#      transformers' logits vs dhp's, the -o file, bf16, dhpctl export);
 #   4. CMake against .venv's LibTorch 2.x: every target with the CUDA and NCCL code compiled and
 #      linked (a configure error otherwise), checked in the binaries by
 #      tools/check_cmake_build.sh, then every C++ test under CTest on the CPU, the tokenizer and
 #      the model against Hugging Face again and the multi-process parity test
-#      (tests/multiprocess_parity_test.py) with CMake's binaries (LibTorch 2.x), then the steps of
+#      (tests/multiprocess_parity_test.py) and the Hugging Face export (tests/hf_export_test.py)
+#      with CMake's binaries (LibTorch 2.x), then the steps of
 #      tools/gpu-check.sh with --device cpu (so that the GPU check script itself stays working).
 #   tools/test.sh            all of it
 #   tools/test.sh --bazel    1-3 (faster while iterating)
@@ -70,6 +73,11 @@ if [ "$only" != "--cmake" ]; then
   echo "== the model vs Hugging Face transformers, fp32 (LibTorch 1.13) =="
   .venv/bin/python tests/hf_model_parity.py --parity bazel-bin/worker/rank/dhp-hf-parity \
     --dhp-train bazel-bin/worker/rank/dhp-train --gen-shapes bazel-bin/worker/data/dhp-gen-shapes
+  echo "== a job's checkpoint exported as a Hugging Face directory, in transformers (.venv) =="
+  .venv/bin/python tests/hf_export_test.py bazel-bin/controller/dhp-controller \
+    bazel-bin/worker/agent/dhp-worker bazel-bin/api/dhpctl/dhpctl configs \
+    bazel-bin/worker/rank/dhp-rank bazel-bin/worker/rank/dhp-ckpt \
+    bazel-bin/worker/rank/dhp-hf-parity bazel-bin/worker/data/dhp-gen-shapes
 fi
 if [ "$only" = "--bazel" ]; then
   exit 0
@@ -106,6 +114,11 @@ python3 tests/multiprocess_parity_test.py "$build/controller/dhp-controller" \
   "$build/worker/agent/dhp-worker" "$build/api/dhpctl/dhpctl" configs \
   "$build/worker/rank/dhp-rank" "$build/worker/rank/dhp-train" "$build/worker/rank/dhp-ckpt" \
   "$build/worker/data/dhp-gen-shapes"
+echo "== a job's checkpoint exported as a Hugging Face directory (CMake build, LibTorch 2.x) =="
+.venv/bin/python tests/hf_export_test.py "$build/controller/dhp-controller" \
+  "$build/worker/agent/dhp-worker" "$build/api/dhpctl/dhpctl" configs \
+  "$build/worker/rank/dhp-rank" "$build/worker/rank/dhp-ckpt" \
+  "$build/worker/rank/dhp-hf-parity" "$build/worker/data/dhp-gen-shapes"
 
 echo "== tools/gpu-check.sh --device cpu (the GPU check's steps, run on the CPU) =="
 tools/gpu-check.sh --python .venv/bin/python --build-dir "$build" --device cpu
