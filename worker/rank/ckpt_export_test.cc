@@ -424,7 +424,8 @@ TEST_F(HfExportTest, ShardsUnderTheLimitWithTheirIndex) {
   EXPECT_EQ(Leftovers("hf-sharded.tmp-"), std::vector<std::string>{});
 
   // The index: total_size is the tensor bytes; weight_map names every parameter once.
-  const nlohmann::json index = nlohmann::json::parse(ReadText(o.out_dir + "/model.safetensors.index.json"));
+  const nlohmann::json index =
+      nlohmann::json::parse(ReadText(o.out_dir + "/model.safetensors.index.json"));
   int64_t total = 0, file_bytes = 0;
   for (const auto& [name, t] : *full_) total += t.numel() * 4;
   EXPECT_EQ(index["metadata"]["total_size"].get<int64_t>(), total);

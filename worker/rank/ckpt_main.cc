@@ -71,7 +71,8 @@ int ExportHfDir(const dhp::CheckpointExportOptions& o, const ExportArgs& a) {
   if (r->indexed) std::printf("  model.safetensors.index.json\n");
   std::string copied;
   for (const std::string& f : r->copied) copied += (copied.empty() ? "" : ", ") + f;
-  std::printf("  copied from the model directory: %s\n", copied.empty() ? "(none)" : copied.c_str());
+  std::printf("  copied from the model directory: %s\n",
+              copied.empty() ? "(none)" : copied.c_str());
   return 0;
 }
 

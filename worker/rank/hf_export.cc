@@ -133,7 +133,10 @@ std::string WeightsDtype(const std::vector<StTensorSource>& tensors) {
   StDtype best = StDtype::kF32;
   int64_t most = -1;
   for (const auto& [d, n] : elements) {
-    if (n > most) best = d, most = n;
+    if (n > most) {
+      best = d;
+      most = n;
+    }
   }
   return TorchDtypeName(best);
 }
