@@ -111,7 +111,9 @@ absl::Status CheckUtf8(const std::string& what, const std::string& text) {
 
 absl::StatusOr<bool> ParseBoolParam(const std::string& name, const std::string& value) {
   const std::string v = absl::AsciiStrToLower(value);
-  if (v.empty() || v == "true" || v == "1" || v == "yes") return true;
+  // No empty value (`?pretty`, `?pretty=`): the document declares a boolean, and a client
+  // that means false by it should not get true.
+  if (v == "true" || v == "1" || v == "yes") return true;
   if (v == "false" || v == "0" || v == "no") return false;
   return absl::InvalidArgumentError(
       absl::StrCat("query parameter ", name, ": expected true or false, got \"", value, "\""));
