@@ -7,6 +7,7 @@ them. Everything is a real process talking over real sockets.
 
 import json
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -136,6 +137,19 @@ class Cluster:
         if code != 0:
             raise AssertionError("dhpctl %s failed (%d): %s" % (" ".join(args), code, err))
         return json.loads(out)
+
+    def run_job(self, spec_path, timeout=300):
+        """Submits the spec with dhpctl and waits until the job is final; returns (job id, final
+        state, `dhpctl get` JSON)."""
+        code, out, err = self.dhpctl("submit", "-f", spec_path)
+        if code != 0:
+            raise AssertionError("dhpctl submit failed (%d): %s" % (code, err + out))
+        job = re.search(r"job (j-[0-9a-f]+) submitted", out).group(1)
+        final = ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED")
+        state = wait_for(lambda: (lambda s: s in final and s)(
+            self.dhpctl_json("get", job)["job"]["state"]),
+            timeout=timeout, interval=0.3, what="job %s to end" % job)
+        return job, state, self.dhpctl_json("get", job)
 
     def http(self, method, path, body=None, content_type="application/json", headers=None):
         """Returns (status, body text)."""

@@ -139,14 +139,7 @@ class HfExportTest(unittest.TestCase):
         wait_for(lambda: any(n.get("state") == "NODE_STATE_READY"
                              for n in self.cluster.dhpctl_json("nodes").get("nodes", [])),
                  timeout=30, what="node-a READY")
-        code, out, err = self.cluster.dhpctl("submit", "-f", self.spec("models/tiny-hf"))
-        self.assertEqual(code, 0, err + out)
-        job = re.search(r"job (j-[0-9a-f]+) submitted", out).group(1)
-        final = ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED")
-        state = wait_for(lambda: self.cluster.dhpctl_json("get", job)["job"]["state"] in final
-                         and self.cluster.dhpctl_json("get", job)["job"]["state"],
-                         timeout=300, interval=0.3, what="job %s to end" % job)
-        got = self.cluster.dhpctl_json("get", job)
+        job, state, got = self.cluster.run_job(self.spec("models/tiny-hf"))
         self.assertEqual(state, "JOB_STATE_SUCCEEDED",
                          json.dumps(got, indent=1) + self.cluster.controller_log()[-3000:])
         ckpt = [c for c in got["checkpoints"] if int(c["step"]) == STEPS]
