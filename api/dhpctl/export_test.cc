@@ -76,9 +76,12 @@ std::string MakeFile(const std::string& path, mode_t mode) {
 }
 
 TEST(FindDhpCkptTest, GivenThenBesideDhpctlThenPath) {
-  const std::string root = ::testing::TempDir() + "/find_dhp_ckpt";
+  // A fresh directory per run: a dhp-ckpt left beside "dhpctl" by an earlier run (ctest has no
+  // per-test TEST_TMPDIR) would be found first.
+  std::string root = ::testing::TempDir() + "/find_dhp_ckpt.XXXXXX";
+  ASSERT_NE(mkdtemp(root.data()), nullptr);
   const std::string self = root + "/bin", on_path = root + "/path", empty = root + "/empty";
-  for (const std::string& d : {root, self, on_path, empty}) mkdir(d.c_str(), 0755);
+  for (const std::string& d : {self, on_path, empty}) mkdir(d.c_str(), 0755);
   const std::string in_path = MakeFile(on_path + "/dhp-ckpt", 0755);
   MakeFile(empty + "/dhp-ckpt", 0644);  // not executable: skipped
   const std::string path_env = empty + "::" + on_path;
