@@ -108,7 +108,7 @@ def checkpoint_name(name):
     return name
 
 
-def uses_weight_decay(name, p):  # worker/rank/optimizer.h's rule
+def uses_weight_decay(name, p):  # worker/optim/optimizer.h's rule
     return p.dim() > 1 and not name.endswith(".bias") and "norm" not in name
 
 

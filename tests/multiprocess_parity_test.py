@@ -54,7 +54,7 @@ DHP_RANK = DHP_TRAIN = DHP_CKPT = GEN_SHAPES = None
 
 STEPS = 4
 # The bounds (the module docstring gives their reasons).
-BETAS = (0.9, 0.95)  # OptimizerConfig's defaults (worker/rank/optimizer.h), which both runs use
+BETAS = (0.9, 0.95)  # OptimizerConfig's defaults (worker/optim/optimizer.h), which both runs use
 LOSS_RTOL = 1e-5
 GRAD_NORM_RTOL = 1e-5 + 5e-6  # + the rounding of the rank's 6-digit grad_norm
 PARAM_ATOL, PARAM_RTOL = 1e-6, 1e-5

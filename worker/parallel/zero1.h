@@ -18,11 +18,11 @@
 //                              gives the squared norm of the full gradient, each element once.
 //   Step(lr, clip_coef)        gradient *= clip_coef; LibTorch AdamW math on the partition
 //                              (decoupled decay p *= 1 - lr*wd only where the element belongs to
-//                              a decay-group parameter, UsesWeightDecay in worker/rank/optimizer.h;
+//                              a decay-group parameter, UsesWeightDecay in worker/optim/optimizer.h;
 //                              bias corrections 1 - beta^t); then an all-gather of the updated
 //                              partitions re-assembles every rank's full parameters (copied into
 //                              the parameter tensors in their dtype).
-// Grouping and hyper-parameters come from OptimizerConfig (worker/rank/optimizer.h); the
+// Grouping and hyper-parameters come from OptimizerConfig (worker/optim/optimizer.h); the
 // learning rate is passed per step (LearningRateAt of lr_schedule.h); config.grad_clip_norm is
 // not applied here: the caller computes the global coefficient (ClipCoefficient) across stages.
 //
@@ -40,7 +40,7 @@
 
 #include "absl/status/status.h"
 #include "worker/comm/communicator.h"
-#include "worker/rank/optimizer.h"
+#include "worker/optim/optimizer.h"
 
 namespace dhp {
 

@@ -17,7 +17,7 @@
 #include "worker/comm/comm_test_util.h"
 #include "worker/comm/local_communicator.h"
 #include "worker/comm/rank_threads.h"
-#include "worker/rank/optimizer.h"
+#include "worker/optim/optimizer.h"
 
 namespace dhp {
 namespace {

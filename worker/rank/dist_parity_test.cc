@@ -37,8 +37,8 @@
 #include "worker/model/qwen2_5_vl.h"
 #include "worker/model/text_model.h"
 #include "worker/model/vision_window.h"
-#include "worker/rank/lr_schedule.h"
-#include "worker/rank/optimizer.h"
+#include "worker/optim/lr_schedule.h"
+#include "worker/optim/optimizer.h"
 #include "worker/rank/synthetic_batch.h"
 
 namespace dhp {

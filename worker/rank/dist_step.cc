@@ -21,7 +21,7 @@
 #include "worker/model/torch_status.h"
 #include "worker/model/vision_window.h"
 #include "worker/parallel/tp_state.h"
-#include "worker/rank/optimizer_state.h"
+#include "worker/optim/optimizer_state.h"
 
 namespace dhp {
 namespace {

@@ -55,8 +55,8 @@
 #include "worker/parallel/ulysses_vision.h"
 #include "worker/parallel/vision_tp.h"
 #include "worker/parallel/zero1.h"
-#include "worker/rank/lr_schedule.h"
-#include "worker/rank/optimizer.h"
+#include "worker/optim/lr_schedule.h"
+#include "worker/optim/optimizer.h"
 
 namespace dhp {
 

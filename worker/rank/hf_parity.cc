@@ -25,7 +25,7 @@
 #include "worker/model/torch_status.h"
 #include "worker/model/weights.h"
 #include "worker/rank/model_init.h"
-#include "worker/rank/optimizer.h"
+#include "worker/optim/optimizer.h"
 
 namespace dhp {
 namespace {

@@ -43,9 +43,9 @@
 #include "worker/data/data_loader.h"
 #include "worker/model/qwen2_5_vl.h"
 #include "worker/model/weights.h"
-#include "worker/rank/lr_schedule.h"
+#include "worker/optim/lr_schedule.h"
 #include "worker/rank/data_pipeline.h"
-#include "worker/rank/optimizer.h"
+#include "worker/optim/optimizer.h"
 
 namespace dhp {
 

@@ -12,8 +12,8 @@
 
 #include "absl/status/statusor.h"
 #include "dhp/v1/job_spec.pb.h"
-#include "worker/rank/lr_schedule.h"
-#include "worker/rank/optimizer.h"
+#include "worker/optim/lr_schedule.h"
+#include "worker/optim/optimizer.h"
 
 namespace dhp {
 

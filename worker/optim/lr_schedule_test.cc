@@ -1,4 +1,4 @@
-#include "worker/rank/lr_schedule.h"
+#include "worker/optim/lr_schedule.h"
 
 #include <cmath>
 

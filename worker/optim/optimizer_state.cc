@@ -1,4 +1,4 @@
-#include "worker/rank/optimizer_state.h"
+#include "worker/optim/optimizer_state.h"
 
 #include <torch/optim/adamw.h>
 

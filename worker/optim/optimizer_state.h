@@ -8,8 +8,8 @@
 // itself in 2.x) is TrainingOptimizer::StateOf's business (optimizer.cc).
 //
 // Thread-safety: not thread-safe; the optimizer's training thread.
-#ifndef DHP_WORKER_RANK_OPTIMIZER_STATE_H_
-#define DHP_WORKER_RANK_OPTIMIZER_STATE_H_
+#ifndef DHP_WORKER_OPTIM_OPTIMIZER_STATE_H_
+#define DHP_WORKER_OPTIM_OPTIMIZER_STATE_H_
 
 #include <ATen/ATen.h>
 
@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/rank/optimizer.h"
+#include "worker/optim/optimizer.h"
 
 namespace dhp {
 
@@ -50,4 +50,4 @@ void SetAdamWState(TrainingOptimizer& optimizer, const TrainingOptimizer::NamedP
 
 }  // namespace dhp
 
-#endif  // DHP_WORKER_RANK_OPTIMIZER_STATE_H_
+#endif  // DHP_WORKER_OPTIM_OPTIMIZER_STATE_H_

@@ -1,4 +1,4 @@
-#include "worker/rank/optimizer.h"
+#include "worker/optim/optimizer.h"
 
 #include <torch/optim/adamw.h>
 #include <torch/version.h>

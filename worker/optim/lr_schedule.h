@@ -15,8 +15,8 @@
 // floor, as in both reference implementations.
 //
 // Thread-safety: pure functions on plain structs.
-#ifndef DHP_WORKER_RANK_LR_SCHEDULE_H_
-#define DHP_WORKER_RANK_LR_SCHEDULE_H_
+#ifndef DHP_WORKER_OPTIM_LR_SCHEDULE_H_
+#define DHP_WORKER_OPTIM_LR_SCHEDULE_H_
 
 #include <cstdint>
 
@@ -43,4 +43,4 @@ double LearningRateAt(const LrScheduleConfig& config, int64_t step);
 
 }  // namespace dhp
 
-#endif  // DHP_WORKER_RANK_LR_SCHEDULE_H_
+#endif  // DHP_WORKER_OPTIM_LR_SCHEDULE_H_

@@ -19,8 +19,8 @@
 //
 // Parameters are borrowed: the tensors (which share storage with the model's) must stay alive.
 // Thread-safety: not thread-safe; one training thread owns it.
-#ifndef DHP_WORKER_RANK_OPTIMIZER_H_
-#define DHP_WORKER_RANK_OPTIMIZER_H_
+#ifndef DHP_WORKER_OPTIM_OPTIMIZER_H_
+#define DHP_WORKER_OPTIM_OPTIMIZER_H_
 
 #include <ATen/ATen.h>
 
@@ -95,4 +95,4 @@ class TrainingOptimizer {
 
 }  // namespace dhp
 
-#endif  // DHP_WORKER_RANK_OPTIMIZER_H_
+#endif  // DHP_WORKER_OPTIM_OPTIMIZER_H_

@@ -1,4 +1,4 @@
-#include "worker/rank/optimizer.h"
+#include "worker/optim/optimizer.h"
 
 #include <ATen/ATen.h>
 
