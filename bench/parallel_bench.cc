@@ -377,7 +377,7 @@ void TimeText(TimedLayout& L, const TextConfig& c, TextForCausalLM& ref, const T
   absl::Status s = RunRanks(
       L.degree, "tiny.text." + L.layout,
       [&](int r, comm::Communicator& comm, comm::CommStats& stats) -> absl::Status {
-        auto made = tp::CreateTextTpModel(c, tp::FullTensorsOf(*ref), comm);
+        auto made = tp::CreateTextTpModel(c, ModuleTensorSource(*ref), comm);
         if (!made.ok()) return made.status();
         tp::TextTpModel m = *made;
         for (int i = 0; i < warmup + steps; ++i) {

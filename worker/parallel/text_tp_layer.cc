@@ -6,31 +6,28 @@
 
 namespace dhp::tp {
 
-RmsNorm MakeReplicatedRmsNorm(const TextConfig& config, const FullTensorFn& full,
+RmsNorm MakeReplicatedRmsNorm(const TextConfig& config, const TensorSource& src,
                               const std::string& prefix) {
-  at::Tensor w = full(prefix + "weight");
-  TORCH_CHECK_VALUE(w.dim() == 1 && w.size(0) == config.hidden_size, prefix, "weight must be [",
-                    config.hidden_size, "], got ", w.sizes());
+  const std::vector<int64_t> shape = src.Shape(prefix + "weight");
+  TORCH_CHECK_VALUE(shape.size() == 1 && shape[0] == config.hidden_size, prefix,
+                    "weight must be [", config.hidden_size, "], got ", at::IntArrayRef(shape));
   RmsNorm norm(config.hidden_size, config.rms_norm_eps);
   at::NoGradGuard no_grad;
-  norm->weight.set_data(w.detach().clone());
+  norm->weight.set_data(src.Whole(prefix + "weight"));
   return norm;
 }
 
-TpTextAttentionImpl::TpTextAttentionImpl(const TextTpPlan& plan, const FullTensorFn& full,
+TpTextAttentionImpl::TpTextAttentionImpl(const TextTpPlan& plan, const TensorSource& src,
                                          const std::string& prefix, comm::Communicator& comm)
     : head_dim_(plan.head_dim), comm_(&comm) {
   const int r = plan.tp_rank;
   q_proj = register_module(
-      "q_proj", ColumnParallelLinear(full(prefix + "q_proj.weight"), full(prefix + "q_proj.bias"),
-                                     plan.QRows(), r));
+      "q_proj", ColumnParallelLinear(src, prefix + "q_proj.", true, plan.QRows(), r));
   k_proj = register_module(
-      "k_proj", ColumnParallelLinear(full(prefix + "k_proj.weight"), full(prefix + "k_proj.bias"),
-                                     plan.KvRows(), r));
+      "k_proj", ColumnParallelLinear(src, prefix + "k_proj.", true, plan.KvRows(), r));
   v_proj = register_module(
-      "v_proj", ColumnParallelLinear(full(prefix + "v_proj.weight"), full(prefix + "v_proj.bias"),
-                                     plan.KvRows(), r));
-  o_proj = register_module("o_proj", RowParallelLinear(full(prefix + "o_proj.weight"), at::Tensor(),
+      "v_proj", ColumnParallelLinear(src, prefix + "v_proj.", true, plan.KvRows(), r));
+  o_proj = register_module("o_proj", RowParallelLinear(src, prefix + "o_proj.", false,
                                                        plan.QRows(), comm));
 }
 
@@ -52,18 +49,18 @@ at::Tensor TpTextAttentionImpl::forward(const at::Tensor& x, const at::Tensor& c
   return o_proj(attn.reshape({attn.size(0), -1}));                        // [S, H]
 }
 
-TpGatedMlpImpl::TpGatedMlpImpl(const TextTpPlan& plan, const FullTensorFn& full,
+TpGatedMlpImpl::TpGatedMlpImpl(const TextTpPlan& plan, const TensorSource& src,
                                const std::string& prefix, comm::Communicator& comm)
     : comm_(&comm) {
   const int r = plan.tp_rank;
   gate_proj = register_module(
       "gate_proj",
-      ColumnParallelLinear(full(prefix + "gate_proj.weight"), at::Tensor(), plan.intermediate, r));
-  up_proj = register_module("up_proj", ColumnParallelLinear(full(prefix + "up_proj.weight"),
-                                                            at::Tensor(), plan.intermediate, r));
+      ColumnParallelLinear(src, prefix + "gate_proj.", false, plan.intermediate, r));
+  up_proj = register_module("up_proj", ColumnParallelLinear(src, prefix + "up_proj.", false,
+                                                            plan.intermediate, r));
   down_proj = register_module(
       "down_proj",
-      RowParallelLinear(full(prefix + "down_proj.weight"), at::Tensor(), plan.intermediate, comm));
+      RowParallelLinear(src, prefix + "down_proj.", false, plan.intermediate, comm));
 }
 
 at::Tensor TpGatedMlpImpl::forward(const at::Tensor& x) {
@@ -72,16 +69,16 @@ at::Tensor TpGatedMlpImpl::forward(const at::Tensor& x) {
 }
 
 TpDecoderLayerImpl::TpDecoderLayerImpl(const TextConfig& config, const TextTpPlan& plan,
-                                       const FullTensorFn& full, const std::string& prefix,
+                                       const TensorSource& src, const std::string& prefix,
                                        comm::Communicator& comm) {
   input_layernorm = register_module(
-      "input_layernorm", MakeReplicatedRmsNorm(config, full, prefix + "input_layernorm."));
+      "input_layernorm", MakeReplicatedRmsNorm(config, src, prefix + "input_layernorm."));
   self_attn =
-      register_module("self_attn", TpTextAttention(plan, full, prefix + "self_attn.", comm));
+      register_module("self_attn", TpTextAttention(plan, src, prefix + "self_attn.", comm));
   post_attention_layernorm =
       register_module("post_attention_layernorm",
-                      MakeReplicatedRmsNorm(config, full, prefix + "post_attention_layernorm."));
-  mlp = register_module("mlp", TpGatedMlp(plan, full, prefix + "mlp.", comm));
+                      MakeReplicatedRmsNorm(config, src, prefix + "post_attention_layernorm."));
+  mlp = register_module("mlp", TpGatedMlp(plan, src, prefix + "mlp.", comm));
 }
 
 at::Tensor TpDecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos,

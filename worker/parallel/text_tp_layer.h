@@ -16,8 +16,8 @@
 //
 // Parameters keep HF names (input_layernorm.weight, self_attn.{q,k,v}_proj.{weight,bias},
 // self_attn.o_proj.weight, post_attention_layernorm.weight, mlp.{gate,up,down}_proj.weight), each
-// holding this rank's shard. Built from the full tensors by name: `prefix` + those names (e.g.
-// "model.layers.3.").
+// holding this rank's shard. Built from its slices of the full tensors (TensorSource), whose
+// names are `prefix` + those names (e.g. "model.layers.3.").
 //
 // Thread-safety: not thread-safe (one rank's training thread); the Communicator is borrowed and
 // must outlive the layer and its backward pass.
@@ -42,14 +42,14 @@
 
 namespace dhp::tp {
 
-// An RmsNorm (replicated) whose weight is copied from full(prefix + "weight").
-RmsNorm MakeReplicatedRmsNorm(const TextConfig& config, const FullTensorFn& full,
+// An RmsNorm (replicated) whose weight is read whole from src's prefix + "weight".
+RmsNorm MakeReplicatedRmsNorm(const TextConfig& config, const TensorSource& src,
                               const std::string& prefix);
 
 class TpTextAttentionImpl : public torch::nn::Module {
  public:
   // prefix: e.g. "model.layers.3.self_attn." (the full tensors' names start with it).
-  TpTextAttentionImpl(const TextTpPlan& plan, const FullTensorFn& full, const std::string& prefix,
+  TpTextAttentionImpl(const TextTpPlan& plan, const TensorSource& src, const std::string& prefix,
                       comm::Communicator& comm);
 
   // x: [S, H] (replicated, outside the parallel region), cos/sin: [S, D] -> [S, H] (complete).
@@ -79,7 +79,7 @@ TORCH_MODULE(TpTextAttention);
 class TpGatedMlpImpl : public torch::nn::Module {
  public:
   // prefix: e.g. "model.layers.3.mlp.".
-  TpGatedMlpImpl(const TextTpPlan& plan, const FullTensorFn& full, const std::string& prefix,
+  TpGatedMlpImpl(const TextTpPlan& plan, const TensorSource& src, const std::string& prefix,
                  comm::Communicator& comm);
 
   at::Tensor forward(const at::Tensor& x);  // [S, H] replicated -> [S, H] complete
@@ -96,7 +96,7 @@ TORCH_MODULE(TpGatedMlp);
 class TpDecoderLayerImpl : public torch::nn::Module {
  public:
   // prefix: e.g. "model.layers.3.".
-  TpDecoderLayerImpl(const TextConfig& config, const TextTpPlan& plan, const FullTensorFn& full,
+  TpDecoderLayerImpl(const TextConfig& config, const TextTpPlan& plan, const TensorSource& src,
                      const std::string& prefix, comm::Communicator& comm);
 
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,

@@ -38,7 +38,7 @@ TEST_P(TextTpLayoutTest, EqualsTheBuiltModelsLayout) {
   ASSERT_TRUE(layout.ok()) << layout.status();
   for (int r = 0; r < tp; ++r) {
     comm::FailingCommunicator comm("text.tp0", r, tp);  // building asks only rank and size
-    absl::StatusOr<TextTpModel> m = CreateTextTpModel(c, FullTensorsOf(*ref), comm);
+    absl::StatusOr<TextTpModel> m = CreateTextTpModel(c, ModuleTensorSource(*ref), comm);
     ASSERT_TRUE(m.ok()) << m.status();
     const ShardLayout& built = (*m)->shard_layout();
     ASSERT_EQ(built.size(), layout->size()) << "rank " << r;

@@ -22,16 +22,16 @@ TextTpPlan PlanOrThrow(const TextConfig& config, const comm::Communicator& comm)
 }  // namespace
 
 TextTpDecoderImpl::TextTpDecoderImpl(const TextConfig& config, const TextTpPlan& plan,
-                                     const FullTensorFn& full, comm::Communicator& comm)
+                                     const TensorSource& src, comm::Communicator& comm)
     : config_(config) {
   embed_tokens = register_module(
-      "embed_tokens", VocabParallelEmbedding(full("model.embed_tokens.weight"), plan.vocab, comm));
+      "embed_tokens", VocabParallelEmbedding(src, "model.embed_tokens.weight", plan.vocab, comm));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int i = 0; i < config.num_layers; ++i) {
     layers->push_back(
-        TpDecoderLayer(config, plan, full, absl::StrCat("model.layers.", i, "."), comm));
+        TpDecoderLayer(config, plan, src, absl::StrCat("model.layers.", i, "."), comm));
   }
-  norm = register_module("norm", MakeReplicatedRmsNorm(config, full, "model.norm."));
+  norm = register_module("norm", MakeReplicatedRmsNorm(config, src, "model.norm."));
 }
 
 at::Tensor TextTpDecoderImpl::Embed(const at::Tensor& input_ids) { return embed_tokens(input_ids); }
@@ -61,12 +61,12 @@ at::Tensor TextTpDecoderImpl::forward(const at::Tensor& inputs_embeds,
   return norm(h);
 }
 
-TextTpModelImpl::TextTpModelImpl(const TextConfig& config, const FullTensorFn& full,
+TextTpModelImpl::TextTpModelImpl(const TextConfig& config, const TensorSource& src,
                                  comm::Communicator& comm)
     : config_(config), plan_(PlanOrThrow(config, comm)), comm_(&comm) {
-  model = register_module("model", TextTpDecoder(config, plan_, full, comm));
+  model = register_module("model", TextTpDecoder(config, plan_, src, comm));
   if (!config.tie_word_embeddings) {
-    lm_head = register_module("lm_head", ColumnParallelLinear(full("lm_head.weight"), at::Tensor(),
+    lm_head = register_module("lm_head", ColumnParallelLinear(src, "lm_head.", false,
                                                               plan_.vocab, plan_.tp_rank));
   }
   layout_ = CollectShardLayout(*this);
@@ -88,21 +88,13 @@ std::pair<at::Tensor, at::Tensor> TextTpModelImpl::forward(const at::Tensor& inp
   return VocabParallelCausalLmLossSum(logits, labels, cu_seqlens, plan_.my_vocab().start, *comm_);
 }
 
-absl::StatusOr<TextTpModel> CreateTextTpModel(const TextConfig& config, const FullTensorFn& full,
+absl::StatusOr<TextTpModel> CreateTextTpModel(const TextConfig& config, const TensorSource& src,
                                               comm::Communicator& comm) {
   if (absl::Status s = ValidateTextTp(config, comm.size()); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("group ", comm.name(), ": ", s.message()));
   }
   return CatchTorch(absl::StrCat("building the text TP model on group ", comm.name()),
-                    [&] { return TextTpModel(config, full, comm); });
-}
-
-FullTensorFn FullTensorsOf(const torch::nn::Module& module) {
-  return [params = module.named_parameters(/*recurse=*/true)](const std::string& name) {
-    const at::Tensor* t = params.find(name);
-    TORCH_CHECK_VALUE(t != nullptr, "no full tensor named ", name);
-    return *t;
-  };
+                    [&] { return TextTpModel(config, src, comm); });
 }
 
 }  // namespace dhp::tp

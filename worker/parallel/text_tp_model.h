@@ -54,7 +54,7 @@ namespace dhp::tp {
 // The decoder, registered as `model` (HF's Qwen2_5_VLTextModel under TP).
 class TextTpDecoderImpl : public torch::nn::Module {
  public:
-  TextTpDecoderImpl(const TextConfig& config, const TextTpPlan& plan, const FullTensorFn& full,
+  TextTpDecoderImpl(const TextConfig& config, const TextTpPlan& plan, const TensorSource& src,
                     comm::Communicator& comm);
 
   at::Tensor Embed(const at::Tensor& input_ids);  // [S] int64 -> [S, H]
@@ -79,10 +79,11 @@ TORCH_MODULE(TextTpDecoder);
 
 class TextTpModelImpl : public torch::nn::Module {
  public:
-  // `full` returns the full HF-shaped tensor of each parameter by name (FullTensorsOf(model) for
-  // a single-rank TextForCausalLM); `comm` is the TP group ("text.tp<d>"). Throws c10::Error
-  // (ValueError) for a degree the config does not support; CreateTextTpModel returns a Status.
-  TextTpModelImpl(const TextConfig& config, const FullTensorFn& full, comm::Communicator& comm);
+  // `src` yields this rank's slices of the full HF-shaped tensors by name (shard-first: only
+  // those are read; ModuleTensorSource(model) for a single-rank TextForCausalLM); `comm` is the
+  // TP group ("text.tp<d>"). Throws c10::Error (ValueError) for a degree the config does not
+  // support or a tensor the source lacks; CreateTextTpModel returns a Status.
+  TextTpModelImpl(const TextConfig& config, const TensorSource& src, comm::Communicator& comm);
 
   at::Tensor Embed(const at::Tensor& input_ids) { return model->Embed(input_ids); }
   // [S, H], [3, S], bounds -> final hidden states [S, H].
@@ -119,12 +120,8 @@ class TextTpModelImpl : public torch::nn::Module {
 TORCH_MODULE(TextTpModel);
 
 // Validates the degree (ValidateTextTp) and builds the model; c10::Errors become Statuses.
-absl::StatusOr<TextTpModel> CreateTextTpModel(const TextConfig& config, const FullTensorFn& full,
+absl::StatusOr<TextTpModel> CreateTextTpModel(const TextConfig& config, const TensorSource& src,
                                               comm::Communicator& comm);
-
-// A FullTensorFn over a module's named_parameters() (e.g. a single-rank TextForCausalLM). The
-// module must outlive the function's calls (it is only read, at construction of a TP model).
-FullTensorFn FullTensorsOf(const torch::nn::Module& module);
 
 }  // namespace dhp::tp
 

@@ -181,7 +181,7 @@ void CheckParity(const Options& o) {
     ASSERT_TRUE(made_dp.ok()) << made_dp.status();
     std::unique_ptr<comm::Communicator> dp = std::move(*made_dp);
 
-    auto created = CreateTextTpModel(c, FullTensorsOf(*ref), *tp);
+    auto created = CreateTextTpModel(c, ModuleTensorSource(*ref), *tp);
     ASSERT_TRUE(created.ok()) << created.status();
     TextTpModel m = *created;
     m->set_gradient_checkpointing(o.checkpointing);
@@ -279,7 +279,7 @@ TEST(TextTpModelTest, ParameterNamesAreTheCheckpointsAndShapesAreShards) {
   RunRanks(4, [&](int r) {
     auto tp = comm::MakeTestComm(kv, "text.tp0", 4, r, nullptr);
     ASSERT_NE(tp, nullptr);
-    auto m = CreateTextTpModel(c, FullTensorsOf(*ref), *tp);
+    auto m = CreateTextTpModel(c, ModuleTensorSource(*ref), *tp);
     ASSERT_TRUE(m.ok()) << m.status();
     const auto mine = (*m)->named_parameters();
     const auto full = ref->named_parameters();
@@ -314,7 +314,7 @@ TEST(TextTpModelTest, UnsupportedDegreeIsAStatus) {
   TextForCausalLM ref = MakeReference(c);
   // A group of three that must never be used: the degree is refused before any collective.
   comm::FailingCommunicator comm("text.tp0", 0, 3);
-  auto m = CreateTextTpModel(c, FullTensorsOf(*ref), comm);
+  auto m = CreateTextTpModel(c, ModuleTensorSource(*ref), comm);
   ASSERT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(m.status().message().find("text.tp0"), std::string::npos) << m.status();
   EXPECT_NE(m.status().message().find("num_heads 4"), std::string::npos) << m.status();

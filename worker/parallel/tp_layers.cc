@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <utility>
+
 #include "worker/comm/autograd_collectives.h"
 
 namespace dhp::tp {
@@ -42,17 +44,24 @@ at::Tensor ShardOf(const at::Tensor& full, int64_t dim, const ShardRange& range)
 
 ColumnParallelLinearImpl::ColumnParallelLinearImpl(const at::Tensor& full_weight,
                                                    const at::Tensor& full_bias,
+                                                   std::vector<ShardRange> rows, int rank)
+    : ColumnParallelLinearImpl(NamedTensorSource({{"weight", full_weight}, {"bias", full_bias}}),
+                               "", full_bias.defined(), std::move(rows), rank) {}
+
+ColumnParallelLinearImpl::ColumnParallelLinearImpl(const TensorSource& src,
+                                                   const std::string& prefix, bool bias_too,
                                                    std::vector<ShardRange> rows, int rank) {
-  TORCH_CHECK_VALUE(full_weight.dim() == 2, "column-parallel weight must be [out, in], got ",
-                    full_weight.sizes());
-  shard_ = MakeShard(0, full_weight.size(0), std::move(rows), rank, "column-parallel linear");
+  const std::vector<int64_t> shape = src.Shape(prefix + "weight");
+  TORCH_CHECK_VALUE(shape.size() == 2, "column-parallel weight ", prefix,
+                    "weight must be [out, in], got ", at::IntArrayRef(shape));
+  shard_ = MakeShard(0, shape[0], std::move(rows), rank, "column-parallel linear");
   const ShardRange& mine = shard_.ranges[rank];
-  weight = register_parameter("weight", ShardOf(full_weight, 0, mine));
-  if (full_bias.defined()) {
-    TORCH_CHECK_VALUE(full_bias.dim() == 1 && full_bias.size(0) == full_weight.size(0),
-                      "column-parallel bias must be [", full_weight.size(0), "], got ",
-                      full_bias.sizes());
-    bias = register_parameter("bias", ShardOf(full_bias, 0, mine));
+  weight = register_parameter("weight", src.Slice(prefix + "weight", 0, mine.start, mine.length));
+  if (bias_too) {
+    const std::vector<int64_t> b = src.Shape(prefix + "bias");
+    TORCH_CHECK_VALUE(b.size() == 1 && b[0] == shape[0], "column-parallel bias ", prefix,
+                      "bias must be [", shape[0], "], got ", at::IntArrayRef(b));
+    bias = register_parameter("bias", src.Slice(prefix + "bias", 0, mine.start, mine.length));
   }
 }
 
@@ -75,19 +84,27 @@ std::vector<std::pair<std::string, ParamShard>> ColumnParallelLinearImpl::ParamS
 RowParallelLinearImpl::RowParallelLinearImpl(const at::Tensor& full_weight,
                                              const at::Tensor& full_bias,
                                              std::vector<ShardRange> cols, comm::Communicator& comm)
+    : RowParallelLinearImpl(NamedTensorSource({{"weight", full_weight}, {"bias", full_bias}}), "",
+                            full_bias.defined(), std::move(cols), comm) {}
+
+RowParallelLinearImpl::RowParallelLinearImpl(const TensorSource& src, const std::string& prefix,
+                                             bool bias_too, std::vector<ShardRange> cols,
+                                             comm::Communicator& comm)
     : comm_(&comm) {
-  TORCH_CHECK_VALUE(full_weight.dim() == 2, "row-parallel weight must be [out, in], got ",
-                    full_weight.sizes());
+  const std::vector<int64_t> shape = src.Shape(prefix + "weight");
+  TORCH_CHECK_VALUE(shape.size() == 2, "row-parallel weight ", prefix,
+                    "weight must be [out, in], got ", at::IntArrayRef(shape));
   TORCH_CHECK_VALUE(static_cast<int>(cols.size()) == comm.size(),
                     "row-parallel linear: ", cols.size(), " ranges for a group of ", comm.size());
   const int rank = comm.rank();
-  shard_ = MakeShard(1, full_weight.size(1), std::move(cols), rank, "row-parallel linear");
-  weight = register_parameter("weight", ShardOf(full_weight, 1, shard_.ranges[rank]));
-  if (full_bias.defined()) {
-    TORCH_CHECK_VALUE(full_bias.dim() == 1 && full_bias.size(0) == full_weight.size(0),
-                      "row-parallel bias must be [", full_weight.size(0), "], got ",
-                      full_bias.sizes());
-    bias = register_parameter("bias", full_bias.detach().clone());
+  shard_ = MakeShard(1, shape[1], std::move(cols), rank, "row-parallel linear");
+  const ShardRange& mine = shard_.ranges[rank];
+  weight = register_parameter("weight", src.Slice(prefix + "weight", 1, mine.start, mine.length));
+  if (bias_too) {
+    const std::vector<int64_t> b = src.Shape(prefix + "bias");
+    TORCH_CHECK_VALUE(b.size() == 1 && b[0] == shape[0], "row-parallel bias ", prefix,
+                      "bias must be [", shape[0], "], got ", at::IntArrayRef(b));
+    bias = register_parameter("bias", src.Whole(prefix + "bias"));
   }
 }
 

@@ -35,13 +35,10 @@
 #include <vector>
 
 #include "worker/comm/communicator.h"
+#include "worker/model/tensor_source.h"
 #include "worker/parallel/tp_shard.h"
 
 namespace dhp::tp {
-
-// The full (unsharded, HF-shaped) tensor of a parameter, by its checkpoint name, e.g.
-// "model.layers.0.self_attn.q_proj.weight". Throws (c10::Error) when the name is unknown.
-using FullTensorFn = std::function<at::Tensor(const std::string& name)>;
 
 // Full parameter name -> its shard, for the sharded parameters of a module tree; parameters
 // absent from the map are replicated (every rank holds the whole tensor).
@@ -70,6 +67,10 @@ class ColumnParallelLinearImpl : public torch::nn::Module, public TpSharded {
   // Even split of the output features over `size` ranks (EvenShards).
   ColumnParallelLinearImpl(const at::Tensor& full_weight, const at::Tensor& full_bias, int rank,
                            int size);
+  // Shard-first: reads only rank `rank`'s rows of src's `prefix`weight (and `prefix`bias when
+  // `bias`), e.g. prefix "model.layers.0.self_attn.q_proj.".
+  ColumnParallelLinearImpl(const TensorSource& src, const std::string& prefix, bool bias,
+                           std::vector<ShardRange> rows, int rank);
 
   at::Tensor forward(const at::Tensor& x);  // [S, in] -> [S, out_r]
 
@@ -92,6 +93,10 @@ class RowParallelLinearImpl : public torch::nn::Module, public TpSharded {
   // Even split of the input features over the group (EvenShards).
   RowParallelLinearImpl(const at::Tensor& full_weight, const at::Tensor& full_bias,
                         comm::Communicator& comm);
+  // Shard-first: reads only this rank's columns of src's `prefix`weight (and the whole
+  // `prefix`bias when `bias`).
+  RowParallelLinearImpl(const TensorSource& src, const std::string& prefix, bool bias,
+                        std::vector<ShardRange> cols, comm::Communicator& comm);
 
   at::Tensor forward(const at::Tensor& x);  // [S, in_r] -> [S, out] (all-reduced, + bias)
 

@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <utility>
+
 #include "worker/comm/autograd_collectives.h"
 
 namespace dhp::tp {
@@ -14,14 +16,23 @@ constexpr int64_t kIgnoreIndex = -100;
 VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(const at::Tensor& full_weight,
                                                        std::vector<ShardRange> ranges,
                                                        comm::Communicator& comm)
+    : VocabParallelEmbeddingImpl(NamedTensorSource({{"weight", full_weight}}), "weight",
+                                 std::move(ranges), comm) {}
+
+VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(const TensorSource& src,
+                                                       const std::string& name,
+                                                       std::vector<ShardRange> ranges,
+                                                       comm::Communicator& comm)
     : rank_(comm.rank()), comm_(&comm) {
-  TORCH_CHECK_VALUE(full_weight.dim() == 2, "vocab-parallel embedding must be [vocab, H], got ",
-                    full_weight.sizes());
+  const std::vector<int64_t> shape = src.Shape(name);
+  TORCH_CHECK_VALUE(shape.size() == 2, "vocab-parallel embedding ", name,
+                    " must be [vocab, H], got ", at::IntArrayRef(shape));
   TORCH_CHECK_VALUE(static_cast<int>(ranges.size()) == comm.size(),
                     "vocab-parallel embedding: ", ranges.size(), " ranges for a group of ",
                     comm.size());
-  shard_ = ParamShard{0, full_weight.size(0), std::move(ranges)};
-  weight = register_parameter("weight", ShardOf(full_weight, 0, shard_.ranges[rank_]));
+  shard_ = ParamShard{0, shape[0], std::move(ranges)};
+  const ShardRange& mine = shard_.ranges[rank_];
+  weight = register_parameter("weight", src.Slice(name, 0, mine.start, mine.length));
 }
 
 VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(const at::Tensor& full_weight,

@@ -46,6 +46,9 @@ class VocabParallelEmbeddingImpl : public torch::nn::Module, public TpSharded {
                              comm::Communicator& comm);
   // Even split of the vocabulary over the group (EvenShards).
   VocabParallelEmbeddingImpl(const at::Tensor& full_weight, comm::Communicator& comm);
+  // Shard-first: reads only this rank's rows of src's `name` ([vocab, H]).
+  VocabParallelEmbeddingImpl(const TensorSource& src, const std::string& name,
+                             std::vector<ShardRange> ranges, comm::Communicator& comm);
 
   at::Tensor forward(const at::Tensor& ids);  // [S] int64 -> [S, H]
 

@@ -110,7 +110,7 @@ absl::StatusOr<std::unique_ptr<DistTrainer>> DistTrainer::Create(
   }
   if (groups.text_coord().has_value()) {
     absl::StatusOr<tp::TextTpModel> text =
-        tp::CreateTextTpModel(preset.text, tp::FullTensorsOf(*t->model_->text), *groups.text_tp());
+        tp::CreateTextTpModel(preset.text, ModuleTensorSource(*t->model_->text), *groups.text_tp());
     if (!text.ok()) return text.status();
     t->text_ = *text;
     t->text_->set_gradient_checkpointing(options.text_activation_checkpointing);
