@@ -28,20 +28,4 @@ at::Tensor GatedMlpImpl::forward(const at::Tensor& x) {
   return down_proj(at::silu(gate_proj(x)) * up_proj(x));
 }
 
-void InitQwenWeights(torch::nn::Module& module, double std) {
-  at::NoGradGuard no_grad;
-  for (auto& item : module.named_parameters(/*recurse=*/true)) {
-    at::Tensor& p = item.value();
-    const std::string& name = item.key();
-    const bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
-    if (is_bias) {
-      p.zero_();
-    } else if (p.dim() == 1) {
-      p.fill_(1.0);
-    } else {
-      p.normal_(0.0, std);
-    }
-  }
-}
-
 }  // namespace dhp

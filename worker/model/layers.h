@@ -41,11 +41,6 @@ class GatedMlpImpl : public torch::nn::Module {
 };
 TORCH_MODULE(GatedMlp);
 
-// Hugging Face's _init_weights: every weight with two or more dims ~ N(0, std) (Linear,
-// Embedding, the Conv3d patch embedding), 1-D weights (norms) = 1, biases = 0. Seed with
-// at::manual_seed beforehand for a reproducible model.
-void InitQwenWeights(torch::nn::Module& module, double std = 0.02);
-
 }  // namespace dhp
 
 #endif  // DHP_WORKER_MODEL_LAYERS_H_

@@ -1,3 +1,4 @@
+#include "worker/model/param_init.h"
 #include "worker/model/qwen2_5_vl.h"
 
 #include <ATen/ATen.h>

@@ -7,9 +7,7 @@
 namespace dhp {
 
 at::Tensor TensorSource::Whole(const std::string& name) const {
-  const std::vector<int64_t> shape = Shape(name);
-  if (shape.empty()) return Slice(name, -1, 0, 1);
-  return Slice(name, 0, 0, shape[0]);
+  return Slice(name, -1, 0, 0);
 }
 
 at::Tensor TensorSource::Rows(const std::string& name,
@@ -24,11 +22,9 @@ at::Tensor TensorSource::Rows(const std::string& name,
 
 void CheckSliceBounds(const std::string& name, const std::vector<int64_t>& shape, int64_t dim,
                       int64_t start, int64_t length) {
-  if (shape.empty()) {
-    TORCH_CHECK_VALUE(dim == -1 && start == 0 && length == 1, "tensor ", name,
-                      " is a scalar: only its whole value can be read");
-    return;
-  }
+  if (dim == -1) return;  // the whole tensor
+  TORCH_CHECK_VALUE(!shape.empty(), "tensor ", name,
+                    " is a scalar: only its whole value can be read");
   TORCH_CHECK_VALUE(dim >= 0 && dim < static_cast<int64_t>(shape.size()), "tensor ", name,
                     " has ", shape.size(), " dimensions; cannot slice dimension ", dim);
   TORCH_CHECK_VALUE(start >= 0 && length >= 0 && start + length <= shape[dim], "tensor ", name,

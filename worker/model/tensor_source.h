@@ -31,11 +31,12 @@ class TensorSource {
   // True when the source knows `name`.
   virtual bool Has(const std::string& name) const = 0;
   // A fresh contiguous tensor holding entries [start, start + length) along `dim` of the full
-  // tensor `name` (every other dimension whole), in the source's dtype and device.
+  // tensor `name` (every other dimension whole), in the source's dtype and device; dim -1: the
+  // whole tensor (start and length are ignored).
   virtual at::Tensor Slice(const std::string& name, int64_t dim, int64_t start,
                            int64_t length) const = 0;
 
-  // The whole tensor (a slice spanning dim 0; a 0-dim tensor stays 0-dim).
+  // The whole tensor: Slice(name, -1, 0, 0).
   at::Tensor Whole(const std::string& name) const;
   // Several row ranges of dim 0 concatenated, e.g. the q, k and v parts of a fused projection.
   at::Tensor Rows(const std::string& name, const std::vector<std::pair<int64_t, int64_t>>& ranges,
@@ -63,7 +64,7 @@ class NamedTensorSource : public TensorSource {
 // and for ranks that already hold the full tensors.
 NamedTensorSource ModuleTensorSource(const torch::nn::Module& module);
 
-// Throws (ValueError) unless [start, start + length) lies within `shape`'s `dim`.
+// Throws (ValueError) unless dim is -1 or [start, start + length) lies within `shape`'s `dim`.
 void CheckSliceBounds(const std::string& name, const std::vector<int64_t>& shape, int64_t dim,
                       int64_t start, int64_t length);
 

@@ -1,3 +1,4 @@
+#include "worker/model/param_init.h"
 #include "worker/model/vision_model.h"
 
 #include <ATen/ATen.h>

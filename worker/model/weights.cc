@@ -6,7 +6,7 @@
 namespace dhp {
 namespace {
 
-bool ToScalarType(StDtype d, at::ScalarType* out) {
+bool ToScalarTypeImpl(StDtype d, at::ScalarType* out) {
   switch (d) {
     case StDtype::kF32: *out = at::kFloat; return true;
     case StDtype::kF16: *out = at::kHalf; return true;
@@ -63,10 +63,14 @@ std::string LoadReport::Summary() const {
 
 at::Tensor ReadTensor(const SafetensorsFile& file, const StTensorInfo& info) {
   at::ScalarType type = at::kFloat;
-  ToScalarType(info.dtype, &type);
+  ToScalarTypeImpl(info.dtype, &type);
   at::Tensor out = at::empty(info.shape, at::TensorOptions().dtype(type));
   std::memcpy(out.data_ptr(), file.data(info), info.end - info.begin);
   return out;
+}
+
+bool StDtypeToScalarType(StDtype dtype, at::ScalarType* out) {
+  return ToScalarTypeImpl(dtype, out);
 }
 
 absl::StatusOr<LoadReport> LoadWeights(const CheckpointDir& ckpt, const NamedTensors& params,

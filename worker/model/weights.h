@@ -34,6 +34,9 @@ struct LoadReport {
 absl::StatusOr<LoadReport> LoadWeights(const CheckpointDir& ckpt, const NamedTensors& params,
                                        bool strict);
 
+// The LibTorch type of a stored dtype; false for none.
+bool StDtypeToScalarType(StDtype dtype, at::ScalarType* out);
+
 // A copy of one stored tensor as a CPU tensor of its stored dtype.
 at::Tensor ReadTensor(const SafetensorsFile& file, const StTensorInfo& info);
 

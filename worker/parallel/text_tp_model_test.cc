@@ -4,6 +4,7 @@
 // scattered image embeddings, for TP 1, 2 (KV heads split) and 4 (KV heads replicated), tied and
 // untied embeddings, packed samples with -100 labels; TP collective bytes against the formula in
 // text_tp_model.h; TP x DP; gradient checkpointing.
+#include "worker/model/param_init.h"
 #include "worker/parallel/text_tp_model.h"
 
 #include <ATen/ATen.h>

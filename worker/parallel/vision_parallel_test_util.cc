@@ -1,3 +1,4 @@
+#include "worker/model/param_init.h"
 #include "worker/parallel/vision_parallel_test_util.h"
 
 #include <chrono>

@@ -107,25 +107,51 @@ at::Tensor UnshardVisionTensor(const std::string& name, const std::vector<at::Te
   return at::Tensor();
 }
 
+at::Tensor ReadVisionShard(const TensorSource& src, const std::string& prefix,
+                           const std::string& name, int rank, int size) {
+  const std::string full = prefix + name;
+  const std::vector<int64_t> shape = src.Shape(full);
+  switch (VisionTpShardOf(name)) {
+    case VisionTpShardKind::kReplicated:
+      return src.Whole(full);
+    case VisionTpShardKind::kRows: {
+      const int64_t n = shape[0] / size;
+      return src.Slice(full, 0, rank * n, n);
+    }
+    case VisionTpShardKind::kCols: {
+      TORCH_CHECK_VALUE(shape.size() >= 2, full, " must have 2 dimensions");
+      const int64_t n = shape[1] / size;
+      return src.Slice(full, 1, rank * n, n);
+    }
+    case VisionTpShardKind::kQkvRows: {
+      const int64_t third = shape[0] / 3, n = third / size;  // [q_r; k_r; v_r]
+      return src.Rows(full, {{rank * n, n}, {third + rank * n, n}, {2 * third + rank * n, n}});
+    }
+  }
+  return at::Tensor();
+}
+
 absl::StatusOr<std::unique_ptr<VisionTpTransformer>> VisionTpTransformer::Create(
-    const VisionConfig& config, const VisionFullTensorFn& full, comm::Communicator& comm) {
+    const VisionConfig& config, const TensorSource& src, const std::string& prefix,
+    comm::Communicator& comm) {
   if (absl::Status s = ValidateVisionTp(config, comm.size()); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("group ", comm.name(), ": ", s.message()));
   }
-  std::string missing;  // the first parameter `full` does not know
+  std::string missing;  // the first parameter `src` does not know
   absl::StatusOr<VisionTransformer> model = CatchTorch("vision TP: building the tower", [&] {
     VisionTransformer m(config);
     at::NoGradGuard no_grad;
     for (auto& item : m->named_parameters(/*recurse=*/true)) {
-      at::Tensor f = full(item.key());
-      if (!f.defined()) {
-        missing = item.key();
+      if (!src.Has(prefix + item.key())) {
+        missing = prefix + item.key();
         break;
       }
-      TORCH_CHECK_VALUE(f.sizes() == item.value().sizes(), "parameter ", item.key(),
-                        ": full tensor ", f.sizes(), " but the tower wants ", item.value().sizes());
-      item.value().set_data(
-          ShardVisionTensor(item.key(), f.to(item.value().options()), comm.rank(), comm.size()));
+      const std::vector<int64_t> shape = src.Shape(prefix + item.key());
+      TORCH_CHECK_VALUE(shape == item.value().sizes().vec(), "parameter ", item.key(),
+                        ": full tensor ", at::IntArrayRef(shape), " but the tower wants ",
+                        item.value().sizes());
+      item.value().set_data(ReadVisionShard(src, prefix, item.key(), comm.rank(), comm.size())
+                                .to(item.value().dtype()));
     }
     return m;
   });
@@ -138,14 +164,7 @@ absl::StatusOr<std::unique_ptr<VisionTpTransformer>> VisionTpTransformer::Create
 
 absl::StatusOr<std::unique_ptr<VisionTpTransformer>> VisionTpTransformer::Create(
     const VisionTransformer& full, comm::Communicator& comm) {
-  auto params = full->named_parameters(/*recurse=*/true);
-  return Create(
-      full->config(),
-      [&params](const std::string& name) {
-        const at::Tensor* t = params.find(name);
-        return t == nullptr ? at::Tensor() : t->detach();
-      },
-      comm);
+  return Create(full->config(), ModuleTensorSource(*full), "", comm);
 }
 
 VisionTpTransformer::VisionTpTransformer(VisionTransformer model, comm::Communicator& comm)

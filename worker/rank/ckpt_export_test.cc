@@ -9,6 +9,7 @@
 // with their index, a tensor larger than the limit alone in its shard, config.json from the preset
 // or copied from a model directory with its tokenizer files, a non-empty OUT_DIR refused, and
 // nothing left behind when writing fails.
+#include "worker/model/param_init.h"
 #include "worker/rank/ckpt_export.h"
 
 #include <ATen/ATen.h>

@@ -25,6 +25,7 @@
 
 #include "common/model_presets.h"
 #include "worker/model/layers.h"
+#include "worker/model/param_init.h"
 #include "worker/model/qwen2_5_vl.h"
 #include "worker/model/torch_compat.h"
 #include "worker/rank/synthetic_batch.h"

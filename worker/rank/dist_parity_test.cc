@@ -13,6 +13,7 @@
 // DHP_TEST_DEVICE=cuda (tools/gpu-check.sh) runs the layouts that fit the visible GPUs over
 // NCCL instead, rank r on cuda:r, against the same CPU reference; the bounds are then 10x, since
 // cuBLAS and NCCL sum in other orders than the CPU's kernels (never run yet: no GPU so far).
+#include "worker/model/param_init.h"
 #include "worker/rank/dist_step.h"
 
 #include <ATen/ATen.h>

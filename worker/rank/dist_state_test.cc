@@ -2,6 +2,7 @@
 // state names what a rank needs (parameters, ZeRO-1 partition, AdamW moments, step), loads back
 // into the trainer that wrote it, and a state of another layout is refused with a message that
 // names the layout and the tensors, changing nothing.
+#include "worker/model/param_init.h"
 #include "worker/rank/dist_step.h"
 
 #include <ATen/ATen.h>

@@ -32,18 +32,6 @@ int64_t ImageTokens(const PackedBatch& batch, const VisionConfig& config) {
   return m;
 }
 
-// Replaces every parameter and buffer of `module` by a 0-element tensor of the same dtype and
-// device, freeing its memory while keeping the module's structure.
-void Release(torch::nn::Module& module) {
-  at::NoGradGuard no_grad;
-  for (auto& item : module.named_parameters()) {
-    item.value().set_data(at::empty({0}, item.value().options()));
-  }
-  for (auto& item : module.named_buffers()) {
-    item.value().set_data(at::empty({0}, item.value().options()));
-  }
-}
-
 std::string ShapeText(at::IntArrayRef sizes) {
   return absl::StrCat("[", absl::StrJoin(sizes, ", "), "]");
 }
@@ -61,13 +49,18 @@ constexpr char kTextOptPrefix[] = "optim.text.";
 
 }  // namespace
 
-DistTrainer::DistTrainer(const ModelPreset& preset, Qwen2_5_VL model, comm::ProcessGroups& groups,
+DistTrainer::DistTrainer(const ModelPreset& preset, comm::ProcessGroups& groups,
                          comm::Communicator* handoff, const DistTrainerOptions& options)
-    : preset_(preset), model_(std::move(model)), groups_(groups), handoff_(handoff),
-      options_(options) {}
+    : preset_(preset), groups_(groups), handoff_(handoff), options_(options) {}
 
 absl::StatusOr<std::unique_ptr<DistTrainer>> DistTrainer::Create(
     const ModelPreset& preset, Qwen2_5_VL model, comm::ProcessGroups& groups,
+    comm::Communicator* handoff, const DistTrainerOptions& options) {
+  return Create(preset, ModuleTensorSource(*model), groups, handoff, options);
+}
+
+absl::StatusOr<std::unique_ptr<DistTrainer>> DistTrainer::Create(
+    const ModelPreset& preset, const TensorSource& source, comm::ProcessGroups& groups,
     comm::Communicator* handoff, const DistTrainerOptions& options) {
   const comm::Layout& layout = groups.layout();
   if (!layout.HandOffInMemory() && handoff == nullptr) {
@@ -75,56 +68,72 @@ absl::StatusOr<std::unique_ptr<DistTrainer>> DistTrainer::Create(
         "DistTrainer: layout ", layout.DebugString(),
         " moves the hand-off over the wire; pass a \"handoff\" communicator over the world"));
   }
-  std::unique_ptr<DistTrainer> t(new DistTrainer(preset, std::move(model), groups, handoff, options));
-  for (const auto& item : t->model_->parameters()) {
-    t->device_ = item.device();
+  std::unique_ptr<DistTrainer> t(new DistTrainer(preset, groups, handoff, options));
+  if (groups.vision_coord().has_value()) DHP_RETURN_IF_ERROR(t->BuildVision(source));
+  if (groups.text_coord().has_value()) DHP_RETURN_IF_ERROR(t->BuildText(source));
+  return t;
+}
+
+absl::Status DistTrainer::BuildVision(const TensorSource& source) {
+  const comm::Layout& layout = groups_.layout();
+  VisionTransformer tower{nullptr};
+  if (layout.vision_parallelism == comm::VisionParallelism::kTensor) {
+    absl::StatusOr<std::unique_ptr<VisionTpTransformer>> v =
+        VisionTpTransformer::Create(preset_.vision, source, "visual.", *groups_.vision_inner());
+    if (!v.ok()) return v.status();
+    vision_tp_ = std::move(*v);
+    tower = vision_tp_->model();
+  } else {
+    DHP_RETURN_IF_ERROR(CatchTorch("building the vision tower", [&] {
+      tower_ = VisionTransformer(preset_.vision);
+      at::NoGradGuard no_grad;
+      for (auto& item : tower_->named_parameters(/*recurse=*/true)) {
+        const std::string name = "visual." + item.key();
+        TORCH_CHECK_VALUE(source.Shape(name) == item.value().sizes().vec(), name, ": source ",
+                          at::IntArrayRef(source.Shape(name)), ", tower ", item.value().sizes());
+        item.value().set_data(source.Whole(name));
+      }
+    }));
+    absl::StatusOr<std::unique_ptr<UlyssesVisionTransformer>> v =
+        UlyssesVisionTransformer::Create(tower_, *groups_.vision_inner());
+    if (!v.ok()) return v.status();
+    vision_ = std::move(*v);
+    tower = tower_;
+  }
+  tower->set_gradient_checkpointing(options_.vision_activation_checkpointing);
+  for (const auto& item : tower->parameters()) {
+    device_ = item.device();
     break;
   }
-  if (groups.vision_coord().has_value() &&
-      layout.vision_parallelism == comm::VisionParallelism::kTensor) {
-    absl::StatusOr<std::unique_ptr<VisionTpTransformer>> v =
-        VisionTpTransformer::Create(t->model_->visual, *groups.vision_inner());
-    if (!v.ok()) return v.status();
-    t->vision_tp_ = std::move(*v);
-    Zero1AdamW::NamedParams params;
-    std::vector<double> norm_weights;
-    for (const auto& item : t->vision_tp_->model()->named_parameters()) {
-      if (!item.value().requires_grad()) continue;
-      params.emplace_back("visual." + item.key(), item.value());
-      norm_weights.push_back(VisionTpShardOf(item.key()) == VisionTpShardKind::kReplicated
-                                 ? 1.0 / layout.vision_degree
-                                 : 1.0);
-    }
-    t->zero1_ =
-        std::make_unique<Zero1AdamW>(params, options.optimizer, *groups.vision_dp(), norm_weights);
-  } else if (groups.vision_coord().has_value()) {
-    absl::StatusOr<std::unique_ptr<UlyssesVisionTransformer>> v =
-        UlyssesVisionTransformer::Create(t->model_->visual, *groups.vision_inner());
-    if (!v.ok()) return v.status();
-    t->vision_ = std::move(*v);
-    Zero1AdamW::NamedParams params;
-    for (const auto& item : t->model_->visual->named_parameters()) {
-      params.emplace_back("visual." + item.key(), item.value());
-    }
-    t->zero1_ = std::make_unique<Zero1AdamW>(params, options.optimizer, *groups.vision());
+  Zero1AdamW::NamedParams params;
+  std::vector<double> norm_weights;
+  for (const auto& item : tower->named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    params.emplace_back("visual." + item.key(), item.value());
+    if (vision_tp_ == nullptr) continue;  // Ulysses: every element counted once already
+    // Vision TP: replicated parameters are held by all Sv ranks of the replica.
+    norm_weights.push_back(VisionTpShardOf(item.key()) == VisionTpShardKind::kReplicated
+                               ? 1.0 / layout.vision_degree
+                               : 1.0);
   }
-  if (groups.text_coord().has_value()) {
-    absl::StatusOr<tp::TextTpModel> text =
-        tp::CreateTextTpModel(preset.text, ModuleTensorSource(*t->model_->text), *groups.text_tp());
-    if (!text.ok()) return text.status();
-    t->text_ = *text;
-    t->text_->set_gradient_checkpointing(options.text_activation_checkpointing);
-    t->text_opt_ = std::make_unique<TrainingOptimizer>(t->TextParams(), options.optimizer);
+  comm::Communicator& zero_group =
+      vision_tp_ != nullptr ? *groups_.vision_dp() : *groups_.vision();
+  zero1_ = std::make_unique<Zero1AdamW>(params, options_.optimizer, zero_group, norm_weights);
+  return absl::OkStatus();
+}
+
+absl::Status DistTrainer::BuildText(const TensorSource& source) {
+  absl::StatusOr<tp::TextTpModel> text =
+      tp::CreateTextTpModel(preset_.text, source, *groups_.text_tp());
+  if (!text.ok()) return text.status();
+  text_ = *text;
+  text_->set_gradient_checkpointing(options_.text_activation_checkpointing);
+  for (const auto& item : text_->parameters()) {
+    device_ = item.device();
+    break;
   }
-  // Keep only what this rank's roles use (the text shards and vision TP shards are copies).
-  absl::Status released = CatchTorch("releasing unused model tensors", [&] {
-    Release(*t->model_->text);
-    if (!groups.vision_coord().has_value() || t->vision_tp_ != nullptr) {
-      Release(*t->model_->visual);
-    }
-  });
-  if (!released.ok()) return released;
-  return t;
+  text_opt_ = std::make_unique<TrainingOptimizer>(TextParams(), options_.optimizer);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<DistStepResult> DistTrainer::Step(const std::vector<PackedBatch>& batches,
@@ -284,7 +293,7 @@ absl::StatusOr<DistStepResult> DistTrainer::StepImpl(const std::vector<PackedBat
         if (!g.ok()) return g.status();
         full = *g;
       }
-      VisionTransformer& tower = vision_tp_ != nullptr ? vision_tp_->model() : model_->visual;
+      VisionTransformer& tower = vision_tp_ != nullptr ? vision_tp_->model() : tower_;
       int64_t offset = 0;
       for (const auto& item : tower->named_parameters()) {
         const at::Tensor& p = item.value();
@@ -337,7 +346,7 @@ absl::StatusOr<DistTrainer::NamedTensors> DistTrainer::FullParameters() {
   NamedTensors out;
   absl::Status st = CatchTorch("full parameters", [&] {
     if (groups_.vision_coord().has_value() && vision_tp_ == nullptr) {
-      for (const auto& item : model_->visual->named_parameters()) {
+      for (const auto& item : tower_->named_parameters()) {
         out.emplace_back("visual." + item.key(), item.value().detach().clone());
       }
     }
@@ -360,7 +369,7 @@ absl::StatusOr<DistTrainer::NamedTensors> DistTrainer::FullParameters() {
 DistTrainer::NamedTensors DistTrainer::VisionParams() const {
   NamedTensors out;
   if (!groups_.vision_coord().has_value()) return out;
-  VisionTransformer tower = vision_tp_ != nullptr ? vision_tp_->model() : model_->visual;
+  VisionTransformer tower = vision_tp_ != nullptr ? vision_tp_->model() : tower_;
   for (const auto& item : tower->named_parameters()) {
     out.emplace_back("visual." + item.key(), item.value());
   }

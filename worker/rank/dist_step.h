@@ -51,6 +51,7 @@
 #include "worker/comm/communicator.h"
 #include "worker/comm/process_groups.h"
 #include "worker/model/qwen2_5_vl.h"
+#include "worker/model/tensor_source.h"
 #include "worker/parallel/text_tp_model.h"
 #include "worker/parallel/ulysses_vision.h"
 #include "worker/parallel/vision_tp.h"
@@ -66,6 +67,7 @@ struct DistTrainerOptions {
   OptimizerConfig optimizer;  // grad_clip_norm is the GLOBAL norm over both stages
   LrScheduleConfig schedule;
   bool text_activation_checkpointing = false;  // recompute the TP decoder layers in backward
+  bool vision_activation_checkpointing = false;  // recompute the vision blocks in backward
 };
 
 struct DistStepResult {
@@ -84,13 +86,22 @@ class DistTrainer {
  public:
   using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
-  // `model`: this rank's full single-rank model (the same values on every rank: same seed or
-  // checkpoint); the vision replica shares its tensors, the text shards are copied from it.
-  // A rank keeps only what its roles use: afterwards the model's text decoder (copied into
-  // shards) and, on ranks without a vision role or with vision TP, its vision tower are emptied
-  // (their tensors become 0-element): do not use `model` afterwards.
+  // Shard-first: builds only what this rank's roles train, reading only those slices from
+  // `source` (full HF names and shapes; param_init.h's InitTensorSource, a checkpoint, or
+  // ModuleTensorSource of a model in memory), on the source's device and in its dtype:
+  //   Ulysses vision rank:  the whole vision tower (replicated over the SP group by design);
+  //   vision TP rank:       its shards of the tower;
+  //   text rank:            its TP shards (vocab-parallel embedding and LM head, q/o heads,
+  //                         k/v heads with replication, MLP columns) and the replicated norms.
+  // A rank without a vision role reads no vision tensor, one without a text role no text tensor.
   // `handoff`: a communicator over every world rank in world-rank order (group name "handoff");
   // may be null when no hand-off needs the wire (Layout::HandOffInMemory()).
+  static absl::StatusOr<std::unique_ptr<DistTrainer>> Create(const ModelPreset& preset,
+                                                             const TensorSource& source,
+                                                             comm::ProcessGroups& groups,
+                                                             comm::Communicator* handoff,
+                                                             const DistTrainerOptions& options);
+  // The same from a full single-rank model in memory (tests): ModuleTensorSource(*model).
   static absl::StatusOr<std::unique_ptr<DistTrainer>> Create(const ModelPreset& preset,
                                                              Qwen2_5_VL model,
                                                              comm::ProcessGroups& groups,
@@ -133,8 +144,10 @@ class DistTrainer {
   int64_t steps_done() const { return step_; }
 
  private:
-  DistTrainer(const ModelPreset& preset, Qwen2_5_VL model, comm::ProcessGroups& groups,
+  DistTrainer(const ModelPreset& preset, comm::ProcessGroups& groups,
               comm::Communicator* handoff, const DistTrainerOptions& options);
+  absl::Status BuildVision(const TensorSource& source);
+  absl::Status BuildText(const TensorSource& source);
 
   absl::StatusOr<DistStepResult> StepImpl(const std::vector<PackedBatch>& batches,
                                           bool gather_grads);
@@ -144,12 +157,12 @@ class DistTrainer {
   absl::Status LoadStateImpl(const NamedTensors& state);
 
   ModelPreset preset_;
-  Qwen2_5_VL model_;
   comm::ProcessGroups& groups_;
   comm::Communicator* handoff_;
   DistTrainerOptions options_;
   int64_t step_ = 0;
   at::Device device_ = at::kCPU;  // of the model's parameters (hand-off receive buffers)
+  VisionTransformer tower_{nullptr};                  // vision ranks, Ulysses SP (whole)
   std::unique_ptr<UlyssesVisionTransformer> vision_;  // vision ranks, Ulysses SP
   std::unique_ptr<VisionTpTransformer> vision_tp_;    // vision ranks, vision TP
   std::unique_ptr<Zero1AdamW> zero1_;                 // vision ranks

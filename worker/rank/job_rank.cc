@@ -344,9 +344,11 @@ absl::Status JobRank::Build() {
   config_ = std::move(*config);
   std::vector<std::string> notes = data_->pipeline().notes();
   notes.insert(notes.end(), config_.notes.begin(), config_.notes.end());
-  absl::StatusOr<Qwen2_5_VL> model =
-      CreateModelForSpec(spec, preset_, options_.data_root, device_, &notes);
-  if (!model.ok()) return Annotate(model.status(), me_);
+  // Shard-first: the trainer reads only this rank's slices (initialised or from the checkpoint),
+  // straight onto the device; no rank builds the full model.
+  absl::StatusOr<std::unique_ptr<TensorSource>> source = CreateModelSource(
+      spec, preset_, options_.data_root, at::TensorOptions().device(device_), &notes);
+  if (!source.ok()) return Annotate(source.status(), me_);
 
   comm::ProcessGroupsOptions po;
   po.backend = device_.is_cuda() ? comm::CommBackend::kNccl : comm::CommBackend::kGloo;
@@ -373,8 +375,9 @@ absl::Status JobRank::Build() {
   to.optimizer = config_.optimizer;
   to.schedule = config_.schedule;
   to.text_activation_checkpointing = spec.text().activation_checkpointing();
+  to.vision_activation_checkpointing = spec.vision().activation_checkpointing();
   absl::StatusOr<std::unique_ptr<DistTrainer>> trainer =
-      DistTrainer::Create(preset_, *model, *groups_, handoff_.get(), to);
+      DistTrainer::Create(preset_, **source, *groups_, handoff_.get(), to);
   if (!trainer.ok()) return Annotate(trainer.status(), me_);
   trainer_ = std::move(*trainer);
   std::string roles;

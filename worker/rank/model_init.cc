@@ -1,16 +1,24 @@
+#include "worker/model/param_init.h"
 #include "worker/rank/model_init.h"
 
-#include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "worker/model/checkpoint_source.h"
 #include "worker/model/hf_config.h"
 #include "worker/model/layers.h"
+#include "worker/model/param_init.h"
+#include "worker/model/param_shapes.h"
 #include "worker/model/safetensors.h"
 #include "worker/model/torch_status.h"
 #include "worker/model/weights.h"
 #include "worker/rank/data_pipeline.h"
 
 namespace dhp {
+namespace {
+
+constexpr double kInitStd = 0.02;  // Qwen2.5-VL's initializer_range
+
+}  // namespace
 
 absl::StatusOr<at::Device> ParseTrainingDevice(const std::string& name) {
   absl::StatusOr<at::Device> device = CatchTorch("device", [&] { return at::Device(name); });
@@ -37,18 +45,38 @@ SpecOptions RankSpecOptions(const std::string& data_root) {
   return options;
 }
 
+absl::StatusOr<std::unique_ptr<TensorSource>> CreateModelSource(const v1::JobSpec& spec,
+                                                               const ModelPreset& preset,
+                                                               const std::string& data_root,
+                                                               at::TensorOptions options,
+                                                               std::vector<std::string>* notes) {
+  const std::vector<ParamShape> shapes = QwenParamShapes(preset);
+  if (spec.model().weights_path().empty()) {
+    return std::unique_ptr<TensorSource>(
+        new InitTensorSource(shapes, spec.training().seed(), kInitStd, options));
+  }
+  const std::string dir = ResolveDataPath(data_root, spec.model().weights_path());
+  absl::StatusOr<std::unique_ptr<CheckpointDir>> ckpt = CheckpointDir::Open(dir);
+  if (!ckpt.ok()) return ckpt.status();
+  if (absl::Status s = CheckCheckpointCovers(**ckpt, shapes); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("model.weights_path ", dir, ": ", s.message()));
+  }
+  if (notes != nullptr) {
+    notes->push_back(absl::StrCat("weights: this rank's slices of ", shapes.size(),
+                                  " tensors from ", dir));
+  }
+  return std::unique_ptr<TensorSource>(new CheckpointTensorSource(*std::move(ckpt), options));
+}
+
 absl::StatusOr<Qwen2_5_VL> CreateModelForSpec(const v1::JobSpec& spec, const ModelPreset& preset,
                                               const std::string& data_root,
                                               const at::Device& device,
                                               std::vector<std::string>* notes) {
   Qwen2_5_VL model{nullptr};
   {
-    static std::mutex* seed_mu = new std::mutex;  // guards LibTorch's default generator
-    std::lock_guard<std::mutex> lock(*seed_mu);
     absl::Status s = CatchTorch("model", [&] {
-      at::manual_seed(spec.training().seed());
       model = Qwen2_5_VL(preset);
-      InitQwenWeights(*model);
+      InitQwenWeights(*model, kInitStd, spec.training().seed());
     });
     if (!s.ok()) return s;
   }

@@ -1,15 +1,19 @@
-// The model a training rank starts from, per the job spec: seeded with at::manual_seed(
-// training.seed), Hugging Face's initialisation (InitQwenWeights), then the strict load of
-// model.weights_path when set; moved to the device, activation checkpointing per stage, train
-// mode. Every rank of a job (and the single-rank trainer) builds identical weights this way.
+// The model a training rank starts from, per the job spec: Hugging Face's initialisation with
+// training.seed (param_init.h: layout-independent, computed per slice), or the strict load of
+// model.weights_path when set.
+//   CreateModelSource   for the distributed ranks (shard-first): a TensorSource from which each
+//                       rank reads only its slices (DistTrainer::Create);
+//   CreateModelForSpec  the single-rank model (dhp-train, parity references): the whole model
+//                       from the same values, on the device, activation checkpointing per stage.
+// Rank r's shard of the first equals the slice of the second, for every layout.
 //
-// Thread-safety: thread-safe. LibTorch's default generator is process-wide, so creation holds a
-// process-wide lock while it seeds and initialises (ranks run as threads in tests).
+// Thread-safety: thread-safe (no shared state).
 #ifndef DHP_WORKER_RANK_MODEL_INIT_H_
 #define DHP_WORKER_RANK_MODEL_INIT_H_
 
 #include <ATen/ATen.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,6 +22,7 @@
 #include "common/spec_validate.h"
 #include "dhp/v1/job_spec.pb.h"
 #include "worker/model/qwen2_5_vl.h"
+#include "worker/model/tensor_source.h"
 
 namespace dhp {
 
@@ -31,8 +36,17 @@ absl::StatusOr<at::Device> ParseTrainingDevice(const std::string& name);
 // stage degrees against it (the controller, which cannot read the directory, could not).
 SpecOptions RankSpecOptions(const std::string& data_root);
 
-// model.weights_path is taken relative to `data_root` (DataPipeline's rule). Appends what it
-// loaded to `notes`. Errors name the checkpoint directory and the mismatching tensors.
+// model.weights_path is taken relative to `data_root` (DataPipeline's rule); the checkpoint must
+// hold exactly the model's tensors with their shapes (checked before anything is read). Slices
+// come in `options` (dtype, device). Appends what it will read to `notes`. Errors name the
+// checkpoint directory and the mismatching tensors.
+absl::StatusOr<std::unique_ptr<TensorSource>> CreateModelSource(const v1::JobSpec& spec,
+                                                               const ModelPreset& preset,
+                                                               const std::string& data_root,
+                                                               at::TensorOptions options,
+                                                               std::vector<std::string>* notes);
+
+// The whole single-rank model, as above.
 absl::StatusOr<Qwen2_5_VL> CreateModelForSpec(const v1::JobSpec& spec, const ModelPreset& preset,
                                               const std::string& data_root,
                                               const at::Device& device,

@@ -2,6 +2,7 @@
 // rank over real Gloo, synthetic batches): a snapshot taken after step 1 and written by the
 // CheckpointWriter only after step 2 has run holds step 1's state, byte for byte, while the same
 // write from the live tensors (no snapshot) would hold step 2's.
+#include "worker/model/param_init.h"
 #include "worker/rank/rank_checkpoint.h"
 
 #include <ATen/ATen.h>

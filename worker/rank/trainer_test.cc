@@ -173,7 +173,9 @@ TEST_F(TrainerTest, SavesTheFirstStepsGradientsBeforeClipping) {
     EXPECT_EQ(grads.at(name).sizes(), p.sizes()) << name;
     squares += grads.at(name).to(at::kDouble).pow(2).sum().item<double>();
   }
-  EXPECT_NEAR(std::sqrt(squares), s1->grad_norm, 1e-6 * s1->grad_norm);
+  // The trainer accumulates the norm in fp32 (relative rounding ~1e-6 over the tiny model's
+  // 2M gradient entries); the sum here is fp64.
+  EXPECT_NEAR(std::sqrt(squares), s1->grad_norm, 1e-5 * s1->grad_norm);
   // Later steps leave the file alone.
   ASSERT_TRUE(t->Step().ok());
   const std::map<std::string, at::Tensor> again = read();
