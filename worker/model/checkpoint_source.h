@@ -46,7 +46,8 @@ class CheckpointTensorSource : public TensorSource {
 
 // OK when `ckpt` holds exactly the tensors of `shapes` with those shapes; otherwise
 // InvalidArgument listing what is missing, unexpected or of another shape (LoadReport::Summary).
-absl::Status CheckCheckpointCovers(const CheckpointDir& ckpt, const std::vector<ParamShape>& shapes);
+absl::Status CheckCheckpointCovers(const CheckpointDir& ckpt,
+                                   const std::vector<ParamShape>& shapes);
 
 }  // namespace dhp
 
