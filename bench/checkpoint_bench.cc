@@ -50,6 +50,7 @@
 #include "worker/comm/in_memory_kv_client.h"
 #include "worker/comm/process_groups.h"
 #include "worker/model/layers.h"
+#include "worker/model/param_init.h"
 #include "worker/model/qwen2_5_vl.h"
 #include "worker/rank/checkpoint_writer.h"
 #include "worker/rank/dist_step.h"

@@ -47,6 +47,7 @@
 #include "nlohmann/json.hpp"
 #include "worker/model/layers.h"
 #include "worker/model/param_count.h"
+#include "worker/model/param_init.h"
 #include "worker/model/qwen2_5_vl.h"
 #include "worker/rank/step_flops.h"
 

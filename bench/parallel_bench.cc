@@ -55,6 +55,7 @@
 #include "worker/comm/process_groups.h"
 #include "worker/model/layers.h"
 #include "worker/model/param_count.h"
+#include "worker/model/param_init.h"
 #include "worker/model/text_model.h"
 #include "worker/model/torch_status.h"
 #include "worker/model/vision_model.h"
