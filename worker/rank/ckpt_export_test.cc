@@ -53,6 +53,7 @@
 #include "worker/model/weights.h"
 #include "worker/model/hf_config.h"
 #include "worker/rank/dist_step.h"
+#include "worker/rank/dist_test_util.h"
 #include "worker/rank/hf_export.h"
 #include "worker/rank/synthetic_batch.h"
 
@@ -149,16 +150,10 @@ std::map<std::string, at::Tensor> WriteCheckpoint(const LayoutCase& c, const std
     comm::ProcessGroupsOptions po;
     po.arrival_timeout = po.store_timeout = std::chrono::seconds(60);
     po.collective_timeout = std::chrono::seconds(120);
-    absl::StatusOr<std::unique_ptr<comm::ProcessGroups>> groups =
-        comm::ProcessGroups::Create(kv, layout, rank, po);
-    ASSERT_TRUE(groups.ok()) << groups.status();
-    comm::GroupSpec all{kHandoffGroup, std::vector<int>(world)};
-    std::iota(all.world_ranks.begin(), all.world_ranks.end(), 0);
-    absl::StatusOr<std::unique_ptr<comm::Communicator>> handoff =
-        comm::CreateCommunicator(kv, all, rank, po, &(*groups)->stats());
-    ASSERT_TRUE(handoff.ok()) << handoff.status();
+    absl::StatusOr<RankComms> comms = MakeRankComms(kv, layout, rank, po);
+    ASSERT_TRUE(comms.ok()) << comms.status();
     absl::StatusOr<std::unique_ptr<DistTrainer>> trainer =
-        DistTrainer::Create(Tiny(), models[rank], **groups, handoff->get(), options);
+        DistTrainer::Create(Tiny(), models[rank], *comms->groups, comms->handoff.get(), options);
     ASSERT_TRUE(trainer.ok()) << trainer.status();
     ASSERT_TRUE((*trainer)->Step(batches).ok());
     absl::StatusOr<DistTrainer::NamedTensors> params = (*trainer)->FullParameters();

@@ -15,6 +15,7 @@
 // cuBLAS and NCCL sum in other orders than the CPU's kernels (never run yet: no GPU so far).
 #include "worker/model/param_init.h"
 #include "worker/rank/dist_step.h"
+#include "worker/rank/dist_test_util.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -216,19 +217,14 @@ TEST_P(DistParityTest, MatchesSingleRank) {
       models[rank]->to(device);
       for (PackedBatch& b : my_batches) b = BatchOnDevice(b, device);
     }
-    absl::StatusOr<std::unique_ptr<comm::ProcessGroups>> groups =
-        comm::ProcessGroups::Create(kv, layout, rank, po);
-    ASSERT_TRUE(groups.ok()) << groups.status();
-    comm::GroupSpec all{kHandoffGroup, std::vector<int>(world)};
-    std::iota(all.world_ranks.begin(), all.world_ranks.end(), 0);
-    absl::StatusOr<std::unique_ptr<comm::Communicator>> handoff =
-        comm::CreateCommunicator(kv, all, rank, po, &(*groups)->stats());
-    ASSERT_TRUE(handoff.ok()) << handoff.status();
+    absl::StatusOr<RankComms> comms = MakeRankComms(kv, layout, rank, po);
+    ASSERT_TRUE(comms.ok()) << comms.status();
     absl::StatusOr<std::unique_ptr<DistTrainer>> trainer =
-        DistTrainer::Create(Tiny(), models[rank], **groups, handoff->get(), Options());
+        DistTrainer::Create(Tiny(), models[rank], *comms->groups, comms->handoff.get(),
+                            Options());
     ASSERT_TRUE(trainer.ok()) << trainer.status();
 
-    const bool has_text = (*groups)->text_coord().has_value();
+    const bool has_text = comms->groups->text_coord().has_value();
     double loss_err = 0, grad_err = 0, param_err = 0, elem_param_err = 0, ill_param_diff = 0;
     int64_t ill_elements = 0, all_elements = 0;
     std::string wg, wp;
@@ -276,7 +272,7 @@ TEST_P(DistParityTest, MatchesSingleRank) {
     size_t expected = 0;
     for (const auto& [name, p] : ref.params) {
       const bool vision = name.rfind("visual.", 0) == 0;
-      if (vision ? (*groups)->vision_coord().has_value() : has_text) ++expected;
+      if (vision ? comms->groups->vision_coord().has_value() : has_text) ++expected;
     }
     EXPECT_EQ(params->size(), expected);
 
@@ -289,7 +285,7 @@ TEST_P(DistParityTest, MatchesSingleRank) {
       EXPECT_LE(z->state_bytes() * n - 3 * 4 * z->full_numel(), 3 * 4 * (n - 1));
     }
     // Hand-off: zero bytes and no calls when in memory; otherwise counted under "handoff".
-    const comm::CommCounters h = (*groups)->stats().GroupTotal(kHandoffGroup);
+    const comm::CommCounters h = comms->groups->stats().GroupTotal(kHandoffGroup);
     if (layout.HandOffInMemory()) {
       EXPECT_EQ(h.calls, 0);
       EXPECT_EQ(h.tensor_bytes_sent + h.tensor_bytes_received, 0);

@@ -4,6 +4,7 @@
 // names the layout and the tensors, changing nothing.
 #include "worker/model/param_init.h"
 #include "worker/rank/dist_step.h"
+#include "worker/rank/dist_test_util.h"
 
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
@@ -62,19 +63,13 @@ void WithTrainers(const comm::Layout& layout,
   comm::RunRanks(layout.WorldSize(), [&](int rank) {
     comm::ProcessGroupsOptions po;
     po.arrival_timeout = po.store_timeout = po.collective_timeout = std::chrono::seconds(60);
-    absl::StatusOr<std::unique_ptr<comm::ProcessGroups>> groups =
-        comm::ProcessGroups::Create(kv, layout, rank, po);
-    ASSERT_TRUE(groups.ok()) << groups.status();
-    comm::GroupSpec all{kHandoffGroup, std::vector<int>(layout.WorldSize())};
-    std::iota(all.world_ranks.begin(), all.world_ranks.end(), 0);
-    absl::StatusOr<std::unique_ptr<comm::Communicator>> handoff =
-        comm::CreateCommunicator(kv, all, rank, po, &(*groups)->stats());
-    ASSERT_TRUE(handoff.ok()) << handoff.status();
+    absl::StatusOr<RankComms> comms = MakeRankComms(kv, layout, rank, po);
+    ASSERT_TRUE(comms.ok()) << comms.status();
     DistTrainerOptions o;
     o.optimizer.weight_decay = 0.1;
     o.schedule.max_steps = 10;
     absl::StatusOr<std::unique_ptr<DistTrainer>> t =
-        DistTrainer::Create(Tiny(), models[rank], **groups, handoff->get(), o);
+        DistTrainer::Create(Tiny(), models[rank], *comms->groups, comms->handoff.get(), o);
     ASSERT_TRUE(t.ok()) << t.status();
     absl::StatusOr<DistStepResult> step = (*t)->Step(batches);
     ASSERT_TRUE(step.ok()) << step.status();

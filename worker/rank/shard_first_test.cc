@@ -24,6 +24,7 @@
 #include "worker/model/param_shapes.h"
 #include "worker/model/weights.h"
 #include "worker/rank/dist_step.h"
+#include "worker/rank/dist_test_util.h"
 #include "worker/rank/model_init.h"
 
 namespace dhp {
@@ -65,22 +66,17 @@ std::vector<RankRead> BuildAll(const comm::Layout& layout, const TensorSource& s
   comm::RunRanks(layout.WorldSize(), [&](int rank) {
     comm::ProcessGroupsOptions po;
     po.arrival_timeout = po.store_timeout = po.collective_timeout = std::chrono::seconds(60);
-    absl::StatusOr<std::unique_ptr<comm::ProcessGroups>> groups =
-        comm::ProcessGroups::Create(kv, layout, rank, po);
-    ASSERT_TRUE(groups.ok()) << groups.status();
-    comm::GroupSpec all{kHandoffGroup, std::vector<int>(layout.WorldSize())};
-    std::iota(all.world_ranks.begin(), all.world_ranks.end(), 0);
-    absl::StatusOr<std::unique_ptr<comm::Communicator>> handoff =
-        comm::CreateCommunicator(kv, all, rank, po, &(*groups)->stats());
-    ASSERT_TRUE(handoff.ok()) << handoff.status();
+    absl::StatusOr<RankComms> comms = MakeRankComms(kv, layout, rank, po);
+    ASSERT_TRUE(comms.ok()) << comms.status();
     CountingSource counting(source);
     absl::StatusOr<std::unique_ptr<DistTrainer>> t =
-        DistTrainer::Create(Tiny(), counting, **groups, handoff->get(), DistTrainerOptions{});
+        DistTrainer::Create(Tiny(), counting, *comms->groups, comms->handoff.get(), {});
     ASSERT_TRUE(t.ok()) << t.status();
     absl::StatusOr<DistTrainer::NamedTensors> full = (*t)->FullParameters();
     ASSERT_TRUE(full.ok()) << full.status();
-    out[rank] = {(*groups)->vision_coord().has_value(), (*groups)->text_coord().has_value(),
-                 counting.bytes(), *std::move(full)};
+    const comm::ProcessGroups& g = *comms->groups;
+    out[rank] = {g.vision_coord().has_value(), g.text_coord().has_value(), counting.bytes(),
+                 *std::move(full)};
   });
   return out;
 }
