@@ -10,6 +10,7 @@
 //   dhpctl export JOB [--checkpoint ID] --out DIR [--dtype keep|fp32|bf16|fp16]
 //          [--max-shard-size 5GB] [--data-root DIR] [--dhp-ckpt PATH]
 //   dhpctl top JOB [--interval 1s] [--once]
+//   dhpctl plan -f spec.yaml [--gpu h100-80gb] [--gpus-per-node 8]
 //
 // --server / DHP_SERVER picks the controller (host:port of its gRPC API); -o table|json|yaml;
 // --token-file / DHP_TOKEN the API token when the controller requires one.
@@ -19,6 +20,9 @@
 // Ctrl-C (exit 0); --once prints one snapshot.
 // `export` resolves the checkpoint through the API and runs dhp-ckpt on it (api/dhpctl/export.h);
 // it exits with dhp-ckpt's code.
+// `plan` needs no controller: the memory planner's per-rank breakdown of the spec's layout and
+// its alternatives against a GPU (api/dhpctl/plan.h); exit 0 when the spec's layout fits, 1 when
+// it does not.
 // Exit codes: 0 success; 1 the controller refused or failed the request; 2 bad usage or an
 // unreadable file; 3 the controller is unreachable; with --follow, 4 when the job ends FAILED
 // and 5 when it ends CANCELLED; 130 interrupted (Ctrl-C) while following or in logs -f.
@@ -46,6 +50,7 @@
 #include "api/dhpctl/export.h"
 #include "api/dhpctl/log_lines.h"
 #include "api/dhpctl/output.h"
+#include "api/dhpctl/plan.h"
 #include "api/dhpctl/progress.h"
 #include "api/dhpctl/top.h"
 #include "api/tls.h"
@@ -440,11 +445,38 @@ int main(int argc, char** argv) {
   top->add_option("--interval,-n", top_interval, "Refresh interval: 1s, 500ms, 2 (seconds)")
       ->capture_default_str();
   top->add_flag("--once", top_once, "Print one snapshot and exit");
+  PlanRequest plan_req;
+  CLI::App* plan = app.add_subcommand(
+      "plan", "Estimate a spec's memory per GPU, for its layout and the alternatives on as many "
+              "GPUs, and whether each fits a GPU model (offline: no controller)");
+  plan->add_option("-f,--file", file, "Spec file, - for stdin")->required();
+  plan->add_option("--gpu", plan_req.gpu,
+                   "GPU model: h100-80gb, h200-141gb, a100-40gb, a100-80gb, l40s-48gb")
+      ->capture_default_str();
+  plan->add_option("--gpus-per-node", plan_req.gpus_per_node,
+                   "GPUs per node: a tensor-parallel group must fit one node")
+      ->capture_default_str();
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  if (plan->parsed()) {  // offline: before any credential or connection
+    if (g.format() != Format::kTable) {
+      std::cerr << "dhpctl: plan prints tables only; drop -o " << g.output << "\n";
+      return 2;
+    }
+    plan_req.source = file;
+    if (!ReadFile(file, &plan_req.spec_text)) {
+      std::cerr << "dhpctl: cannot read spec file " << file << "\n";
+      return 2;
+    }
+    const PlanResult result = RunPlan(plan_req);
+    std::cout << result.out;
+    std::cerr << result.err;
+    return result.exit_code;
   }
 
   const char* env_token = std::getenv("DHP_TOKEN");
