@@ -14,6 +14,8 @@ namespace {
 
 // Saturating arithmetic: absurd configs give a huge number, never an overflow.
 constexpr int64_t kLimit = int64_t{1} << 60;
+constexpr int64_t kMiB = int64_t{1} << 20;
+constexpr double kGiBytes = static_cast<double>(int64_t{1} << 30);
 
 int64_t Mul(int64_t a, int64_t b) {
   if (a <= 0 || b <= 0) return 0;
@@ -290,7 +292,7 @@ int64_t Zero1PartitionNumel(int64_t params, int group_size) {
 
 std::string GiBText(int64_t bytes) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", static_cast<double>(bytes) / kGiB);
+  std::snprintf(buf, sizeof buf, "%.2f", static_cast<double>(bytes) / kGiBytes);
   return buf;
 }
 

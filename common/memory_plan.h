@@ -65,11 +65,9 @@ namespace dhp {
 // Where the ranks run: decides the attention kernel and the runtime overhead.
 enum class PlanDevice { kGpu, kCpu };
 
-inline constexpr int64_t kGiB = int64_t{1} << 30;
-inline constexpr int64_t kMiB = int64_t{1} << 20;
 // The runtime overhead line: fixed + fraction x (every other line).
-inline constexpr int64_t kGpuRuntimeFixedBytes = kGiB;
-inline constexpr int64_t kCpuRuntimeFixedBytes = kGiB / 4;
+inline constexpr int64_t kGpuRuntimeFixedBytes = int64_t{1} << 30;  // 1 GiB
+inline constexpr int64_t kCpuRuntimeFixedBytes = int64_t{1} << 28;  // 0.25 GiB
 inline constexpr double kRuntimeFraction = 0.05;
 
 struct MemoryLine {

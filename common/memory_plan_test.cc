@@ -264,7 +264,7 @@ TEST(MemoryPlanTest, SummaryNamesEveryRankKindAndItsTotal) {
             0u)
       << s;
   EXPECT_NE(s.find(", total " + GiBText(plan.PeakBytes()) + " GiB"), std::string::npos) << s;
-  EXPECT_EQ(GiBText(kGiB * 3 / 2), "1.50");
+  EXPECT_EQ(GiBText(int64_t{3} << 29), "1.50");
 }
 
 }  // namespace
