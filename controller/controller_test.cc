@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <future>
 #include <memory>
@@ -266,6 +267,64 @@ TEST_F(ControllerTest, FollowingEverythingReturnsWhenTheClientGoesAway) {
   EXPECT_EQ(events[2].type() + " " + events[2].to_state(), "run.state STARTING");
   EXPECT_EQ(events[3].type() + " " + events[3].to_state(), "job.state SCHEDULED");
   EXPECT_EQ(events[3].job_id(), job.id());
+}
+
+// Admission with the memory planner: a job whose ranks need more memory than any registered GPU
+// has is refused at submit with the per-rank breakdown, and nothing of it is stored; on GPUs that
+// hold it, it is placed.
+TEST_F(ControllerTest, AJobThatCanNeverFitTheGpusIsRefusedWithItsMemoryBreakdown) {
+  auto register_gpus = [&](const std::string& id, int64_t mib) {
+    v1::RegisterNodeRequest req;
+    req.mutable_node()->set_id(id);
+    for (int i = 0; i < 8; ++i) {
+      v1::Gpu* gpu = req.mutable_node()->mutable_resources()->add_gpus();
+      gpu->set_index(i);
+      gpu->set_memory_bytes(mib << 20);
+    }
+    v1::RegisterNodeResponse resp;
+    return controller_->RegisterNode(req, &resp);
+  };
+  ASSERT_TRUE(register_gpus("l4", 23034).ok());  // 8 GPUs of 22.5 GiB
+  std::ifstream in("configs/qwen2_5_vl_7b-sp4-tp4.yaml");
+  std::stringstream text;
+  text << in.rdbuf();
+  v1::SubmitJobRequest req;
+  req.set_spec_text(text.str());
+  v1::SubmitJobResponse resp;
+  absl::Status s = controller_->SubmitJob(req, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  const std::string message(s.message());
+  EXPECT_EQ(message.rfind("the job can never fit this cluster: needs 66.6 GiB per rank; the "
+                          "largest device has 22.5 GiB. The per-rank memory estimate of "
+                          "qwen2_5_vl_7b (vision sequence x4, text tensor x4, dp 2, collocate, "
+                          "GPU): 8 vision+text ranks: vision parameters 1.26 GiB, vision "
+                          "gradients 1.26 GiB, ",
+                          0),
+            0u)
+      << message;
+  for (const char* part : {"text parameters 3.55 GiB", "text fp32 master 7.09 GiB",
+                           "text Adam moments 14.19 GiB", "text activations 22.21 GiB",
+                           "runtime overhead 4.13 GiB, total 66.64 GiB",
+                           "`dhpctl plan -f SPEC --gpu MODEL` compares the layouts that fit"}) {
+    EXPECT_NE(message.find(part), std::string::npos) << part << "\n" << message;
+  }
+  // Nothing was stored: no job, no job event.
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(controller_->ListJobs(v1::ListJobsRequest(), &list).ok());
+  EXPECT_EQ(list.jobs_size(), 0);
+  for (const v1::Event& e : Replay("")) EXPECT_EQ(e.job_id(), "") << e.type();
+
+  ASSERT_TRUE(register_gpus("h100", 81559).ok());  // 8 x 79.6 GiB
+  s = controller_->SubmitJob(req, &resp);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(resp.job().state(), v1::JOB_STATE_SCHEDULED);
+  v1::GetJobRequest get;
+  get.set_job_id(resp.job().id());
+  v1::GetJobResponse job;
+  ASSERT_TRUE(controller_->GetJob(get, &job).ok());
+  ASSERT_EQ(job.runs_size(), 1);
+  ASSERT_EQ(job.runs(0).placement_size(), 8);
+  for (const v1::RankPlacement& p : job.runs(0).placement()) EXPECT_EQ(p.node_id(), "h100");
 }
 
 TEST_F(ControllerTest, KvIsScopedToTheCurrentAttemptOfARealJob) {

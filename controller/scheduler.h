@@ -15,8 +15,9 @@
 //     the one with the fewest free slots that holds the group. Ties: the node id that sorts
 //     first. Slots are taken in index order, so a job's ranks on one node get consecutive GPU
 //     indices.
-//   * Memory: when both JobDemand::memory_bytes_per_rank and NodeCapacity::memory_bytes_per_slot
-//     are > 0, the node's slots must have at least that much.
+//   * Memory: when both the job's memory per rank on the slot's kind (JobDemand::
+//     memory_bytes_per_rank on GPU slots, cpu_memory_bytes_per_rank on CPU slots) and
+//     NodeCapacity::memory_bytes_per_slot are > 0, the node's slots must have at least that much.
 //   * Backfill: the first job that does not fit (and could run on the schedulable nodes if
 //     they were empty) becomes the head. It gets a reservation: the slots it would take if the
 //     running jobs' slots were free, chosen to need the fewest running jobs to finish (then the
@@ -46,6 +47,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/memory_plan.h"
 #include "dhp/v1/job_spec.pb.h"
 
 namespace dhp::controller {
@@ -77,16 +79,26 @@ struct JobDemand {
   // A partition of [0, world_size): each group must sit on ONE node. Ranks not listed are
   // groups of their own (so an empty list means "no constraint").
   std::vector<std::vector<int>> same_node_groups;
-  int64_t memory_bytes_per_rank = 0;  // 0: not checked
+  // Bytes each rank needs on a GPU slot (the GPU's memory); 0: not checked.
+  int64_t memory_bytes_per_rank = 0;
+  // Bytes each rank needs on a CPU slot (host memory / CPU slots); 0: not checked; negative:
+  // memory_bytes_per_rank.
+  int64_t cpu_memory_bytes_per_rank = -1;
 };
 
 // The demand of a normalised spec (common/spec_validate.h): world size from LayoutForSpec;
 // same-node groups = the ranks of each tensor-parallel group ("text.tp<d>", and "vision.tp<d>"
 // under vision tensor parallelism) merged with any group they overlap; every other rank is a
 // group of its own. Ulysses "vision.sp<d>" groups are NOT forced onto one node. Groups are
-// listed by their lowest rank, members ascending. Priority comes from spec.priority(); memory
-// is left 0 (the spec does not say).
+// listed by their lowest rank, members ascending. Priority comes from spec.priority(). Memory
+// per rank is the memory planner's peak (common/memory_plan.h) on a GPU and on a CPU slot when
+// the spec names a preset; 0 (not checked) when only a model directory names the architecture
+// (the controller cannot read it) or the planner refuses the spec.
 JobDemand DemandForSpec(const std::string& job_id, const v1::JobSpec& spec, int64_t submit_seq);
+
+// The memory planner's estimate behind DemandForSpec's memory on `device`; nullopt when there is
+// none (no preset, or the planner refuses the spec).
+std::optional<MemoryPlan> MemoryPlanForSpec(const v1::JobSpec& spec, PlanDevice device);
 
 struct PlacementDecision {
   std::string job_id;
@@ -152,6 +164,8 @@ class Scheduler {
   int free_slots() const;   // slots a new job could get now: free, on schedulable nodes
   int used_slots() const;   // slots held by jobs (on registered nodes)
   int node_count() const;
+  // True when a node offering GPUs (`gpu`) or CPU rank slots is registered.
+  bool HasNodes(bool gpu) const;
   // The job's slots, index = world rank; empty if it holds none.
   std::vector<SlotRef> AllocationOf(const std::string& job_id) const;
 

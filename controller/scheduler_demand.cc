@@ -14,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_layout.h"
 #include "common/layout.h"
+#include "common/memory_plan.h"
+#include "common/model_presets.h"
 #include "controller/scheduler.h"
 #include "controller/scheduler_internal.h"
 
@@ -61,8 +63,21 @@ std::string GroupClause(const Shape& sh) {
                       " on one node");
 }
 
-std::string MemoryClause(const Shape& sh) {
-  return sh.memory > 0 ? absl::StrCat(", ", GiB(sh.memory), " per rank") : "";
+// ", 40.0 GiB per rank" on the slot kinds `present` (kCpu, kGpu); both when they differ:
+// ", 40.0 GiB per GPU rank, 60.0 GiB per CPU rank". "" when not checked.
+std::string MemoryClause(const Shape& sh, const bool present[2]) {
+  if (present[kGpu] && present[kCpu] && !sh.SameMemory()) {
+    std::string out;
+    if (sh.memory[kGpu] > 0) absl::StrAppend(&out, ", ", GiB(sh.memory[kGpu]), " per GPU rank");
+    if (sh.memory[kCpu] > 0) absl::StrAppend(&out, ", ", GiB(sh.memory[kCpu]), " per CPU rank");
+    return out;
+  }
+  const int64_t m = sh.memory[present[kGpu] ? kGpu : kCpu];
+  return m > 0 ? absl::StrCat(", ", GiB(m), " per rank") : "";
+}
+std::string MemoryClause(const Shape& sh, int kind) {
+  const bool present[2] = {kind == kCpu, kind == kGpu};
+  return MemoryClause(sh, present);
 }
 
 std::string JobList(const std::vector<std::string>& ids) {
@@ -81,6 +96,16 @@ std::string JobList(const std::vector<std::string>& ids) {
 
 // ---- DemandForSpec -----------------------------------------------------------------------
 
+std::optional<MemoryPlan> MemoryPlanForSpec(const v1::JobSpec& spec, PlanDevice device) {
+  // The controller reads no model directory: a spec naming one has its preset checked against
+  // it by the ranks (ResolveSpecModel), so the preset is the architecture when there is one.
+  const ModelPreset* preset = FindModelPreset(spec.model().preset());
+  if (preset == nullptr) return std::nullopt;
+  absl::StatusOr<MemoryPlan> plan = PlanMemory(spec, *preset, device);
+  if (!plan.ok()) return std::nullopt;
+  return *std::move(plan);
+}
+
 JobDemand DemandForSpec(const std::string& job_id, const v1::JobSpec& spec, int64_t submit_seq) {
   JobDemand d;
   d.job_id = job_id;
@@ -88,6 +113,14 @@ JobDemand DemandForSpec(const std::string& job_id, const v1::JobSpec& spec, int6
   d.submit_seq = submit_seq;
   const comm::Layout layout = LayoutForSpec(spec);
   if (!layout.Validate().ok()) return d;  // world_size 0: Schedule reports it as invalid
+  if (std::optional<MemoryPlan> gpu = MemoryPlanForSpec(spec, PlanDevice::kGpu)) {
+    d.memory_bytes_per_rank = gpu->PeakBytes();
+  }
+  if (std::optional<MemoryPlan> cpu = MemoryPlanForSpec(spec, PlanDevice::kCpu)) {
+    d.cpu_memory_bytes_per_rank = cpu->PeakBytes();
+  } else {
+    d.cpu_memory_bytes_per_rank = 0;
+  }
   const int world = layout.WorldSize();
   d.world_size = world;
   std::vector<int> parent(world);
@@ -124,7 +157,9 @@ absl::Status scheduler_internal::BuildShape(const JobDemand& job, Shape* sh) {
   }
   const int world = job.world_size;
   sh->world = world;
-  sh->memory = std::max<int64_t>(0, job.memory_bytes_per_rank);
+  sh->memory[kGpu] = std::max<int64_t>(0, job.memory_bytes_per_rank);
+  sh->memory[kCpu] = job.cpu_memory_bytes_per_rank < 0 ? sh->memory[kGpu]
+                                                       : job.cpu_memory_bytes_per_rank;
   sh->seen.assign(world, 0);
   sh->members.clear();
   sh->groups.clear();
@@ -165,7 +200,7 @@ absl::Status scheduler_internal::BuildShape(const JobDemand& job, Shape* sh) {
     absl::StrAppend(&sh->key, sh->groups[i].second, "x", j - i, ",");
     i = j;
   }
-  absl::StrAppend(&sh->key, "m", sh->memory);
+  absl::StrAppend(&sh->key, "m", sh->memory[kGpu], "/", sh->memory[kCpu]);
   return absl::OkStatus();
 }
 
@@ -177,7 +212,7 @@ bool Scheduler::State::FitsEmpty(const Shape& sh, int kind, bool schedulable_onl
   for (size_t i = 0; i < nodes.size(); ++i) {
     const NodeCapacity& c = nodes[i].cap;
     if (KindOf(c.gpu) != kind || c.slots <= 0 || (schedulable_only && !c.schedulable)) continue;
-    if (MemoryOk(c, sh.memory)) idx.Set(static_cast<int>(i), c.slots);
+    if (MemoryOk(c, sh.memory[kind])) idx.Set(static_cast<int>(i), c.slots);
   }
   if (idx.total() < sh.world || idx.max_free() < sh.largest) return false;
   std::vector<int> in_use;
@@ -211,28 +246,37 @@ Verdict Scheduler::State::VerdictFor(const Shape& sh) const {
 }
 
 std::string Scheduler::State::Infeasibility(const Shape& sh) const {
-  if (sh.memory > 0) {
+  bool present[2] = {false, false};
+  if (sh.memory[kCpu] > 0 || sh.memory[kGpu] > 0) {
     bool any = false;
-    int64_t largest = 0;
+    int64_t largest[2] = {0, 0};
     for (const Node& n : nodes) {
       if (n.cap.slots <= 0) continue;
-      any |= MemoryOk(n.cap, sh.memory);
-      largest = std::max(largest, n.cap.memory_bytes_per_slot);
+      const int k = KindOf(n.cap.gpu);
+      present[k] = true;
+      any |= MemoryOk(n.cap, sh.MemoryOn(n.cap));
+      largest[k] = std::max(largest[k], n.cap.memory_bytes_per_slot);
     }
     if (!any) {
-      return absl::StrCat("needs ", GiB(sh.memory), " per rank; the largest device has ",
-                          GiB(largest));
+      if (present[kGpu] && present[kCpu] && !sh.SameMemory()) {
+        return absl::StrCat("needs ", GiB(sh.memory[kGpu]), " per rank on a GPU and ",
+                            GiB(sh.memory[kCpu]), " on a CPU slot; the largest GPU has ",
+                            GiB(largest[kGpu]), " and the largest CPU slot ", GiB(largest[kCpu]));
+      }
+      const int k = present[kGpu] ? kGpu : kCpu;
+      return absl::StrCat("needs ", GiB(sh.memory[k]), " per rank; the largest device has ",
+                          GiB(std::max(largest[kGpu], largest[kCpu])));
     }
   }
   int64_t total[2] = {0, 0};
   int largest[2] = {0, 0};
-  bool present[2] = {false, false}, filtered = false;
+  bool filtered[2] = {false, false};
   for (const Node& n : nodes) {
     if (n.cap.slots <= 0) continue;
     const int k = KindOf(n.cap.gpu);
     present[k] = true;
-    if (!MemoryOk(n.cap, sh.memory)) {
-      filtered = true;
+    if (!MemoryOk(n.cap, sh.memory[k])) {
+      filtered[k] = true;
       continue;
     }
     total[k] += n.cap.slots;
@@ -240,14 +284,15 @@ std::string Scheduler::State::Infeasibility(const Shape& sh) const {
   }
   const auto describe = [&](int k, const char* has, const char* its) {
     std::string d = absl::StrCat(has, Count(total[k], "slot"),
-                                 filtered ? absl::StrCat(" with ", GiB(sh.memory)) : "", " and ",
-                                 its, largest[k]);
+                                 filtered[k] ? absl::StrCat(" with ", GiB(sh.memory[k])) : "",
+                                 " and ", its, largest[k]);
     if (total[k] >= sh.world && largest[k] >= sh.largest)
       d += ", onto which the groups do not pack";
     return d;
   };
   std::string out =
-      absl::StrCat("needs ", Count(sh.world, "rank slot"), GroupClause(sh), MemoryClause(sh), "; ");
+      absl::StrCat("needs ", Count(sh.world, "rank slot"), GroupClause(sh),
+                   MemoryClause(sh, present), "; ");
   if (present[kGpu] && present[kCpu]) {
     return out + describe(kGpu, "its GPU nodes have ", "the largest ") + "; " +
            describe(kCpu, "its CPU nodes have ", "the largest ");
@@ -260,20 +305,21 @@ std::string Scheduler::State::Infeasibility(const Shape& sh) const {
 std::string Scheduler::State::ForSlots(const Shape& sh, int kind, const Reservation& r) const {
   int64_t free = index[kind].total();
   int max_free = index[kind].max_free();
-  if (sh.memory > 0) {  // count only the slots with enough memory
+  if (sh.memory[kind] > 0) {  // count only the slots with enough memory
     free = 0;
     max_free = 0;
     for (size_t i = 0; i < nodes.size(); ++i) {
       const int f = index[kind].Free(static_cast<int>(i));
-      if (f <= 0 || !MemoryOk(nodes[i].cap, sh.memory)) continue;
+      if (f <= 0 || !MemoryOk(nodes[i].cap, sh.memory[kind])) continue;
       free += f;
       max_free = std::max(max_free, f);
     }
   }
   std::string m =
       absl::StrCat("waiting for ", sh.world, " free ", KindName(kind),
-                   sh.world == 1 ? " slot" : " slots", GroupClause(sh), MemoryClause(sh),
-                   " (cluster has ", free, " free", sh.memory > 0 ? " with enough memory" : "");
+                   sh.world == 1 ? " slot" : " slots", GroupClause(sh), MemoryClause(sh, kind),
+                   " (cluster has ", free, " free",
+                   sh.memory[kind] > 0 ? " with enough memory" : "");
   if (free >= sh.world && sh.largest > 1) {
     absl::StrAppend(&m, ", at most ", max_free, " on one node");
   }

@@ -103,7 +103,9 @@ class FreeIndex {
 struct Shape {
   int world = 0;
   int largest = 0;
-  int64_t memory = 0;
+  int64_t memory[2] = {0, 0};  // bytes per rank on a kCpu / kGpu slot; 0: not checked
+  int64_t MemoryOn(const NodeCapacity& node) const { return memory[KindOf(node.gpu)]; }
+  bool SameMemory() const { return memory[kCpu] == memory[kGpu]; }
   std::vector<int> members;                 // the ranks of each group, ascending, group by group
   std::vector<std::pair<int, int>> groups;  // (offset into members, size)
   std::string key;                          // group sizes and memory: equal keys place alike

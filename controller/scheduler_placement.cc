@@ -29,7 +29,7 @@ bool Scheduler::State::Pack(const Shape& sh, int kind, int owner, std::vector<Sl
   if (idx.total() < sh.world || idx.max_free() < sh.largest) return false;
   out->resize(sh.world);
   used.clear();
-  const auto ok = [&](int n) { return MemoryOk(nodes[n].cap, sh.memory); };
+  const auto ok = [&](int n) { return MemoryOk(nodes[n].cap, sh.memory[kind]); };
   int remaining = sh.world;
   for (const auto& [offset, size] : sh.groups) {
     const int n = idx.BestFit(size, remaining, used, ok);
@@ -102,7 +102,7 @@ bool Scheduler::State::ReserveHead(const Shape& sh, int kind, Reservation* r) {
   r->kind = kind;
   wait_mark.assign(handle_job.size(), 0);
   FreeIndex& idx = index[kind];
-  const auto ok = [&](int n) { return MemoryOk(nodes[n].cap, sh.memory); };
+  const auto ok = [&](int n) { return MemoryOk(nodes[n].cap, sh.memory[kind]); };
   struct Holder {
     int handle, slots, first_slot;
   };

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "common/memory_plan.h"
+#include "common/model_presets.h"
 #include "dhp/v1/job_spec.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -199,6 +201,63 @@ TEST(SchedulerTest, DemandForSpecCollocateVsSeparate) {
   d = DemandForSpec("j", v1::JobSpec(), 0);
   EXPECT_EQ(d.world_size, 1);
   EXPECT_EQ(d.same_node_groups, (Groups{{0}}));
+}
+
+TEST(SchedulerTest, DemandForSpecCarriesThePlannersMemoryPerSlotKind) {
+  v1::JobSpec spec = Spec(2, v1::PARALLELISM_SEQUENCE, 2, 1, v1::PLACEMENT_COLLOCATE);
+  spec.mutable_model()->set_preset("tiny");
+  spec.mutable_vision()->set_dtype(v1::DTYPE_FP32);
+  spec.mutable_text()->set_dtype(v1::DTYPE_FP32);
+  spec.mutable_data()->set_max_seq_len(1024);
+  spec.mutable_data()->set_max_pixels(50176);
+  JobDemand d = DemandForSpec("j", spec, 0);
+  const ModelPreset& tiny = *FindModelPreset("tiny");
+  EXPECT_EQ(d.memory_bytes_per_rank, PlanMemory(spec, tiny, PlanDevice::kGpu)->PeakBytes());
+  EXPECT_EQ(d.cpu_memory_bytes_per_rank, PlanMemory(spec, tiny, PlanDevice::kCpu)->PeakBytes());
+  // The tiny model is small on either kind (CPU test nodes hold a few GiB per slot).
+  EXPECT_GT(d.cpu_memory_bytes_per_rank, 0);
+  EXPECT_LT(d.cpu_memory_bytes_per_rank, kGiB / 2);
+  EXPECT_LT(d.memory_bytes_per_rank, 2 * kGiB);
+  // A model directory alone: the controller cannot know the architecture; nothing is checked.
+  spec.mutable_model()->set_preset("");
+  spec.mutable_model()->set_weights_path("hf-model");
+  d = DemandForSpec("j", spec, 0);
+  EXPECT_EQ(d.memory_bytes_per_rank, 0);
+  EXPECT_EQ(d.cpu_memory_bytes_per_rank, 0);
+  EXPECT_FALSE(MemoryPlanForSpec(spec, PlanDevice::kGpu).has_value());
+}
+
+TEST(SchedulerTest, MemoryPerRankDependsOnTheSlotKind) {
+  Scheduler s;
+  s.UpsertNode(Gpu("g", 4, 24 * kGiB));
+  s.UpsertNode(Cpu("c", 4, 2 * kGiB));
+  JobDemand j = Job("j", 2, {{0, 1}}, 0, 1, 40 * kGiB);
+  j.cpu_memory_bytes_per_rank = kGiB;  // fits the CPU slots, not the GPUs
+  EXPECT_TRUE(s.CheckFeasible(j).ok());
+  ScheduleResult r = s.Schedule({j});
+  EXPECT_THAT(PlacementOf(r, "j"), ElementsAre(C("c", 0), C("c", 1)));
+  j.job_id = "k";
+  j.cpu_memory_bytes_per_rank = 3 * kGiB;
+  absl::Status st = s.CheckFeasible(j);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(st.message(),
+            "needs 40.0 GiB per rank on a GPU and 3.0 GiB on a CPU slot; the largest GPU has "
+            "24.0 GiB and the largest CPU slot 2.0 GiB");
+  // 0 on CPU slots: not checked there.
+  j.cpu_memory_bytes_per_rank = 0;
+  EXPECT_TRUE(s.CheckFeasible(j).ok());
+  r = s.Schedule({j});
+  EXPECT_THAT(PlacementOf(r, "k"), ElementsAre(C("c", 2), C("c", 3)));
+  // Waiting reasons name the memory of the kind they wait for.
+  j.job_id = "m";
+  j.cpu_memory_bytes_per_rank = kGiB;
+  r = s.Schedule({j});
+  EXPECT_THAT(r.waiting,
+              ElementsAre(Pair("m",
+                               "waiting for 2 free CPU slots with a tensor-parallel group of 2 on "
+                               "one node, 1.0 GiB per rank (cluster has 0 free with enough "
+                               "memory); holds a reservation of 2 CPU slots on 1 node (0 free "
+                               "now) until job j finishes")));
 }
 
 TEST(SchedulerTest, PacksOntoTheFewestNodes) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
+#include "common/memory_plan.h"
 #include "common/proto_enum.h"
 #include "common/rank_exit.h"
 #include "controller/job_events.h"
@@ -204,10 +205,25 @@ void Supervisor::EndUnrecoverable(v1::Job job, const absl::Status& why, int64_t 
 
 absl::Status Supervisor::CheckAdmission(const v1::JobSpec& spec) const {
   DHP_CHECK_ON_THREAD(loop_);
-  absl::Status s = scheduler_.CheckFeasible(DemandForSpec("", spec, 0));
+  const JobDemand demand = DemandForSpec("", spec, 0);
+  absl::Status s = scheduler_.CheckFeasible(demand);
   if (s.ok()) return s;
-  return absl::FailedPreconditionError(
-      absl::StrCat("the job can never fit this cluster: ", s.message()));
+  std::string message = absl::StrCat("the job can never fit this cluster: ", s.message());
+  // Where memory keeps it out (the job would fit without its memory demand, or fails
+  // differently), the planner's breakdown says what the bytes are for.
+  JobDemand no_memory = demand;
+  no_memory.memory_bytes_per_rank = 0;
+  no_memory.cpu_memory_bytes_per_rank = 0;
+  const absl::Status without = scheduler_.CheckFeasible(no_memory);
+  if (without.ok() || without.message() != s.message()) {
+    const PlanDevice device =
+        scheduler_.HasNodes(/*gpu=*/true) ? PlanDevice::kGpu : PlanDevice::kCpu;
+    if (std::optional<MemoryPlan> plan = MemoryPlanForSpec(spec, device)) {
+      absl::StrAppend(&message, ". The ", MemoryPlanSummary(*plan),
+                      ". `dhpctl plan -f SPEC --gpu MODEL` compares the layouts that fit");
+    }
+  }
+  return absl::FailedPreconditionError(message);
 }
 
 void Supervisor::OnJobQueued(const v1::Job& job) {
