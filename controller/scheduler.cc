@@ -222,6 +222,15 @@ absl::Status Scheduler::CheckFeasible(const JobDemand& job) const {
   return absl::FailedPreconditionError(s_->Infeasibility(sh));
 }
 
+bool Scheduler::MemoryExcludesNodes(const JobDemand& job) const {
+  Shape sh;
+  if (!BuildShape(job, &sh).ok()) return false;
+  for (const Node& n : s_->nodes) {
+    if (n.cap.slots > 0 && !scheduler_internal::MemoryOk(n.cap, sh.MemoryOn(n.cap))) return true;
+  }
+  return false;
+}
+
 namespace {
 
 // The pass order: priority descending, then submit_seq, then job id.

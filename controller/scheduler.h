@@ -147,6 +147,9 @@ class Scheduler {
   // With no nodes registered at all it returns OK: the cluster is not known yet (a controller
   // that has just started has heard from no agent), and the job simply waits.
   absl::Status CheckFeasible(const JobDemand& job) const;
+  // True when the slots of some registered node have less memory than the job needs per rank
+  // there (so memory is part of why a job does not fit). False for a malformed demand.
+  bool MemoryExcludesNodes(const JobDemand& job) const;
 
   // One scheduling pass over `queue` (see the header comment). Allocates the slots of every
   // placement it returns. Jobs of `queue` that already hold an allocation are skipped (neither

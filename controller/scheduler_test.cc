@@ -234,6 +234,9 @@ TEST(SchedulerTest, MemoryPerRankDependsOnTheSlotKind) {
   JobDemand j = Job("j", 2, {{0, 1}}, 0, 1, 40 * kGiB);
   j.cpu_memory_bytes_per_rank = kGiB;  // fits the CPU slots, not the GPUs
   EXPECT_TRUE(s.CheckFeasible(j).ok());
+  EXPECT_TRUE(s.MemoryExcludesNodes(j));  // the GPU node
+  EXPECT_FALSE(s.MemoryExcludesNodes(Job("small", 2, {}, 0, 0, kGiB)));
+  EXPECT_FALSE(s.MemoryExcludesNodes(Job("bad", 0)));
   ScheduleResult r = s.Schedule({j});
   EXPECT_THAT(PlacementOf(r, "j"), ElementsAre(C("c", 0), C("c", 1)));
   j.job_id = "k";

@@ -209,13 +209,9 @@ absl::Status Supervisor::CheckAdmission(const v1::JobSpec& spec) const {
   absl::Status s = scheduler_.CheckFeasible(demand);
   if (s.ok()) return s;
   std::string message = absl::StrCat("the job can never fit this cluster: ", s.message());
-  // Where memory keeps it out (the job would fit without its memory demand, or fails
-  // differently), the planner's breakdown says what the bytes are for.
-  JobDemand no_memory = demand;
-  no_memory.memory_bytes_per_rank = 0;
-  no_memory.cpu_memory_bytes_per_rank = 0;
-  const absl::Status without = scheduler_.CheckFeasible(no_memory);
-  if (without.ok() || without.message() != s.message()) {
+  // Where memory is part of why (some node's slots are too small for a rank), the planner's
+  // breakdown says what the bytes are for.
+  if (scheduler_.MemoryExcludesNodes(demand)) {
     const PlanDevice device =
         scheduler_.HasNodes(/*gpu=*/true) ? PlanDevice::kGpu : PlanDevice::kCpu;
     if (std::optional<MemoryPlan> plan = MemoryPlanForSpec(spec, device)) {

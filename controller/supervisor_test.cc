@@ -15,6 +15,7 @@ namespace dhp::controller {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST_F(SupervisorTest, AJobRunsToSuccessWithItsCheckpoint) {
   AddNode("n1", 2);
@@ -398,6 +399,8 @@ TEST_F(SupervisorTest, AJobLargerThanTheClusterIsRefused) {
   absl::Status s = sup_->CheckAdmission(*spec);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(s.message()), HasSubstr("the job can never fit this cluster: needs 2"));
+  // Slots, not memory, keep it out (the node reports none): no memory breakdown.
+  EXPECT_THAT(std::string(s.message()), Not(HasSubstr("memory estimate")));
 }
 
 TEST_F(SupervisorTest, OnlyTheNewestCompleteCheckpointsAreKept) {
