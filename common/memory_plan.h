@@ -46,6 +46,11 @@
 // The total is the sum of the lines: buffers that live at different moments of the step are all
 // counted, so it is an upper bound by up to the smallest of them. Not modelled: the model's
 // construction (today every rank builds the full model before sharding it), the data loader.
+// The dtypes follow the design (DESIGN.md: a rank builds its parameters in their training
+// dtype); today's DistTrainer keeps fp32 parameters whatever the stage dtype (4 B instead of 2
+// for the replicated vision tower) and runs the distributed step without autocast (fp32
+// activations). ZeRO-1 is counted whatever vision.zero_stage says: DistTrainer always builds
+// Zero1AdamW.
 //
 // Stateless and thread-safe.
 #ifndef DHP_COMMON_MEMORY_PLAN_H_
