@@ -45,7 +45,8 @@
 //     host memory (checkpoint.async_write: up to 2 copies of the rank's state).
 // The total is the sum of the lines: buffers that live at different moments of the step are all
 // counted, so it is an upper bound by up to the smallest of them. Not modelled: the model's
-// construction (today every rank builds the full model before sharding it), the data loader.
+// construction (shard-first: one tensor's slice at a time beside the rank's parameters; the
+// vision-TP baseline still builds its whole tower once), the data loader.
 // The dtypes follow the design (DESIGN.md: a rank builds its parameters in their training
 // dtype); today's DistTrainer keeps fp32 parameters whatever the stage dtype (4 B instead of 2
 // for the replicated vision tower) and runs the distributed step without autocast (fp32

@@ -298,11 +298,7 @@ TEST_F(RunMetricsSupervisorTest, ReportedMetricsOfAPlacedRunAreExported) {
       "name: m\nmodel: {preset: tiny}\nvision: {parallelism: sequence, degree: 2}\n"
       "text: {parallelism: tensor, degree: 2}\ntraining: {max_steps: 10}\n"
       "checkpoint: {every_steps: 5, keep_latest: 2}\n"
-      // The CPU demo's data limits (configs/tiny-cpu.yaml): with the defaults (8192 tokens,
-      // 12.8 Mpixel images) the memory planner counts one 32768-patch image's attention scores
-      // on the CPU, ~18 GiB per rank, and the node's 2 GB slots would not hold the job.
-      "data: {datasets: [shapes], registry: {shapes: {annotation_path: data/train.jsonl}}, "
-      "max_seq_len: 1024, max_pixels: 50176}\n");
+      "data: {datasets: [shapes], registry: {shapes: {annotation_path: data/train.jsonl}}}\n");
   absl::StatusOr<v1::JobSpec> spec = jobs_->ValidateSubmission(submit);
   ASSERT_TRUE(spec.ok()) << spec.status();
   v1::SubmitJobResponse submitted;

@@ -354,13 +354,6 @@ int Scheduler::used_slots() const {
 
 int Scheduler::node_count() const { return static_cast<int>(s_->nodes.size()); }
 
-bool Scheduler::HasNodes(bool gpu) const {
-  for (const scheduler_internal::Node& n : s_->nodes) {
-    if (n.cap.gpu == gpu) return true;
-  }
-  return false;
-}
-
 std::vector<SlotRef> Scheduler::AllocationOf(const std::string& job_id) const {
   auto it = s_->job_handle.find(job_id);
   if (it == s_->job_handle.end()) return {};

@@ -91,9 +91,10 @@ struct JobDemand {
 // under vision tensor parallelism) merged with any group they overlap; every other rank is a
 // group of its own. Ulysses "vision.sp<d>" groups are NOT forced onto one node. Groups are
 // listed by their lowest rank, members ascending. Priority comes from spec.priority(). Memory
-// per rank is the memory planner's peak (common/memory_plan.h) on a GPU and on a CPU slot when
-// the spec names a preset; 0 (not checked) when only a model directory names the architecture
-// (the controller cannot read it) or the planner refuses the spec.
+// per rank on a GPU is the memory planner's peak (common/memory_plan.h) when the spec names a
+// preset; 0 (not checked) when only a model directory names the architecture (the controller
+// cannot read it) or the planner refuses the spec. CPU slots are not checked
+// (cpu_memory_bytes_per_rank 0; scheduler_demand.cc says why).
 JobDemand DemandForSpec(const std::string& job_id, const v1::JobSpec& spec, int64_t submit_seq);
 
 // The memory planner's estimate behind DemandForSpec's memory on `device`; nullopt when there is
@@ -167,8 +168,6 @@ class Scheduler {
   int free_slots() const;   // slots a new job could get now: free, on schedulable nodes
   int used_slots() const;   // slots held by jobs (on registered nodes)
   int node_count() const;
-  // True when a node offering GPUs (`gpu`) or CPU rank slots is registered.
-  bool HasNodes(bool gpu) const;
   // The job's slots, index = world rank; empty if it holds none.
   std::vector<SlotRef> AllocationOf(const std::string& job_id) const;
 

@@ -209,12 +209,10 @@ absl::Status Supervisor::CheckAdmission(const v1::JobSpec& spec) const {
   absl::Status s = scheduler_.CheckFeasible(demand);
   if (s.ok()) return s;
   std::string message = absl::StrCat("the job can never fit this cluster: ", s.message());
-  // Where memory is part of why (some node's slots are too small for a rank), the planner's
-  // breakdown says what the bytes are for.
+  // Where memory is part of why (some GPU is too small for a rank; CPU slots are not checked),
+  // the planner's breakdown says what the bytes are for.
   if (scheduler_.MemoryExcludesNodes(demand)) {
-    const PlanDevice device =
-        scheduler_.HasNodes(/*gpu=*/true) ? PlanDevice::kGpu : PlanDevice::kCpu;
-    if (std::optional<MemoryPlan> plan = MemoryPlanForSpec(spec, device)) {
+    if (std::optional<MemoryPlan> plan = MemoryPlanForSpec(spec, PlanDevice::kGpu)) {
       absl::StrAppend(&message, ". The ", MemoryPlanSummary(*plan),
                       ". `dhpctl plan -f SPEC --gpu MODEL` compares the layouts that fit");
     }
