@@ -4,8 +4,11 @@
 
 namespace dhp {
 
-RmsNormImpl::RmsNormImpl(int64_t dim, double eps) : eps_(eps) {
-  weight = register_parameter("weight", at::ones({dim}));
+RmsNormImpl::RmsNormImpl(int64_t dim, double eps) : RmsNormImpl(at::ones({dim}), eps) {}
+
+RmsNormImpl::RmsNormImpl(at::Tensor weight_, double eps) : eps_(eps) {
+  TORCH_CHECK_VALUE(weight_.dim() == 1, "an RMSNorm weight must be 1-D, got ", weight_.sizes());
+  weight = register_parameter("weight", std::move(weight_));
 }
 
 at::Tensor RmsNormImpl::forward(const at::Tensor& x) {

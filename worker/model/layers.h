@@ -19,6 +19,8 @@ namespace dhp {
 class RmsNormImpl : public torch::nn::Module {
  public:
   RmsNormImpl(int64_t dim, double eps);
+  // With a given [dim] weight (its dtype and device, e.g. a rank's slice from a TensorSource).
+  RmsNormImpl(at::Tensor weight, double eps);
   at::Tensor forward(const at::Tensor& x);  // [..., dim] -> [..., dim]
 
   at::Tensor weight;  // [dim], "weight"

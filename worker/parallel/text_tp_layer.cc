@@ -11,10 +11,7 @@ RmsNorm MakeReplicatedRmsNorm(const TextConfig& config, const TensorSource& src,
   const std::vector<int64_t> shape = src.Shape(prefix + "weight");
   TORCH_CHECK_VALUE(shape.size() == 1 && shape[0] == config.hidden_size, prefix,
                     "weight must be [", config.hidden_size, "], got ", at::IntArrayRef(shape));
-  RmsNorm norm(config.hidden_size, config.rms_norm_eps);
-  at::NoGradGuard no_grad;
-  norm->weight.set_data(src.Whole(prefix + "weight"));
-  return norm;
+  return RmsNorm(src.Whole(prefix + "weight"), config.rms_norm_eps);
 }
 
 TpTextAttentionImpl::TpTextAttentionImpl(const TextTpPlan& plan, const TensorSource& src,
