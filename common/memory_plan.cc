@@ -177,9 +177,9 @@ Amount VisionActivations(const Dims& d, PlanDevice device) {
     // rotated q, k [n, h] each, attention output [n, h]; MLP gate, silu, up, product [n, I].
     // Full-attention blocks hold q, k, v as [N, H/Sv, D]: as many elements.
     base = Add({Mul(n, h, 8 + 8 * a), Mul(n, i, 4 * a)});
-    if (cpu) {  // scores + softmax [H, w, w] per window; [H/Sv, L, L] per image
-      window_scores = Mul(n, std::min(n, d.window), d.vheads, 2 * a);
-      full_scores = Mul(N, L, d.vheads / d.sv, 2 * a);
+    if (cpu) {  // softmax output [H, w, w] per window; [H/Sv, L, L] per image
+      window_scores = Mul(n, std::min(n, d.window), d.vheads, a);
+      full_scores = Mul(N, L, d.vheads / d.sv, a);
     }
     // Pixels [N, patch_dim] fp32 (every rank holds the batch), local rows [n, patch_dim] and
     // patch embedding [n, h]; rotary cos/sin [N, D] fp32; merger ln_q fp32 input, its output,
@@ -191,8 +191,8 @@ Amount VisionActivations(const Dims& d, PlanDevice device) {
     // q, k [N, h/Sv], attention output [N, h/Sv]; MLP intermediates [N, I/Sv] x 4.
     base = Add({Mul(N, h, 8 + 2 * a), Mul(N, h / d.sv, 6 * a), Mul(N, i / d.sv, 4 * a)});
     if (cpu) {
-      window_scores = Mul(N, std::min(N, d.window), d.vheads / d.sv, 2 * a);
-      full_scores = Mul(N, L, d.vheads / d.sv, 2 * a);
+      window_scores = Mul(N, std::min(N, d.window), d.vheads / d.sv, a);
+      full_scores = Mul(N, L, d.vheads / d.sv, a);
     }
     // Pixels fp32 and their cast, embedding [N, h], rotary; merger: ln_q on [N, h], mlp.0 and
     // GELU outputs [N/4, 4h/Sv].
@@ -202,6 +202,10 @@ Amount VisionActivations(const Dims& d, PlanDevice device) {
   const int64_t window_block = base + window_scores;
   const int64_t full_block = base + full_scores;
   const int64_t window_blocks = d.depth - d.full_blocks;
+  // The backward of one block briefly holds the gradients of its probabilities and of its scores
+  // (two more score-sized tensors); the forward, scores next to their softmax (one more).
+  rest = Add({rest, 2 * std::max(window_blocks > 0 ? window_scores : 0,
+                                 d.full_blocks > 0 ? full_scores : 0)});
   const int64_t rows = d.vision_tp ? N : n;
   Amount out;
   if (d.vckpt) {
@@ -223,10 +227,14 @@ Amount TextActivations(const Dims& d, PlanDevice device) {
   // Norm fp32 inputs and outputs (4+2a per norm, two norms), q and GQA-expanded k, v and the
   // attention output [S, Hq/Tt * D], MLP gate, silu, up, product [S, I/Tt].
   int64_t layer = Add({Mul(S, h, 8 + 4 * a), Mul(S, d.tq_cols, 4 * a), Mul(S, d.ti_r, 4 * a)});
-  if (device == PlanDevice::kCpu) layer = Add({layer, Mul(S, S, d.tq_heads, 2 * a)});
+  // CPU: the softmax output [Hq/Tt, S, S] is saved per layer; one layer's backward briefly holds
+  // two more (the gradients of the probabilities and of the scores).
+  const int64_t scores = device == PlanDevice::kCpu ? Mul(S, S, d.tq_heads, a) : 0;
+  layer = Add({layer, scores});
   // Embedding lookup and the sequence with image embeddings scattered in [S, h]; M-RoPE cos/sin
   // [S, D] fp32; the final norm.
-  const int64_t rest = Add({Mul(S, h, 2 * a), Mul(S, d.thead_dim, 8), Mul(S, h, 4 + 2 * a)});
+  const int64_t rest =
+      Add({Mul(S, h, 2 * a), Mul(S, d.thead_dim, 8), Mul(S, h, 4 + 2 * a), 2 * scores});
   Amount out;
   if (d.tckpt) {
     out.bytes = Add({Mul(d.layers, S, h, a), layer, rest});

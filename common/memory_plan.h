@@ -29,8 +29,9 @@
 //     TP: every rank all N patches with H/Sv heads and I/Sv MLP columns. Text: S tokens with
 //     Hq/Tt heads and I/Tt columns. Counted per layer: norm inputs (an fp32 copy) and outputs,
 //     qkv, rotated q/k, GQA-expanded k/v, attention output, the four MLP intermediates; attention
-//     score matrices only where they are materialised (kCpu: LibTorch's math attention keeps
-//     [heads, L, L] per segment; kGpu: flash attention, none). With activation checkpointing:
+//     score matrices only where they are materialised (kCpu: LibTorch's math attention saves
+//     the softmax [heads, L, L] per segment, and one block's backward holds two more of the
+//     largest; kGpu: flash attention, none). With activation checkpointing:
 //     each layer's input plus one layer's activations while it is recomputed. Logits: the
 //     vocab-parallel cross entropy's [S, vocab/Tt] in the stage dtype plus two fp32 copies.
 //   buffers  Ulysses all-to-all send/receive of one full-attention block; vision/text TP

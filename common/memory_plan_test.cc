@@ -176,9 +176,14 @@ TEST(MemoryPlanTest, TinyTextActivationsByHand) {
   // Checkpointing keeps each layer's input [1024, 64] and one layer's activations.
   spec.mutable_text()->set_activation_checkpointing(true);
   EXPECT_EQ(Plan(spec).kinds[0].Bytes("text activations"), 2 * 1024 * 64 * 4 + layer + rest);
-  // On the CPU the causal scores [2 heads, 1024, 1024] (and their softmax) are kept too.
+  // On the CPU the causal softmax [2 heads, 1024, 1024] is saved too, and one layer's backward
+  // holds two more of that size.
+  const int64_t scores = int64_t{1024} * 1024 * 2 * 4;
   EXPECT_EQ(Plan(spec, PlanDevice::kCpu).kinds[0].Bytes("text activations"),
-            2 * 1024 * 64 * 4 + layer + 1024 * 1024 * 2 * 2 * 4 + rest);
+            2 * 1024 * 64 * 4 + layer + scores + rest + 2 * scores);
+  spec.mutable_text()->set_activation_checkpointing(false);
+  EXPECT_EQ(Plan(spec, PlanDevice::kCpu).kinds[0].Bytes("text activations"),
+            2 * (layer + scores) + rest + 2 * scores);
 }
 
 TEST(MemoryPlanTest, CheckpointingAndFlashAttentionOnlyEverSave) {
