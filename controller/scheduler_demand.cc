@@ -118,7 +118,7 @@ JobDemand DemandForSpec(const std::string& job_id, const v1::JobSpec& spec, int6
   }
   // CPU slots are not checked. The planner's CPU bound is dominated by attention scores that
   // LibTorch materialises for a whole max_pixels image ([heads, L, L] per full-attention
-  // segment: ~18 GiB per rank for the tiny model at the default 12.8 Mpixel limit), a worst case
+  // segment: over 8 GiB per rank for the tiny model at the default 12.8 Mpixel limit), a worst case
   // that CPU runs (tests, development) rarely reach, while a CPU slot's "memory" is only the
   // host's RAM divided by its slots. Gating on it refused the CPU demo with default data limits.
   // `dhpctl plan` still prints the CPU bound (PlanDevice::kCpu) for whoever wants it.

@@ -216,7 +216,7 @@ TEST(SchedulerTest, DemandForSpecCarriesThePlannersMemoryPerSlotKind) {
   EXPECT_GT(d.memory_bytes_per_rank, kGiB);  // the 1 GiB CUDA runtime and more
   EXPECT_LT(d.memory_bytes_per_rank, 2 * kGiB);
   // CPU slots are not checked, even where the CPU bound is large: the defaults' 12.8 Mpixel
-  // image materialises ~18 GiB of attention scores in the CPU plan.
+  // image materialises over 8 GiB of attention scores in the CPU plan.
   EXPECT_EQ(d.cpu_memory_bytes_per_rank, 0);
   spec.mutable_data()->set_max_seq_len(8192);
   spec.mutable_data()->set_max_pixels(12845056);
