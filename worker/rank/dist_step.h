@@ -1,37 +1,34 @@
 // DistTrainer: one rank's part of the distributed Qwen2.5-VL training step with disaggregated
-// hybrid parallelism: the vision stage under Ulysses sequence parallelism (UlyssesVisionTransformer)
-// with ZeRO-1 AdamW over the vision group, the text stage under Megatron tensor parallelism
-// (TextTpModel) with AdamW (TrainingOptimizer) on its shards, data parallelism over replicas.
+// hybrid parallelism: a vision stage (Ulysses sequence parallelism or vision tensor parallelism,
+// ZeRO-1 AdamW) and a text stage (Megatron tensor parallelism, AdamW on its shards), each with
+// its own groups, data parallelism over replicas, and the hand-off between them.
 // See ../../shared/DESIGN.md ("One training step").
+//
+// The stages (each built from the TensorSource by its factory, one strategy per file):
+//   vision_stage.h  Ulysses SP + ZeRO-1 over "vision", or vision TP + ZeRO-1 over "vision.dp<i>"
+//                   (Layout::vision_parallelism);
+//   text_stage.h    TP decoder + AdamW on its shards, DP sum over "text.dp<j>".
 //
 // One Step (every rank of the world calls it with the same arguments):
 //   1. vision forward (vision ranks of replica d, on batches[d]): [M_d, H] image embeddings,
-//      identical on every SP rank of the replica;
-//   2. hand-off: text rank (d, j) takes the embeddings of vision rank (d, j mod Sv). Same process
-//      (collocated, Layout::HandOffInMemory or a coinciding pair): the tensor itself (detached
-//      alias, zero bytes, nothing recorded in any CommStats). Otherwise Send/Recv over the
-//      `handoff` communicator (all world ranks in world-rank order, named "handoff" so that its
-//      bytes are counted apart). Pairs run in one global order (deadlock-free).
+//      identical on every rank of the replica;
+//   2. hand-off of the embeddings: text rank (d, j) <- vision rank (d, j mod Sv) (handoff.h: in
+//      memory when both are one process, else Send/Recv over the `handoff` communicator, tag 0);
 //   3. text forward + loss: embeddings with the image rows scattered in, (loss sum, count); the
 //      count is summed over the text DP group, the loss is sum / GLOBAL count (the exact mean over
 //      labelled tokens of the whole global batch), then backward;
-//   4. gradient hand-off: vision rank (d, i) takes d(loss)/d(image embeddings) (complete and
-//      identical on every TP rank) from text rank (d, i mod Tt), as in 2 (tag 1);
+//   4. hand-off of the gradients: vision rank (d, i) <- d(loss)/d(image embeddings) of text rank
+//      (d, i mod Tt), the same function (tag 1);
 //   5. vision backward;
-//   6. reductions: vision: ZeRO-1 reduce-scatter over "vision" (sums SP partials and DP);
-//      text: FinishTpGradients + DP all-reduce (sum);
-//   7. global clipping: ONE all-reduce over "world" of (vision partition squared norm + text
-//      squared norm / text group size): each element of the full model counted once;
+//   6. reductions, each stage over its groups (vision: ZeRO-1 reduce-scatter; text:
+//      FinishTpGradients + DP all-reduce);
+//   7. global clipping: ONE all-reduce over "world" of the stages' squared-norm shares (each
+//      element of the full model counted once);
 //   8. optimizer steps with the learning rate of the schedule and the clip coefficient.
 //
 // Global batch split (data parallelism): the global batch is `batches`, one packed sequence per
 // DP replica (batches.size() == dp); replica d trains on batches[d]. The loss is the mean over all
 // labelled tokens of all of them, so the result is that of one rank training on all of them.
-//
-// Vision tensor parallelism (Layout::vision_parallelism == kTensor, the baseline): the vision
-// replica is a VisionTpTransformer over "vision.tp<d>"; its gradients are complete per shard, so
-// ZeRO-1 runs per inner rank over "vision.dp<i>" on that rank's shards, with replicated
-// parameters weighted 1/Sv in the squared norm (each element of the full model counted once).
 //
 // Errors: Statuses (LibTorch errors are caught at this boundary). Thread-safety: not thread-safe;
 // the rank's training thread. ProcessGroups and the handoff communicator are borrowed.
@@ -52,16 +49,15 @@
 #include "worker/comm/process_groups.h"
 #include "worker/model/qwen2_5_vl.h"
 #include "worker/model/tensor_source.h"
-#include "worker/parallel/text_tp_model.h"
-#include "worker/parallel/ulysses_vision.h"
-#include "worker/parallel/vision_tp.h"
-#include "worker/parallel/zero1.h"
 #include "worker/optim/lr_schedule.h"
 #include "worker/optim/optimizer.h"
+#include "worker/parallel/zero1.h"
+#include "worker/rank/handoff.h"
+#include "worker/rank/stage.h"
+#include "worker/rank/text_stage.h"
+#include "worker/rank/vision_stage.h"
 
 namespace dhp {
-
-inline constexpr char kHandoffGroup[] = "handoff";
 
 struct DistTrainerOptions {
   OptimizerConfig optimizer;  // grad_clip_norm is the GLOBAL norm over both stages
@@ -74,8 +70,8 @@ struct DistStepResult {
   double loss = 0;       // global mean loss; valid on text ranks (0 on vision-only ranks)
   double grad_norm = 0;  // global L2 norm before clipping, on every rank
   double lr = 0;
-  // Wall time of the step's phases (see StepImpl): forward passes, backward passes, hand-offs
-  // and gradient reductions (comm), optimizer updates.
+  // Wall time of the step's phases (see the file comment): forward passes, backward passes,
+  // hand-offs and gradient reductions (comm), optimizer updates.
   double forward_s = 0, backward_s = 0, comm_s = 0, optimizer_s = 0;
   // Filled when Step(..., gather_grads = true): full HF-shaped gradients before clipping,
   // vision ones on vision ranks ("visual.*"), text ones on text ranks ("model.*", "lm_head.*").
@@ -140,20 +136,27 @@ class DistTrainer {
   absl::Status LoadState(const NamedTensors& state);
 
   // ZeRO-1 optimizer of the vision stage (null on text-only ranks).
-  const Zero1AdamW* vision_optimizer() const { return zero1_.get(); }
+  const Zero1AdamW* vision_optimizer() const { return vision_ ? vision_->zero1() : nullptr; }
   int64_t steps_done() const { return step_; }
 
  private:
+  // Wall time per phase of a step.
+  class PhaseClock;
+
   DistTrainer(const ModelPreset& preset, comm::ProcessGroups& groups,
               comm::Communicator* handoff, const DistTrainerOptions& options);
-  absl::Status BuildVision(const TensorSource& source);
-  absl::Status BuildText(const TensorSource& source);
 
   absl::StatusOr<DistStepResult> StepImpl(const std::vector<PackedBatch>& batches,
                                           bool gather_grads);
-  // This rank's trainable tensors by checkpoint name: vision (replica or shards), text shards.
-  NamedTensors VisionParams() const;
-  NamedTensors TextParams() const;
+  // Step 3 on a text rank: forward, the global loss into `result`, backward; returns
+  // d(loss)/d(image embeddings) (undefined without images).
+  absl::StatusOr<at::Tensor> TextForwardBackward(const PackedBatch& batch, const at::Tensor& image,
+                                                 PhaseClock& clock, DistStepResult* result);
+  // Steps 6-7: the stages' reductions and the global gradient norm.
+  absl::StatusOr<double> ReduceGradients();
+  // The stages this rank hosts, vision first (the order of every stage-wise collective).
+  std::vector<TrainingStage*> Stages() const;
+  HandOffRoute Route() const;
   absl::Status LoadStateImpl(const NamedTensors& state);
 
   ModelPreset preset_;
@@ -162,12 +165,8 @@ class DistTrainer {
   DistTrainerOptions options_;
   int64_t step_ = 0;
   at::Device device_ = at::kCPU;  // of the model's parameters (hand-off receive buffers)
-  VisionTransformer tower_{nullptr};                  // vision ranks, Ulysses SP (whole)
-  std::unique_ptr<UlyssesVisionTransformer> vision_;  // vision ranks, Ulysses SP
-  std::unique_ptr<VisionTpTransformer> vision_tp_;    // vision ranks, vision TP
-  std::unique_ptr<Zero1AdamW> zero1_;                 // vision ranks
-  tp::TextTpModel text_{nullptr};                     // text ranks
-  std::unique_ptr<TrainingOptimizer> text_opt_;       // text ranks
+  std::unique_ptr<VisionStage> vision_;  // vision ranks
+  std::unique_ptr<TextStage> text_;      // text ranks
 };
 
 }  // namespace dhp

@@ -1,0 +1,98 @@
+// TrainingStage: what every stage of the distributed step (vision_stage.h, text_stage.h) does
+// after its forward and backward passes, the same for any parallel strategy: reduce its
+// gradients over its groups, give its share of the global gradient norm, update its parameters,
+// and hold its part of the rank's checkpoint state. DistTrainer (dist_step.h) calls the stages in
+// a fixed order (vision, then text), so every rank issues the collectives in the same order.
+//
+// StateReader: the checkpoint tensors of one DistTrainer::LoadState, taken by name and shape by
+// each stage in turn. It collects what is missing, unexpected or of another shape into one
+// error message; a stage's TakeState returns the action that installs what it took, run only
+// when every stage's tensors were found valid (so that a refused checkpoint changes nothing).
+//
+// Errors: Statuses; LibTorch errors are caught by DistTrainer at its boundary. Thread-safety:
+// not thread-safe; the rank's training thread. Process groups are borrowed.
+#ifndef DHP_WORKER_RANK_STAGE_H_
+#define DHP_WORKER_RANK_STAGE_H_
+
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/optim/optimizer.h"
+
+namespace dhp {
+
+// How a stage trains (DistTrainerOptions split per stage).
+struct StageOptions {
+  OptimizerConfig optimizer;  // grad_clip_norm is applied by the caller (global norm)
+  bool activation_checkpointing = false;  // recompute the stage's blocks in backward
+};
+
+class StateReader {
+ public:
+  using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+  // A name given twice is recorded as unexpected ("name (twice)"); the first copy is kept.
+  explicit StateReader(const NamedTensors& state);
+
+  // Takes the required tensor `name` of shape `sizes`; undefined (and recorded as missing or of
+  // another shape) when it is absent or shaped otherwise.
+  at::Tensor Take(const std::string& name, at::IntArrayRef sizes);
+  // What no one took yet, for readers of their own (optimizer_state.h TakeAdamWState).
+  std::map<std::string, at::Tensor>* rest() { return &rest_; }
+  // A problem found by such a reader, appended to the message after the lists.
+  void AddProblem(std::string problem) { problems_.push_back(std::move(problem)); }
+
+  // Once every stage has taken its tensors: OK, or InvalidArgument naming up to 5 tensors of
+  // each kind (missing, unexpected = left untaken, of another shape) and the problems, for the
+  // rank `who` (e.g. "world rank 3 of layout vision 2 x text 2 x dp 1, collocated").
+  absl::Status Finish(const std::string& who);
+
+ private:
+  std::map<std::string, at::Tensor> rest_;
+  std::vector<std::string> missing_, unexpected_, wrong_, problems_;
+};
+
+class TrainingStage {
+ public:
+  using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+  // Installs the tensors a TakeState took (see the file comment).
+  using StateLoad = std::function<absl::Status()>;
+
+  virtual ~TrainingStage() = default;
+
+  // Collective over the stage's groups: the gradients of this step's backward passes made
+  // complete (summed over sequence / tensor partials and data-parallel replicas).
+  virtual absl::Status ReduceGradients() = 0;
+  // This rank's share of the squared L2 norm of the full model's gradient (after
+  // ReduceGradients): summed over the world, every element of the stage counts once.
+  virtual absl::StatusOr<double> GradSquaredNormShare() = 0;
+  // Collective: gradients *= clip_coef, one optimizer update at learning rate `lr`, gradients
+  // cleared.
+  virtual absl::Status Step(double lr, double clip_coef) = 0;
+
+  // This rank's trainable tensors by checkpoint name (full tensors or shards; live).
+  virtual NamedTensors Parameters() const = 0;
+  // Appends this rank's parameters and optimizer state, as aliases (DistTrainer::LiveState).
+  virtual void AppendLiveState(NamedTensors* out) = 0;
+  // Takes this stage's tensors out of `reader` (see the file comment).
+  virtual StateLoad TakeState(StateReader& reader) = 0;
+
+  // Collective: the stage's full HF-shaped parameters / gradients (after ReduceGradients, before
+  // clipping), copies.
+  virtual absl::StatusOr<NamedTensors> FullParameters() = 0;
+  virtual absl::StatusOr<NamedTensors> FullGradients() = 0;
+
+  // The device of the stage's parameters.
+  virtual at::Device device() const = 0;
+};
+
+}  // namespace dhp
+
+#endif  // DHP_WORKER_RANK_STAGE_H_
