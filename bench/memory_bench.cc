@@ -33,7 +33,9 @@
 #include "bench/bench_util.h"
 #include "common/layout.h"
 #include "common/memory_plan.h"
+#include "common/mid_preset.h"
 #include "common/model_presets.h"
+#include "common/proc_status.h"
 #include "common/spec_validate.h"
 #include "nlohmann/json.hpp"
 #include "worker/comm/in_memory_kv_client.h"
@@ -75,29 +77,10 @@ std::vector<Case> Cases() {
   };
 }
 
-// ~208M parameters: a 12-layer 1024-wide decoder, vocabulary 32000 (untied), a 2-block vision
-// tower (worker/rank/rank_rss_test.cc builds the same one).
 ModelPreset Preset(const std::string& name) {
-  ModelPreset p = *FindModelPreset("tiny");
-  if (name == "tiny") return p;
-  p.name = "mid";
-  p.vision.depth = 2;
-  p.vision.hidden_size = 128;
-  p.vision.num_heads = 4;
-  p.vision.intermediate_size = 256;
-  p.vision.fullatt_block_indexes = {1};
-  p.vision.out_hidden_size = 1024;
-  p.text.hidden_size = 1024;
-  p.text.num_layers = 12;
-  p.text.num_heads = 16;
-  p.text.num_kv_heads = 4;
-  p.text.intermediate_size = 2816;
-  p.text.vocab_size = 32000;
-  p.text.mrope_section = {8, 12, 12};
-  return p;
+  return name == "tiny" ? *FindModelPreset("tiny") : MidSizePreset();
 }
 
-// The case as a normalised spec (the planner's input); fp32 stages, as today's ranks train.
 // max_seq_len: the tokens of the batch actually built (a few fewer than the case's limit, as
 // whole samples fill it), so that the planner sizes what the run holds.
 v1::JobSpec SpecOf(const Case& c, int64_t max_seq_len) {
@@ -127,19 +110,6 @@ std::vector<GridThw> Grids(const ModelPreset& p, const Case& c) {
   return std::vector<GridThw>(std::max<int64_t>(1, c.max_seq_len / per_sample), grid);
 }
 
-int64_t StatusBytes(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) != 0) continue;
-    std::istringstream words(line.substr(field.size() + 1));
-    int64_t kb = 0;
-    words >> kb;
-    return kb * 1024;
-  }
-  return -1;
-}
-
 // The child: trains the case and prints "DHP_MEM <per-rank bytes> <tokens>".
 int RunChild(const Case& c, int steps) {
   const ModelPreset preset = Preset(c.name.substr(0, c.name.find(' ')));
@@ -151,7 +121,7 @@ int RunChild(const Case& c, int steps) {
     std::cerr << batch.status() << "\n";
     return 1;
   }
-  const int64_t base = StatusBytes("VmRSS");
+  const int64_t base = ProcSelfStatusBytes("VmRSS");
   InitTensorSource source(QwenParamShapes(preset), /*seed=*/1, 0.02);
   comm::InMemoryKvClient kv;
   std::atomic<bool> ok{true};
@@ -175,7 +145,7 @@ int RunChild(const Case& c, int steps) {
   std::vector<std::thread> ranks;
   for (int r = 0; r < layout.WorldSize(); ++r) ranks.emplace_back(run_rank, r);
   for (std::thread& t : ranks) t.join();
-  const int64_t per_rank = (StatusBytes("VmHWM") - base) / layout.WorldSize() + base;
+  const int64_t per_rank = (ProcSelfStatusBytes("VmHWM") - base) / layout.WorldSize() + base;
   std::printf("DHP_MEM %lld %lld\n", static_cast<long long>(per_rank),
               static_cast<long long>(batch->input_ids.numel()));
   return ok ? 0 : 1;

@@ -9,19 +9,12 @@
 #include <sstream>
 #include <string>
 
-#include "common/spec_validate.h"
+#include "common/spec_test_util.h"
 
 namespace dhp {
 namespace {
 
-v1::JobSpec Load(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(text.str(), SpecOptions{});
-  EXPECT_TRUE(spec.ok()) << path << ": " << spec.status();
-  return spec.ok() ? *spec : v1::JobSpec();
-}
+v1::JobSpec Load(const std::string& path) { return LoadSpecFile(path); }
 
 std::vector<LayoutFit> Fit(const std::string& path, const std::string& gpu, int per_node = 8) {
   const v1::JobSpec spec = Load(path);

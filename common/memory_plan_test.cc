@@ -11,19 +11,12 @@
 #include <string>
 
 #include "common/model_presets.h"
-#include "common/spec_validate.h"
+#include "common/spec_test_util.h"
 
 namespace dhp {
 namespace {
 
-v1::JobSpec Load(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(text.str(), SpecOptions{});
-  EXPECT_TRUE(spec.ok()) << path << ": " << spec.status();
-  return spec.ok() ? *spec : v1::JobSpec();
-}
+v1::JobSpec Load(const std::string& path) { return LoadSpecFile(path); }
 
 const ModelPreset& Preset(const std::string& name) {
   const ModelPreset* p = FindModelPreset(name);

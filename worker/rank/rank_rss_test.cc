@@ -13,13 +13,12 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include <unistd.h>
 
-#include "common/model_presets.h"
+#include "common/mid_preset.h"
+#include "common/proc_status.h"
 #include "worker/comm/failing_communicator.h"
 #include "worker/model/param_init.h"
 #include "worker/model/param_shapes.h"
@@ -32,41 +31,6 @@ namespace {
 
 constexpr char kChildEnv[] = "DHP_RSS_CHILD";
 constexpr uint64_t kSeed = 7;
-
-// ~208M parameters: a 12-layer 1024-wide decoder over a 32000-token vocabulary (untied) and a
-// small 2-block vision tower.
-ModelPreset Mid() {
-  ModelPreset p = *FindModelPreset("tiny");
-  p.name = "mid";
-  p.vision.depth = 2;
-  p.vision.hidden_size = 128;
-  p.vision.num_heads = 4;
-  p.vision.intermediate_size = 256;
-  p.vision.fullatt_block_indexes = {1};
-  p.vision.out_hidden_size = 1024;
-  p.text.hidden_size = 1024;
-  p.text.num_layers = 12;
-  p.text.num_heads = 16;
-  p.text.num_kv_heads = 4;
-  p.text.intermediate_size = 2816;
-  p.text.vocab_size = 32000;
-  p.text.mrope_section = {8, 12, 12};  // head_dim 64
-  return p;
-}
-
-// A field of /proc/self/status ("VmHWM", "VmRSS") in bytes.
-int64_t StatusBytes(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) != 0) continue;
-    std::istringstream words(line.substr(field.size() + 1));
-    int64_t kb = 0;
-    words >> kb;
-    return kb * 1024;
-  }
-  return -1;
-}
 
 int64_t BuildSingle(const ModelPreset& preset) {
   Qwen2_5_VL model(preset);
@@ -116,11 +80,11 @@ Measured RunChild(const std::string& what) {
 
 TEST(RankRssTest, ATp4RankGrowsByLessThanAThirdOfTheSingleRankModel) {
   if (const char* what = std::getenv(kChildEnv)) {
-    const int64_t before = StatusBytes("VmRSS");
-    const ModelPreset preset = Mid();
+    const int64_t before = ProcSelfStatusBytes("VmRSS");
+    const ModelPreset preset = MidSizePreset();
     const int64_t params = std::string(what) == "single" ? BuildSingle(preset) : BuildRank(preset);
     std::printf("DHP_RSS %lld %lld\n", static_cast<long long>(params),
-                static_cast<long long>(StatusBytes("VmHWM") - before));
+                static_cast<long long>(ProcSelfStatusBytes("VmHWM") - before));
     std::fflush(stdout);
     std::_Exit(0);
   }
