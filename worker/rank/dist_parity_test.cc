@@ -9,6 +9,9 @@
 //     (kConditionedGrad says why; measured <= 0.44 of the first bound and 3.8e-5 for the second);
 //   - ZeRO-1 holds 1/N of the vision optimizer state per rank; the collocated equal-degree
 //     hand-off moves zero bytes, every other one is counted under "handoff".
+// And gradient accumulation, for the same layouts: three micro-batches per replica give the
+// step of one packed sequence holding all their samples (loss, norm, every gradient of both
+// stages, every parameter after the step; the bounds above).
 //
 // DHP_TEST_DEVICE=cuda (tools/gpu-check.sh) runs the layouts that fit the visible GPUs over
 // NCCL instead, rank r on cuda:r, against the same CPU reference; the bounds are then 10x, since
@@ -81,6 +84,47 @@ PackedBatch MakeBatch(const std::vector<GridThw>& grids, int64_t seed) {
   absl::StatusOr<PackedBatch> b = MakePositionedSyntheticBatch(Tiny(), grids, seed);
   EXPECT_TRUE(b.ok()) << b.status();
   return b.ok() ? *b : PackedBatch{};
+}
+
+// The packed sequences of `parts` back to back as one, their samples in order: one big batch.
+PackedBatch Concat(const std::vector<PackedBatch>& parts) {
+  PackedBatch out;
+  std::vector<at::Tensor> ids, labels, pixels, positions;
+  out.cu_seqlens = {0};
+  for (const PackedBatch& p : parts) {
+    const int64_t len = p.input_ids.size(0);
+    const std::vector<int64_t> cu = p.cu_seqlens.empty() ? std::vector<int64_t>{0, len}
+                                                         : p.cu_seqlens;
+    const int64_t offset = out.cu_seqlens.back();
+    for (size_t i = 1; i < cu.size(); ++i) out.cu_seqlens.push_back(offset + cu[i]);
+    ids.push_back(p.input_ids);
+    labels.push_back(p.labels);
+    positions.push_back(p.position_ids);
+    if (p.pixel_values.defined()) pixels.push_back(p.pixel_values);
+    out.image_grids.insert(out.image_grids.end(), p.image_grids.begin(), p.image_grids.end());
+  }
+  out.input_ids = at::cat(ids);
+  out.labels = at::cat(labels);
+  if (!pixels.empty()) out.pixel_values = at::cat(pixels);
+  absl::StatusOr<at::Tensor> pos = ComputePositionIds(out, Tiny());
+  EXPECT_TRUE(pos.ok()) << pos.status();
+  if (pos.ok()) {
+    out.position_ids = *pos;
+    EXPECT_TRUE(at::equal(out.position_ids, at::cat(positions, 1)));  // positions are per sample
+  }
+  return out;
+}
+
+// Three micro-batches per replica, 1-2 images of different grids each.
+std::vector<std::vector<PackedBatch>> MicroBatches(int dp) {
+  std::vector<std::vector<PackedBatch>> out;
+  out.push_back({MakeBatch({{1, 4, 6}}, 10), MakeBatch({{1, 10, 10}, {1, 8, 4}}, 11),
+                 MakeBatch({{1, 6, 8}}, 12)});
+  if (dp > 1) {
+    out.push_back({MakeBatch({{1, 6, 8}}, 20), MakeBatch({{1, 4, 4}}, 21),
+                   MakeBatch({{1, 8, 8}, {1, 4, 6}}, 22)});
+  }
+  return out;
 }
 
 // The global batch: one packed sequence per replica, 2-3 images of different grids each.
@@ -172,17 +216,30 @@ std::string Name(const ::testing::TestParamInfo<LayoutCase>& info) {
          (c.placement == comm::Placement::kSeparate ? "_separate" : "_collocated");
 }
 
-class DistParityTest : public ::testing::TestWithParam<LayoutCase> {};
-
-TEST_P(DistParityTest, MatchesSingleRank) {
-  at::set_num_threads(1);
-  const LayoutCase c = GetParam();
+comm::Layout LayoutOf(const LayoutCase& c) {
   comm::Layout layout;
   layout.vision_degree = c.sv;
   layout.text_degree = c.tt;
   layout.dp = c.dp;
   layout.placement = c.placement;
   if (c.vision_tp) layout.vision_parallelism = comm::VisionParallelism::kTensor;
+  return layout;
+}
+
+comm::ProcessGroupsOptions GroupOptions() {
+  comm::ProcessGroupsOptions po;
+  po.arrival_timeout = std::chrono::seconds(60);
+  po.store_timeout = std::chrono::seconds(60);
+  po.collective_timeout = std::chrono::seconds(120);
+  return po;
+}
+
+class DistParityTest : public ::testing::TestWithParam<LayoutCase> {};
+
+TEST_P(DistParityTest, MatchesSingleRank) {
+  at::set_num_threads(1);
+  const LayoutCase c = GetParam();
+  const comm::Layout layout = LayoutOf(c);
   const int world = layout.WorldSize();
   const bool gpu = TestDeviceFromEnv().is_cuda();
   if (gpu && static_cast<int>(at::getNumGPUs()) < world) {
@@ -206,10 +263,7 @@ TEST_P(DistParityTest, MatchesSingleRank) {
   std::string worst_grad, worst_param;
   comm::InMemoryKvClient kv;
   comm::RunRanks(world, [&](int rank) {
-    comm::ProcessGroupsOptions po;
-    po.arrival_timeout = std::chrono::seconds(60);
-    po.store_timeout = std::chrono::seconds(60);
-    po.collective_timeout = std::chrono::seconds(120);
+    comm::ProcessGroupsOptions po = GroupOptions();
     std::vector<PackedBatch> my_batches = batches;
     if (gpu) {  // rank r on cuda:r, over NCCL
       const at::Device device(at::kCUDA, static_cast<c10::DeviceIndex>(rank));
@@ -318,19 +372,106 @@ TEST_P(DistParityTest, MatchesSingleRank) {
   EXPECT_LE(max_ill_param_diff, kIllConditionedParamDiff);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Layouts, DistParityTest,
-    ::testing::Values(LayoutCase{1, 1, 1, comm::Placement::kCollocated},
-                      LayoutCase{2, 1, 1, comm::Placement::kCollocated},
-                      LayoutCase{1, 2, 1, comm::Placement::kCollocated},
-                      LayoutCase{2, 2, 1, comm::Placement::kCollocated},
-                      LayoutCase{4, 2, 1, comm::Placement::kCollocated},
-                      LayoutCase{2, 4, 1, comm::Placement::kCollocated},
-                      LayoutCase{2, 2, 2, comm::Placement::kCollocated},
-                      LayoutCase{2, 2, 1, comm::Placement::kSeparate},
-                      LayoutCase{2, 2, 1, comm::Placement::kCollocated, /*vision_tp=*/true},
-                      LayoutCase{2, 2, 2, comm::Placement::kCollocated, /*vision_tp=*/true}),
-    Name);
+const LayoutCase kLayouts[] = {
+    LayoutCase{1, 1, 1, comm::Placement::kCollocated},
+    LayoutCase{2, 1, 1, comm::Placement::kCollocated},
+    LayoutCase{1, 2, 1, comm::Placement::kCollocated},
+    LayoutCase{2, 2, 1, comm::Placement::kCollocated},
+    LayoutCase{4, 2, 1, comm::Placement::kCollocated},
+    LayoutCase{2, 4, 1, comm::Placement::kCollocated},
+    LayoutCase{2, 2, 2, comm::Placement::kCollocated},
+    LayoutCase{2, 2, 1, comm::Placement::kSeparate},
+    LayoutCase{2, 2, 1, comm::Placement::kCollocated, /*vision_tp=*/true},
+    LayoutCase{2, 2, 2, comm::Placement::kCollocated, /*vision_tp=*/true},
+};
+
+INSTANTIATE_TEST_SUITE_P(Layouts, DistParityTest, ::testing::ValuesIn(kLayouts), Name);
+
+// Gradient accumulation: on each rank, one trainer steps on one packed sequence per replica,
+// another (same initial weights, same groups, afterwards) on three micro-batches per replica
+// holding the same samples. fp32 on the CPU.
+class MicroBatchTest : public ::testing::TestWithParam<LayoutCase> {};
+
+TEST_P(MicroBatchTest, MicroBatchesEqualOneBigBatch) {
+  at::set_num_threads(1);
+  const comm::Layout layout = LayoutOf(GetParam());
+  const int world = layout.WorldSize();
+  const std::vector<std::vector<PackedBatch>> micro = MicroBatches(layout.dp);
+  std::vector<PackedBatch> big;
+  for (const std::vector<PackedBatch>& replica : micro) big.push_back(Concat(replica));
+  std::vector<Qwen2_5_VL> models;  // built on this thread (global RNG)
+  for (int r = 0; r < world; ++r) models.push_back(MakeModel());
+  const Bound grad_bound{kGradAtol, kGradRtol};
+  const Bound param_bound{kParamAtol, kParamRtol};
+  const double ill_bound = 2 * Options().schedule.peak;  // one step of each run (see above)
+
+  std::mutex mu;  // guards the maxima below
+  double max_loss_err = 0, max_norm_err = 0, max_grad_err = 0, max_param_err = 0;
+  double max_ill_diff = 0;
+  std::string worst_grad, worst_param;
+  comm::InMemoryKvClient kv;
+  comm::RunRanks(world, [&](int rank) {
+    absl::StatusOr<RankComms> comms = MakeRankComms(kv, layout, rank, GroupOptions());
+    ASSERT_TRUE(comms.ok()) << comms.status();
+    absl::StatusOr<std::unique_ptr<DistTrainer>> one = DistTrainer::Create(
+        Tiny(), models[rank], *comms->groups, comms->handoff.get(), Options());
+    absl::StatusOr<std::unique_ptr<DistTrainer>> acc = DistTrainer::Create(
+        Tiny(), models[rank], *comms->groups, comms->handoff.get(), Options());
+    ASSERT_TRUE(one.ok() && acc.ok()) << one.status() << acc.status();
+    absl::StatusOr<DistStepResult> a = (*one)->Step(big, /*gather_grads=*/true);
+    ASSERT_TRUE(a.ok()) << a.status();
+    absl::StatusOr<DistStepResult> b = (*acc)->Step(micro, /*gather_grads=*/true);
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_GT(a->grad_norm, Options().optimizer.grad_clip_norm);  // clipping is exercised
+    const double norm_err = std::abs(b->grad_norm - a->grad_norm) / a->grad_norm;
+    const double loss_err = comms->groups->text_coord().has_value()
+                                ? std::abs(b->loss - a->loss) / a->loss
+                                : 0.0;
+    std::map<std::string, at::Tensor> ref_grads(a->grads.begin(), a->grads.end());
+    ASSERT_EQ(b->grads.size(), ref_grads.size());
+    double grad_err = 0, param_err = 0, ill_diff = 0;
+    std::string wg, wp;
+    for (const auto& [name, g] : b->grads) {
+      ASSERT_EQ(ref_grads.count(name), 1u) << name;
+      const double e = Worst(g, ref_grads.at(name), grad_bound);
+      if (e > grad_err) grad_err = e, wg = name;
+    }
+    absl::StatusOr<NamedTensors> pa = (*one)->FullParameters(), pb = (*acc)->FullParameters();
+    ASSERT_TRUE(pa.ok() && pb.ok()) << pa.status() << pb.status();
+    ASSERT_EQ(pa->size(), pb->size());
+    for (size_t i = 0; i < pa->size(); ++i) {
+      const auto& [name, ref] = (*pa)[i];
+      ASSERT_EQ((*pb)[i].first, name);
+      // Element-wise where the gradient is well conditioned; elsewhere Adam's update is about
+      // the learning rate either way (kConditionedGrad).
+      const at::Tensor conditioned = ref_grads.at(name).abs() > kConditionedGrad;
+      const at::Tensor p = (*pb)[i].second;
+      const double e = Worst(p.masked_select(conditioned), ref.masked_select(conditioned),
+                             param_bound);
+      if (e > param_err) param_err = e, wp = name;
+      const at::Tensor rest = (p - ref).abs().masked_select(conditioned.logical_not());
+      if (rest.numel() > 0) ill_diff = std::max(ill_diff, rest.max().item<double>());
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    max_loss_err = std::max(max_loss_err, loss_err);
+    max_norm_err = std::max(max_norm_err, norm_err);
+    max_ill_diff = std::max(max_ill_diff, ill_diff);
+    if (grad_err > max_grad_err) max_grad_err = grad_err, worst_grad = wg;
+    if (param_err > max_param_err) max_param_err = param_err, worst_param = wp;
+  });
+  std::printf(
+      "layout %s, 3 micro-batches vs 1: loss rel err %.3g, norm rel err %.3g; worst element / "
+      "bound: grad %.3g (%s), param %.3g (%s); ill-conditioned max |diff| %.3g\n",
+      layout.DebugString().c_str(), max_loss_err, max_norm_err, max_grad_err, worst_grad.c_str(),
+      max_param_err, worst_param.c_str(), max_ill_diff);
+  EXPECT_LE(max_loss_err, kTol);
+  EXPECT_LE(max_norm_err, kTol);
+  EXPECT_LE(max_grad_err, 1.0) << worst_grad;
+  EXPECT_LE(max_param_err, 1.0) << worst_param;
+  EXPECT_LE(max_ill_diff, ill_bound);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, MicroBatchTest, ::testing::ValuesIn(kLayouts), Name);
 
 }  // namespace
 }  // namespace dhp

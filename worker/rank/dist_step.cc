@@ -18,6 +18,25 @@ namespace {
 
 constexpr char kStepName[] = "trainer.step";
 
+// [dp][n]: the same n >= 1 micro-batches for every replica.
+absl::Status CheckMicroBatches(const std::vector<std::vector<PackedBatch>>& micro_batches,
+                               int dp) {
+  if (static_cast<int>(micro_batches.size()) != dp) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DistTrainer::Step: got micro-batches for ", micro_batches.size(),
+        " data-parallel replicas, but dp = ", dp, "; pass one list per replica"));
+  }
+  for (size_t d = 0; d < micro_batches.size(); ++d) {
+    if (micro_batches[d].empty() || micro_batches[d].size() != micro_batches[0].size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "DistTrainer::Step: replica ", d, " has ", micro_batches[d].size(),
+          " micro-batches and replica 0 has ", micro_batches[0].size(),
+          "; every replica needs the same number, at least 1"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 // Wall time per phase: each Lap adds the time since the previous one to a phase. Collectives
@@ -82,53 +101,52 @@ HandOffRoute DistTrainer::Route() const {
 
 absl::StatusOr<DistStepResult> DistTrainer::Step(const std::vector<PackedBatch>& batches,
                                                  bool gather_grads) {
+  MicroBatches micro_batches;
+  for (const PackedBatch& b : batches) micro_batches.push_back({b});
+  return Step(micro_batches, gather_grads);
+}
+
+absl::StatusOr<DistStepResult> DistTrainer::Step(const MicroBatches& micro_batches,
+                                                 bool gather_grads) {
   absl::StatusOr<DistStepResult> result;
   absl::Status caught = CatchTorch("distributed step", [&] {
-    result = StepImpl(batches, gather_grads);
+    result = StepImpl(micro_batches, gather_grads);
   });
   if (!caught.ok()) return caught;
   return result;
 }
 
-absl::StatusOr<DistStepResult> DistTrainer::StepImpl(const std::vector<PackedBatch>& batches,
+absl::StatusOr<DistStepResult> DistTrainer::StepImpl(const MicroBatches& micro_batches,
                                                      bool gather_grads) {
   const comm::Layout& layout = groups_.layout();
-  if (static_cast<int>(batches.size()) != layout.dp) {
-    return absl::InvalidArgumentError(absl::StrCat("DistTrainer::Step: got ", batches.size(),
-                                                   " packed sequences for dp = ", layout.dp,
-                                                   "; pass one per data-parallel replica"));
-  }
+  DHP_RETURN_IF_ERROR(CheckMicroBatches(micro_batches, layout.dp));
   DistStepResult result;
   result.lr = LearningRateAt(options_.schedule, step_);
   PhaseClock clock;
-  const std::vector<int64_t> rows = ImageRows(batches, preset_.vision);
-  const HandOffRoute route = Route();
 
-  // 1-2. Vision forward; the embeddings to the text ranks ([M_d, H] on either).
-  at::Tensor vision_out;
-  if (vision_ != nullptr) {
-    DHP_ASSIGN_OR_RETURN(vision_out, vision_->Forward(batches[groups_.vision_coord()->replica]));
-  }
-  clock.Lap(&result.forward_s);
-  DHP_ASSIGN_OR_RETURN(const at::Tensor text_image,
-                       HandOff(route, HandOffDirection::kEmbeddings, rows, vision_out));
-  clock.Lap(&result.comm_s);
-
-  // 3-5. Text forward and backward; the gradients to the vision ranks; vision backward.
-  at::Tensor image_grad;
+  // 0. The global count of labelled tokens.
+  double global_count = 0;
+  at::Tensor loss_sum;  // [] fp64, this text rank's replica, over its micro-batches
   if (text_ != nullptr) {
-    DHP_ASSIGN_OR_RETURN(image_grad,
-                         TextForwardBackward(batches[groups_.text_coord()->replica], text_image,
-                                             clock, &result));
+    const std::vector<PackedBatch>& mine = micro_batches[groups_.text_coord()->replica];
+    DHP_ASSIGN_OR_RETURN(global_count, GlobalLabelledTokens(mine));
+    loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
   }
-  clock.Lap(&result.backward_s);
-  DHP_ASSIGN_OR_RETURN(const at::Tensor vision_grad,
-                       HandOff(route, HandOffDirection::kGradients, rows, image_grad));
   clock.Lap(&result.comm_s);
-  if (vision_ != nullptr) DHP_RETURN_IF_ERROR(vision_->Backward(vision_grad));
-  clock.Lap(&result.backward_s);
 
-  // 6-7. Reductions and the global norm; full gradients for tests.
+  // 1-5. Forward and backward of every micro-batch, gradients accumulating.
+  const size_t n = micro_batches.front().size();
+  for (size_t k = 0; k < n; ++k) {
+    std::vector<PackedBatch> batches;  // micro-batch k of every replica
+    for (const std::vector<PackedBatch>& replica : micro_batches) batches.push_back(replica[k]);
+    DHP_RETURN_IF_ERROR(MicroStep(batches, global_count, clock, &result, &loss_sum));
+  }
+
+  // 6-7. The loss; reductions and the global norm; full gradients for tests.
+  if (text_ != nullptr) {
+    DHP_RETURN_IF_ERROR(groups_.text_dp()->AllReduce(loss_sum, comm::ReduceOp::kSum));
+    result.loss = loss_sum.item<double>() / global_count;
+  }
   DHP_ASSIGN_OR_RETURN(result.grad_norm, ReduceGradients());
   const double coef = ClipCoefficient(result.grad_norm, options_.optimizer.grad_clip_norm);
   if (gather_grads) {
@@ -146,17 +164,45 @@ absl::StatusOr<DistStepResult> DistTrainer::StepImpl(const std::vector<PackedBat
   return result;
 }
 
-absl::StatusOr<at::Tensor> DistTrainer::TextForwardBackward(const PackedBatch& batch,
-                                                            const at::Tensor& image,
-                                                            PhaseClock& clock,
-                                                            DistStepResult* result) {
-  DHP_ASSIGN_OR_RETURN(TextLoss loss, text_->Forward(batch, image));
-  at::Tensor stats = at::stack({loss.sum.detach().to(at::kDouble), loss.count.to(at::kDouble)});
-  DHP_RETURN_IF_ERROR(groups_.text_dp()->AllReduce(stats, comm::ReduceOp::kSum));
-  const double global_count = stats[1].item<double>();
-  result->loss = stats[0].item<double>() / global_count;
+absl::StatusOr<double> DistTrainer::GlobalLabelledTokens(const std::vector<PackedBatch>& mine) {
+  at::Tensor count = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
+  for (const PackedBatch& b : mine) count += text_->LabelledTokens(b).to(at::kDouble);
+  DHP_RETURN_IF_ERROR(groups_.text_dp()->AllReduce(count, comm::ReduceOp::kSum));
+  return count.item<double>();
+}
+
+absl::Status DistTrainer::MicroStep(const std::vector<PackedBatch>& batches, double global_count,
+                                    PhaseClock& clock, DistStepResult* result,
+                                    at::Tensor* loss_sum) {
+  const std::vector<int64_t> rows = ImageRows(batches, preset_.vision);
+  const HandOffRoute route = Route();
+
+  // 1-2. Vision forward; the embeddings to the text ranks ([M_dk, H] on either).
+  at::Tensor vision_out;
+  if (vision_ != nullptr) {
+    DHP_ASSIGN_OR_RETURN(vision_out, vision_->Forward(batches[groups_.vision_coord()->replica]));
+  }
   clock.Lap(&result->forward_s);
-  return text_->Backward(global_count);
+  DHP_ASSIGN_OR_RETURN(const at::Tensor text_image,
+                       HandOff(route, HandOffDirection::kEmbeddings, rows, vision_out));
+  clock.Lap(&result->comm_s);
+
+  // 3-5. Text forward and backward; the gradients to the vision ranks; vision backward.
+  at::Tensor image_grad;
+  if (text_ != nullptr) {
+    const PackedBatch& b = batches[groups_.text_coord()->replica];
+    DHP_ASSIGN_OR_RETURN(const at::Tensor sum, text_->Forward(b, text_image));
+    *loss_sum += sum.to(at::kDouble);
+    clock.Lap(&result->forward_s);
+    DHP_ASSIGN_OR_RETURN(image_grad, text_->Backward(global_count));
+  }
+  clock.Lap(&result->backward_s);
+  DHP_ASSIGN_OR_RETURN(const at::Tensor vision_grad,
+                       HandOff(route, HandOffDirection::kGradients, rows, image_grad));
+  clock.Lap(&result->comm_s);
+  if (vision_ != nullptr) DHP_RETURN_IF_ERROR(vision_->Backward(vision_grad));
+  clock.Lap(&result->backward_s);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<double> DistTrainer::ReduceGradients() {

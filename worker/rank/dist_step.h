@@ -9,26 +9,32 @@
 //                   (Layout::vision_parallelism);
 //   text_stage.h    TP decoder + AdamW on its shards, DP sum over "text.dp<j>".
 //
-// One Step (every rank of the world calls it with the same arguments):
-//   1. vision forward (vision ranks of replica d, on batches[d]): [M_d, H] image embeddings,
-//      identical on every rank of the replica;
+// One Step (every rank of the world calls it with the same arguments) on the global batch:
+// micro_batches[d][k] is micro-batch k of replica d, one packed sequence each; every replica has
+// the same number n >= 1 of them (gradient accumulation; n = 1: none).
+//   0. the labelled tokens of all n micro-batches are counted (text ranks, before any forward)
+//      and summed over the text DP group: the GLOBAL count;
+//   for each micro-batch k, in order:
+//   1. vision forward (vision ranks of replica d, on micro-batch (d, k)): [M_dk, H] image
+//      embeddings, identical on every rank of the replica;
 //   2. hand-off of the embeddings: text rank (d, j) <- vision rank (d, j mod Sv) (handoff.h: in
 //      memory when both are one process, else Send/Recv over the `handoff` communicator, tag 0);
-//   3. text forward + loss: embeddings with the image rows scattered in, (loss sum, count); the
-//      count is summed over the text DP group, the loss is sum / GLOBAL count (the exact mean over
-//      labelled tokens of the whole global batch), then backward;
+//   3. text forward + loss: embeddings with the image rows scattered in; backward of the loss
+//      sum / GLOBAL count, so that the accumulated gradients are those of the exact mean over
+//      the labelled tokens of the whole global batch;
 //   4. hand-off of the gradients: vision rank (d, i) <- d(loss)/d(image embeddings) of text rank
 //      (d, i mod Tt), the same function (tag 1);
-//   5. vision backward;
-//   6. reductions, each stage over its groups (vision: ZeRO-1 reduce-scatter; text:
-//      FinishTpGradients + DP all-reduce);
+//   5. vision backward (gradients accumulate over the micro-batches);
+//   then, once per step:
+//   6. the reported loss: the loss sums of all micro-batches summed over the text DP group,
+//      divided by the global count; reductions, each stage over its groups (vision: ZeRO-1
+//      reduce-scatter; text: FinishTpGradients + DP all-reduce);
 //   7. global clipping: ONE all-reduce over "world" of the stages' squared-norm shares (each
 //      element of the full model counted once);
 //   8. optimizer steps with the learning rate of the schedule and the clip coefficient.
-//
-// Global batch split (data parallelism): the global batch is `batches`, one packed sequence per
-// DP replica (batches.size() == dp); replica d trains on batches[d]. The loss is the mean over all
-// labelled tokens of all of them, so the result is that of one rank training on all of them.
+// The result is that of one rank training on all the micro-batches of all replicas at once (up
+// to summation order). Memory: gradients are accumulated in place (the size of one step's
+// gradients, as without accumulation); activations live for one micro-batch at a time.
 //
 // Errors: Statuses (LibTorch errors are caught at this boundary). Thread-safety: not thread-safe;
 // the rank's training thread. ProcessGroups and the handoff communicator are borrowed.
@@ -70,8 +76,9 @@ struct DistStepResult {
   double loss = 0;       // global mean loss; valid on text ranks (0 on vision-only ranks)
   double grad_norm = 0;  // global L2 norm before clipping, on every rank
   double lr = 0;
-  // Wall time of the step's phases (see the file comment): forward passes, backward passes,
-  // hand-offs and gradient reductions (comm), optimizer updates.
+  // Wall time of the step's phases (see the file comment), summed over the micro-batches:
+  // forward passes, backward passes, hand-offs, token-count and loss all-reduces and gradient
+  // reductions (comm), optimizer updates.
   double forward_s = 0, backward_s = 0, comm_s = 0, optimizer_s = 0;
   // Filled when Step(..., gather_grads = true): full HF-shaped gradients before clipping,
   // vision ones on vision ranks ("visual.*"), text ones on text ranks ("model.*", "lm_head.*").
@@ -105,6 +112,10 @@ class DistTrainer {
                                                              const DistTrainerOptions& options);
 
   // One training step on the global batch (see the file comment); collective over the world.
+  // micro_batches: [dp][n], n >= 1 micro-batches per replica.
+  absl::StatusOr<DistStepResult> Step(const std::vector<std::vector<PackedBatch>>& micro_batches,
+                                      bool gather_grads = false);
+  // The same with one micro-batch per replica (batches.size() == dp).
   absl::StatusOr<DistStepResult> Step(const std::vector<PackedBatch>& batches,
                                       bool gather_grads = false);
 
@@ -146,12 +157,16 @@ class DistTrainer {
   DistTrainer(const ModelPreset& preset, comm::ProcessGroups& groups,
               comm::Communicator* handoff, const DistTrainerOptions& options);
 
-  absl::StatusOr<DistStepResult> StepImpl(const std::vector<PackedBatch>& batches,
-                                          bool gather_grads);
-  // Step 3 on a text rank: forward, the global loss into `result`, backward; returns
-  // d(loss)/d(image embeddings) (undefined without images).
-  absl::StatusOr<at::Tensor> TextForwardBackward(const PackedBatch& batch, const at::Tensor& image,
-                                                 PhaseClock& clock, DistStepResult* result);
+  using MicroBatches = std::vector<std::vector<PackedBatch>>;  // [dp][n]
+
+  absl::StatusOr<DistStepResult> StepImpl(const MicroBatches& micro_batches, bool gather_grads);
+  // Step 0 on a text rank: the labelled tokens of this replica's micro-batches, summed over the
+  // text DP group.
+  absl::StatusOr<double> GlobalLabelledTokens(const std::vector<PackedBatch>& mine);
+  // Steps 1-5 for micro-batch k of every replica (`batches`, one per replica); adds this text
+  // rank's loss sum to `loss_sum` ([] fp64).
+  absl::Status MicroStep(const std::vector<PackedBatch>& batches, double global_count,
+                         PhaseClock& clock, DistStepResult* result, at::Tensor* loss_sum);
   // Steps 6-7: the stages' reductions and the global gradient norm.
   absl::StatusOr<double> ReduceGradients();
   // The stages this rank hosts, vision first (the order of every stage-wise collective).

@@ -12,11 +12,13 @@
 #include "worker/optim/optimizer_state.h"
 #include "worker/parallel/text_tp_model.h"
 #include "worker/parallel/tp_state.h"
+#include "worker/parallel/vocab_parallel.h"
 
 namespace dhp {
 namespace {
 
 constexpr char kOptPrefix[] = "optim.text.";
+constexpr int64_t kIgnoreIndex = -100;  // CausalLmTargets' "no loss here"
 
 class TpTextStage : public TextStage {
  public:
@@ -35,7 +37,11 @@ class TpTextStage : public TextStage {
     opt_ = std::make_unique<TrainingOptimizer>(Parameters(), options.optimizer);
   }
 
-  absl::StatusOr<TextLoss> Forward(const PackedBatch& b, const at::Tensor& image) override {
+  at::Tensor LabelledTokens(const PackedBatch& b) const override {
+    return (tp::CausalLmTargets(b.labels, b.cu_seqlens) != kIgnoreIndex).sum();
+  }
+
+  absl::StatusOr<at::Tensor> Forward(const PackedBatch& b, const at::Tensor& image) override {
     image_ = image;
     at::Tensor embeds = model_->Embed(b.input_ids);
     if (image_.defined()) {
@@ -46,9 +52,8 @@ class TpTextStage : public TextStage {
     if (!pos.defined()) {
       DHP_ASSIGN_OR_RETURN(pos, ComputePositionIds(b, preset_));
     }
-    auto [sum, count] = model_->forward(embeds, pos, b.labels, b.cu_seqlens);
-    sum_ = sum;
-    return TextLoss{sum, count};
+    sum_ = model_->forward(embeds, pos, b.labels, b.cu_seqlens).first;
+    return sum_.detach();
   }
 
   absl::StatusOr<at::Tensor> Backward(double global_count) override {

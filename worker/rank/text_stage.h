@@ -31,21 +31,21 @@
 
 namespace dhp {
 
-// One packed sequence's loss before normalisation, identical on every TP rank.
-struct TextLoss {
-  at::Tensor sum;    // [] fp32, summed over the labelled tokens
-  at::Tensor count;  // [] int64, labelled tokens
-};
-
 class TextStage : public TrainingStage {
  public:
+  // The labelled tokens of `batch` (positions whose next-token loss Forward takes): [] int64 on
+  // the batch's device. Local; known before any forward, so that the loss of every micro-batch
+  // can be divided by the global count before its backward.
+  virtual at::Tensor LabelledTokens(const PackedBatch& batch) const = 0;
   // Forward and loss over `batch` with `image` [M, H] (undefined: no images) scattered into its
-  // image rows. The stage keeps the graph for Backward.
-  virtual absl::StatusOr<TextLoss> Forward(const PackedBatch& batch, const at::Tensor& image) = 0;
+  // image rows: the loss summed over the labelled tokens, [] fp32, identical on every TP rank.
+  // The stage keeps the graph for Backward.
+  virtual absl::StatusOr<at::Tensor> Forward(const PackedBatch& batch,
+                                             const at::Tensor& image) = 0;
   // Backward of the last Forward's loss sum / `global_count` (the labelled tokens of the whole
-  // global batch). Returns d(loss)/d(image) [M, H], contiguous, complete and identical on every
-  // TP rank (zeros where no gradient reached it); undefined when Forward had no image.
-  // Gradients accumulate until Step clears them.
+  // global batch: every micro-batch of every replica). Returns d(loss)/d(image) [M, H],
+  // contiguous, complete and identical on every TP rank (zeros where no gradient reached it);
+  // undefined when Forward had no image. Gradients accumulate until Step clears them.
   virtual absl::StatusOr<at::Tensor> Backward(double global_count) = 0;
 };
 
