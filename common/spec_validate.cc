@@ -146,6 +146,28 @@ bool FiniteNonNegative(const std::string& field, double v, Errors& errors) {
   return true;
 }
 
+// training.micro_batch_size: default the replica's whole share (no accumulation); otherwise it
+// must split the share into whole micro-batches. `batch_ok`: batch_size and data_parallel_size
+// are valid (else only the lower bound is checked; their own errors say the rest).
+void NormalizeMicroBatch(v1::TrainingSpec& t, int data_parallel_size, bool batch_ok,
+                         Errors& errors) {
+  const int per_replica = batch_ok ? t.batch_size() / data_parallel_size : 0;
+  if (!t.has_micro_batch_size()) {
+    if (batch_ok) t.set_micro_batch_size(per_replica);
+    return;
+  }
+  const int micro = t.micro_batch_size();
+  if (micro < 1) {
+    errors.Add("training.micro_batch_size", absl::StrCat(micro, " must be at least 1"));
+  } else if (batch_ok && per_replica % micro != 0) {
+    errors.Add("training.micro_batch_size",
+               absl::StrCat(micro, " does not divide the ", per_replica,
+                            " samples per data-parallel replica (training.batch_size ",
+                            t.batch_size(), " / data_parallel_size ", data_parallel_size,
+                            "); use a divisor of ", per_replica));
+  }
+}
+
 void NormalizeTraining(v1::TrainingSpec& t, int data_parallel_size, Errors& errors) {
   // One sample per replica; an invalid data_parallel_size is reported on its own.
   if (!t.has_batch_size()) t.set_batch_size(std::max(data_parallel_size, 1));
@@ -157,13 +179,17 @@ void NormalizeTraining(v1::TrainingSpec& t, int data_parallel_size, Errors& erro
   if (!t.has_seed()) t.set_seed(kDefaultSeed);
   if (!t.has_min_learning_rate()) t.set_min_learning_rate(0.0);
 
+  bool batch_ok = data_parallel_size >= 1;
   if (t.batch_size() < 1) {
     errors.Add("training.batch_size", absl::StrCat(t.batch_size(), " must be at least 1"));
+    batch_ok = false;
   } else if (data_parallel_size >= 1 && t.batch_size() % data_parallel_size != 0) {
     errors.Add("training.batch_size",
                absl::StrCat(t.batch_size(), " is not divisible by data_parallel_size ",
                             data_parallel_size));
+    batch_ok = false;
   }
+  NormalizeMicroBatch(t, data_parallel_size, batch_ok, errors);
   const bool lr_ok = std::isfinite(t.learning_rate()) && t.learning_rate() > 0;
   if (!lr_ok) {
     errors.Add("training.learning_rate",

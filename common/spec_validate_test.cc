@@ -170,6 +170,19 @@ const BadSpec kBadSpecs[] = {
     {"batch_negative",
      {{"training", "training: {batch_size: -1, max_steps: 1}"}},
      "training.batch_size: -1 must be at least 1"},
+    {"micro_batch_not_dividing_the_replica_share",
+     {{"dp", "data_parallel_size: 2"},
+      {"training", "training: {batch_size: 8, micro_batch_size: 3, max_steps: 1}"}},
+     "training.micro_batch_size: 3 does not divide the 4 samples per data-parallel replica "
+     "(training.batch_size 8 / data_parallel_size 2); use a divisor of 4"},
+    {"micro_batch_above_the_replica_share",
+     {{"dp", "data_parallel_size: 2"},
+      {"training", "training: {batch_size: 4, micro_batch_size: 4, max_steps: 1}"}},
+     "training.micro_batch_size: 4 does not divide the 2 samples per data-parallel replica "
+     "(training.batch_size 4 / data_parallel_size 2); use a divisor of 2"},
+    {"micro_batch_zero",
+     {{"training", "training: {batch_size: -2, micro_batch_size: 0, max_steps: 1}"}},
+     "training.batch_size: -2 must be at least 1; training.micro_batch_size: 0 must be at least 1"},
     {"learning_rate_zero",
      {{"training", "training: {learning_rate: 0, max_steps: 1}"}},
      "training.learning_rate: 0 must be positive and finite"},
@@ -265,6 +278,7 @@ TEST(SpecValidateTest, DefaultsFilledOnMinimalSpec) {
   EXPECT_EQ(spec->placement(), v1::PLACEMENT_COLLOCATE);
   const v1::TrainingSpec& t = spec->training();
   EXPECT_EQ(t.batch_size(), 1);  // = data_parallel_size
+  EXPECT_EQ(t.micro_batch_size(), 1);  // the replica's whole share: no accumulation
   EXPECT_DOUBLE_EQ(t.learning_rate(), 1e-5);
   EXPECT_EQ(t.schedule(), v1::LR_SCHEDULE_COSINE);
   EXPECT_TRUE(t.has_warmup_steps());
@@ -312,8 +326,20 @@ TEST(SpecValidateTest, DefaultsDependOnOtherFields) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->vision().zero_stage(), 1);        // sequence parallelism
   EXPECT_EQ(spec->training().batch_size(), 3);      // = data_parallel_size
+  EXPECT_EQ(spec->training().micro_batch_size(), 1);  // = batch_size / data_parallel_size
   EXPECT_EQ(spec->text().dtype(), v1::DTYPE_FP32);  // given values are kept
   EXPECT_EQ(spec->text().parallelism(), v1::PARALLELISM_NONE);
+  spec = ParseJobSpec(SpecYaml({{"dp", "data_parallel_size: 2"},
+                                {"training", "training: {batch_size: 8, max_steps: 1}"}}),
+                      Options());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->training().micro_batch_size(), 4);
+  spec = ParseJobSpec(
+      SpecYaml({{"dp", "data_parallel_size: 2"},
+                {"training", "training: {batch_size: 8, micro_batch_size: 2, max_steps: 1}"}}),
+      Options());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->training().micro_batch_size(), 2);  // given values are kept
 }
 
 TEST(SpecValidateTest, ExplicitZeroStageZeroIsKeptWithSequenceParallelism) {

@@ -1,16 +1,18 @@
 // The global batch of every distributed training step, from a job's real data (the spec's
 // dataset mix, through DataPipeline): training.batch_size samples per step, split over the
 // data-parallel replicas as DataLoader shards them (replica d builds draws d, d + dp, ...), each
-// replica's share packed into ONE sequence of at most data.max_seq_len tokens (the
-// DistTrainer::Step input: one PackedBatch per replica).
+// replica's share split in order into micro-batches of training.micro_batch_size samples
+// (gradient accumulation; default: the whole share), each micro-batch packed into ONE sequence
+// of at most data.max_seq_len tokens (the DistTrainer::Step input: micro-batches per replica).
 //
 // Every rank of a job builds the same batches for every replica (deterministic: same spec, same
 // seed, same data), because the hand-off needs every replica's image sizes; position() after a
 // step, stored in a checkpoint, given to Seek() reproduces the rest of the stream exactly.
 //
-// DistTrainer has no gradient accumulation: a replica whose share does not fit one packed
-// sequence is an error that says what to change. Samples that fail to build are skipped (as
-// in SingleRankTrainer); a replica left with none is an error.
+// A micro-batch that does not fit one packed sequence is an error that says what to change.
+// Samples that fail to build are skipped (as in SingleRankTrainer): a replica's remaining samples
+// are then spread over its micro-batches as evenly as possible (every replica keeps the same
+// number of micro-batches); a replica left with fewer samples than micro-batches is an error.
 //
 // Thread-safety: not thread-safe (the rank's training thread).
 #ifndef DHP_WORKER_RANK_DIST_DATA_H_
@@ -20,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -32,8 +35,10 @@
 namespace dhp {
 
 struct DistBatch {
-  std::vector<PackedBatch> batches;  // one per data-parallel replica, on the device
-  // Over all replicas (the global batch):
+  // [replica][micro-batch], one packed sequence each, on the device; every replica has the
+  // same number of micro-batches.
+  std::vector<std::vector<PackedBatch>> batches;
+  // Over all replicas and micro-batches (the global batch):
   int64_t samples = 0;
   int64_t tokens = 0;        // image tokens included
   int64_t image_tokens = 0;
@@ -57,10 +62,18 @@ class DistData {
   void Seek(const data::DataPosition& position);
 
   int replicas() const { return static_cast<int>(loaders_.size()); }
+  // Samples per micro-batch per replica (training.micro_batch_size; unset: the whole share).
+  int64_t micro_batch_size() const;
   const DataPipeline& pipeline() const { return *pipeline_; }
 
  private:
   DistData() = default;
+
+  // `samples` as one packed sequence on the device, counted into `out`; `what` names the
+  // micro-batch in errors.
+  absl::StatusOr<PackedBatch> PackMicroBatch(std::vector<data::TrainingSample> samples,
+                                             const std::string& where, const std::string& what,
+                                             DistBatch* out);
 
   v1::JobSpec spec_;
   at::Device device_ = at::kCPU;

@@ -1,6 +1,6 @@
 // DistData on a generated shapes dataset: the global batch split over data-parallel replicas as
-// DataLoader shards it, deterministic, resumable with Seek, and a clear error when a replica's
-// share does not fit one packed sequence.
+// DataLoader shards it and each share into micro-batches, deterministic, resumable with Seek, and
+// a clear error when a micro-batch does not fit one packed sequence.
 #include "worker/rank/dist_data.h"
 
 #include <ATen/ATen.h>
@@ -43,6 +43,7 @@ class DistDataTest : public ::testing::Test {
     EXPECT_TRUE(spec.ok()) << spec.status();
     spec->set_data_parallel_size(dp);
     spec->mutable_training()->set_batch_size(4);
+    spec->mutable_training()->clear_micro_batch_size();  // the whole share
     return *spec;
   }
 
@@ -73,7 +74,9 @@ TEST_F(DistDataTest, SplitsTheGlobalBatchOverReplicasAndResumesExactly) {
     EXPECT_EQ(a->image_tokens, b->image_tokens);
     EXPECT_EQ(a->loss_tokens, b->loss_tokens);
     EXPECT_GT(b->image_tokens, 0);
-    for (const PackedBatch& p : b->batches) {
+    for (const std::vector<PackedBatch>& replica : b->batches) {
+      ASSERT_EQ(replica.size(), 1u);  // no micro_batch_size: one micro-batch per replica
+      const PackedBatch& p = replica[0];
       EXPECT_EQ(p.cu_seqlens.size(), 3u);  // two samples per replica
       EXPECT_EQ(p.image_grids.size(), 2u);
       EXPECT_EQ(p.position_ids.size(0), 3);
@@ -91,9 +94,56 @@ TEST_F(DistDataTest, SplitsTheGlobalBatchOverReplicasAndResumesExactly) {
     absl::StatusOr<DistBatch> s = again->Next(step);
     ASSERT_TRUE(s.ok());
     for (int d = 0; d < 2; ++d) {
-      EXPECT_TRUE(at::equal(s->batches[d].input_ids, r->batches[d].input_ids));
-      EXPECT_TRUE(at::equal(s->batches[d].pixel_values, r->batches[d].pixel_values));
-      EXPECT_TRUE(at::equal(s->batches[d].position_ids, r->batches[d].position_ids));
+      EXPECT_TRUE(at::equal(s->batches[d][0].input_ids, r->batches[d][0].input_ids));
+      EXPECT_TRUE(at::equal(s->batches[d][0].pixel_values, r->batches[d][0].pixel_values));
+      EXPECT_TRUE(at::equal(s->batches[d][0].position_ids, r->batches[d][0].position_ids));
+    }
+  }
+}
+
+// training.micro_batch_size splits each replica's share, in draw order, into micro-batches of
+// that many samples: the same samples and counts (tokens for tokens/s included) as one packed
+// sequence per replica.
+TEST_F(DistDataTest, MicroBatchesSplitEachShareInOrderAndCountEverySample) {
+  v1::JobSpec spec = Spec(2);
+  spec.mutable_training()->set_batch_size(8);
+  spec.mutable_training()->set_micro_batch_size(4);
+  std::unique_ptr<DistData> whole = Make(spec);
+  spec.mutable_training()->set_micro_batch_size(2);
+  std::unique_ptr<DistData> halves = Make(spec);
+  spec.mutable_training()->set_micro_batch_size(1);
+  std::unique_ptr<DistData> singles = Make(spec);
+  ASSERT_TRUE(whole && halves && singles);
+  EXPECT_EQ(halves->micro_batch_size(), 2);
+  for (int step = 1; step <= 2; ++step) {
+    absl::StatusOr<DistBatch> w = whole->Next(step), h = halves->Next(step),
+                              s = singles->Next(step);
+    ASSERT_TRUE(w.ok() && h.ok() && s.ok()) << w.status() << h.status() << s.status();
+    for (const DistBatch* b : {&*w, &*h, &*s}) {
+      EXPECT_EQ(b->samples, 8);
+      EXPECT_EQ(b->tokens, w->tokens) << "step " << step;
+      EXPECT_EQ(b->image_tokens, w->image_tokens);
+      EXPECT_EQ(b->loss_tokens, w->loss_tokens);
+      EXPECT_EQ(b->patches, w->patches);
+      ASSERT_EQ(b->batches.size(), 2u);
+    }
+    for (int d = 0; d < 2; ++d) {
+      ASSERT_EQ(w->batches[d].size(), 1u);
+      ASSERT_EQ(h->batches[d].size(), 2u);
+      ASSERT_EQ(s->batches[d].size(), 4u);
+      // The micro-batches, in order, are the whole share's samples.
+      std::vector<at::Tensor> ids, pixels;
+      int64_t tokens = 0;
+      for (const PackedBatch& p : h->batches[d]) {
+        EXPECT_EQ(p.cu_seqlens.size(), 3u);  // two samples each
+        ids.push_back(p.input_ids);
+        pixels.push_back(p.pixel_values);
+        tokens += p.input_ids.numel();
+      }
+      EXPECT_TRUE(at::equal(at::cat(ids), w->batches[d][0].input_ids));
+      EXPECT_TRUE(at::equal(at::cat(pixels), w->batches[d][0].pixel_values));
+      EXPECT_EQ(tokens, w->batches[d][0].input_ids.numel());
+      for (const PackedBatch& p : s->batches[d]) EXPECT_EQ(p.cu_seqlens.size(), 2u);
     }
   }
 }
@@ -111,11 +161,19 @@ TEST_F(DistDataTest, AShareThatDoesNotFitOnePackedSequenceSaysWhatToChange) {
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(b.status().message()),
-              HasSubstr("step 1: data-parallel replica 0's share of the batch (4 samples, " +
+              HasSubstr("step 1: micro-batch 1 of 1 of data-parallel replica 0 (4 samples, " +
                         std::to_string(first->tokens) + " tokens) does not fit one packed "
                         "sequence of data.max_seq_len = " + std::to_string(first->tokens - 1)));
   EXPECT_THAT(std::string(b.status().message()),
-              HasSubstr("raise data.max_seq_len to at least " + std::to_string(first->tokens)));
+              HasSubstr("raise data.max_seq_len to at least " + std::to_string(first->tokens) +
+                        ", or lower training.micro_batch_size (4 samples per micro-batch"));
+  // Two micro-batches of two samples each fit.
+  spec.mutable_training()->set_micro_batch_size(2);
+  std::unique_ptr<DistData> halves = Make(spec);
+  ASSERT_TRUE(halves);
+  absl::StatusOr<DistBatch> h = halves->Next(1);
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(h->tokens, first->tokens);
 }
 
 TEST_F(DistDataTest, ABatchSmallerThanTheReplicasIsRefused) {

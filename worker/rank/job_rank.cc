@@ -49,18 +49,19 @@ double SecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Model FLOPs of a global batch (every replica's packed sequence).
-absl::StatusOr<StepFlops> CountBatchFlops(const ModelPreset& preset,
-                                          const std::vector<PackedBatch>& batches) {
+// Model FLOPs of a global batch (every micro-batch of every replica).
+absl::StatusOr<StepFlops> CountBatchFlops(const ModelPreset& preset, const DistBatch& batch) {
   std::vector<GridThw> images;
   std::vector<int64_t> lengths;
-  for (const PackedBatch& b : batches) {
-    images.insert(images.end(), b.image_grids.begin(), b.image_grids.end());
-    if (b.cu_seqlens.size() < 2) {
-      lengths.push_back(b.input_ids.numel());
-    } else {
-      for (size_t i = 1; i < b.cu_seqlens.size(); ++i) {
-        lengths.push_back(b.cu_seqlens[i] - b.cu_seqlens[i - 1]);
+  for (const std::vector<PackedBatch>& replica : batch.batches) {
+    for (const PackedBatch& b : replica) {
+      images.insert(images.end(), b.image_grids.begin(), b.image_grids.end());
+      if (b.cu_seqlens.size() < 2) {
+        lengths.push_back(b.input_ids.numel());
+      } else {
+        for (size_t i = 1; i < b.cu_seqlens.size(); ++i) {
+          lengths.push_back(b.cu_seqlens[i] - b.cu_seqlens[i - 1]);
+        }
       }
     }
   }
@@ -430,7 +431,7 @@ std::map<std::string, double> JobRank::StepMetrics(const DistBatch& batch,
   counts.vision_ranks = layout_.VisionSize();
   counts.text_ranks = layout_.TextSize();
   if (peak_flops_ > 0) {
-    absl::StatusOr<StepFlops> flops = CountBatchFlops(preset_, batch.batches);
+    absl::StatusOr<StepFlops> flops = CountBatchFlops(preset_, batch);
     if (flops.ok()) {
       counts.flops = *flops;
     } else if (!warned_flops_) {

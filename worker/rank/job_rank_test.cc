@@ -299,6 +299,35 @@ TEST_F(JobRankTest, TrainsEveryStepPrintsOneLineEachAndReportsCheckpoints) {
   for (const std::string& line : a.ranks[0].out) std::printf("rank 0: %s\n", line.c_str());
 }
 
+// Gradient accumulation on real data: training.micro_batch_size 1 (four micro-batches of one
+// sample per step) trains as run A's one packed sequence of four samples (fp32: losses and norms
+// to 1e-5 relative), and the step's tokens (tokens/s) and FLOPs (MFU) count every micro-batch.
+TEST_F(JobRankTest, MicroBatchesTrainAsTheWholeBatchAndCountEveryToken) {
+  JobDescription d = Describe(Root() + "/micro");
+  d.spec.mutable_training()->set_micro_batch_size(1);
+  const JobRun run = RunJob(d);
+  for (int r = 0; r < kWorld; ++r) {
+    const RankRun& rr = run.ranks[r];
+    ASSERT_TRUE(rr.result.ok()) << "rank " << r << ": " << rr.result.status();
+    ASSERT_EQ(rr.control.progress.size(), static_cast<size_t>(kSteps));
+    for (const RankStepProgress& p : rr.control.progress) {
+      const RankStepProgress& q = Straight().ranks[r].control.progress.at(p.step - 1);
+      EXPECT_NEAR(p.loss, q.loss, 1e-5 * q.loss) << "step " << p.step;
+      EXPECT_NEAR(p.metrics.at("grad_norm"), q.metrics.at("grad_norm"),
+                  1e-5 * q.metrics.at("grad_norm"));
+      for (const char* count : {"samples", "tokens", "image_tokens", "loss_tokens"}) {
+        EXPECT_EQ(p.metrics.at(count), q.metrics.at(count)) << count;
+      }
+      EXPECT_DOUBLE_EQ(p.tokens_per_second, p.metrics.at("tokens") / p.step_seconds);
+      // The same FLOPs as one packed sequence (same rank, same peak).
+      for (const char* mfu : {"mfu_text", "mfu_vision"}) {
+        const double flops = p.metrics.at(mfu) * p.step_seconds;
+        EXPECT_NEAR(flops, q.metrics.at(mfu) * q.step_seconds, 1e-9 * flops) << mfu;
+      }
+    }
+  }
+}
+
 TEST_F(JobRankTest, AStopEndsEveryRankAfterTheSameStep) {
   const JobRun& b = Stopped();
   for (int r = 0; r < kWorld; ++r) {
