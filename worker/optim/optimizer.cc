@@ -87,6 +87,10 @@ void UpdateGroup(const GroupUpdate& u, const Hyper& h) {
   UpdatePerTensor(u, h);
 }
 
+bool ReducedPrecision(const at::Tensor& p) {
+  return p.scalar_type() == at::kBFloat16 || p.scalar_type() == at::kHalf;
+}
+
 }  // namespace
 
 bool UsesWeightDecay(const std::string& name, const at::Tensor& param) {
@@ -106,6 +110,7 @@ TrainingOptimizer::TrainingOptimizer(const NamedParams& params, const OptimizerC
   for (const auto& [name, p] : params) {
     if (!p.requires_grad()) continue;
     params_.push_back(p);
+    if (ReducedPrecision(p)) masters_[p.unsafeGetTensorImpl()] = p.detach().to(at::kFloat);
     if (UsesWeightDecay(name, p)) {
       decay.push_back(p);
       decay_names_.push_back(name);
@@ -169,8 +174,11 @@ torch::optim::AdamWParamState* TrainingOptimizer::StateOf(const at::Tensor& p, b
   if (!create) return nullptr;
   auto state = std::make_unique<torch::optim::AdamWParamState>();
   state->step(0);
-  state->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
-  state->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
+  // Moments in fp32 for a reduced-precision parameter (like its master), else in its dtype.
+  const at::TensorOptions moments = p.options().dtype(ReducedPrecision(p) ? at::kFloat
+                                                                          : p.scalar_type());
+  state->exp_avg(at::zeros_like(p, moments, at::MemoryFormat::Preserve));
+  state->exp_avg_sq(at::zeros_like(p, moments, at::MemoryFormat::Preserve));
   torch::optim::AdamWParamState* raw = state.get();
   map[key] = std::move(state);
   return raw;
@@ -178,23 +186,54 @@ torch::optim::AdamWParamState* TrainingOptimizer::StateOf(const at::Tensor& p, b
 
 void TrainingOptimizer::EraseState(const at::Tensor& p) { adamw_->state().erase(StateKey(p)); }
 
+at::Tensor TrainingOptimizer::MasterOf(const at::Tensor& p) const {
+  auto it = masters_.find(p.unsafeGetTensorImpl());
+  return it == masters_.end() ? at::Tensor() : it->second;
+}
+
+void TrainingOptimizer::SetMaster(const at::Tensor& p, const at::Tensor& master) {
+  at::NoGradGuard no_grad;
+  auto it = masters_.find(p.unsafeGetTensorImpl());
+  if (it == masters_.end()) return;
+  if (!master.defined()) {
+    it->second.copy_(p.detach());
+    return;
+  }
+  it->second.copy_(master.view(p.sizes()));
+  p.detach().copy_(it->second);
+}
+
 void TrainingOptimizer::Step() {
   at::NoGradGuard no_grad;
   for (auto& group : adamw_->param_groups()) {
     const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
-    GroupUpdate u;
+    const Hyper hyper{o.lr(), std::get<0>(o.betas()), std::get<1>(o.betas()), o.eps(),
+                      o.weight_decay()};
+    GroupUpdate u;  // the parameters that are their own master, in one update
     for (at::Tensor& p : group.params()) {
       if (!p.grad().defined()) continue;
       torch::optim::AdamWParamState* s = StateOf(p, /*create=*/true);
       s->step(s->step() + 1);
+      const at::Tensor master = MasterOf(p);
+      if (master.defined()) {
+        // One tensor at a time: its fp32 gradient is the only transient.
+        GroupUpdate one;
+        one.params = {master};
+        one.grads = {p.grad().to(at::kFloat)};
+        one.exp_avgs = {s->exp_avg()};
+        one.exp_avg_sqs = {s->exp_avg_sq()};
+        one.steps = {s->step()};
+        UpdateGroup(one, hyper);
+        p.detach().copy_(master);
+        continue;
+      }
       u.params.push_back(p);
       u.grads.push_back(p.grad());
       u.exp_avgs.push_back(s->exp_avg());
       u.exp_avg_sqs.push_back(s->exp_avg_sq());
       u.steps.push_back(s->step());
     }
-    UpdateGroup(u, Hyper{o.lr(), std::get<0>(o.betas()), std::get<1>(o.betas()), o.eps(),
-                         o.weight_decay()});
+    UpdateGroup(u, hyper);
   }
 }
 

@@ -17,6 +17,13 @@
 // most LLM recipes train with (beta2 0.95 instead of PyTorch's 0.999 reacts faster to gradient
 // scale changes, which keeps large-LR and short runs stable).
 //
+// Mixed precision: a parameter in a reduced-precision dtype (bf16, fp16) gets an fp32 master
+// copy, made from its value at construction, and fp32 moments. Step updates the master from the
+// gradient converted to fp32, one tensor at a time (the transient fp32 gradient is one tensor's),
+// and writes the master back into the parameter, rounded to its dtype. fp32 parameters are their
+// own master. Memory per reduced-precision parameter element: 2 (parameter) + 2 (gradient) +
+// 4 (master) + 8 (moments) = 16 bytes.
+//
 // Parameters are borrowed: the tensors (which share storage with the model's) must stay alive.
 // Thread-safety: not thread-safe; one training thread owns it.
 #ifndef DHP_WORKER_OPTIM_OPTIMIZER_H_
@@ -24,6 +31,7 @@
 
 #include <ATen/ATen.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -84,6 +92,14 @@ class TrainingOptimizer {
   torch::optim::AdamWParamState* StateOf(const at::Tensor& p, bool create);
   void EraseState(const at::Tensor& p);
 
+  // The fp32 master copy of parameter `p` (one of this optimizer's) when p is in a reduced
+  // precision, else undefined. Live: the next Step changes it.
+  at::Tensor MasterOf(const at::Tensor& p) const;
+  // Replaces p's master by `master` (converted to fp32, p's shape) and p's value by the master
+  // rounded to p's dtype; without a master (p in fp32 or `master` undefined) the master becomes
+  // p's current value. For checkpoint loads.
+  void SetMaster(const at::Tensor& p, const at::Tensor& master);
+
  private:
   OptimizerConfig config_;
   double lr_;
@@ -91,6 +107,7 @@ class TrainingOptimizer {
   std::vector<std::string> decay_names_;
   std::vector<std::string> no_decay_names_;
   std::unique_ptr<torch::optim::AdamW> adamw_;
+  std::map<const void*, at::Tensor> masters_;  // by TensorImpl of reduced-precision parameters
 };
 
 }  // namespace dhp

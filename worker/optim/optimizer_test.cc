@@ -1,13 +1,17 @@
 #include "worker/optim/optimizer.h"
 
 #include <ATen/ATen.h>
+#include <torch/optim/adamw.h>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <string>
 
 #include "common/model_presets.h"
 #include "gtest/gtest.h"
 #include "worker/model/qwen2_5_vl.h"
+#include "worker/optim/optimizer_state.h"
 
 namespace dhp {
 namespace {
@@ -102,6 +106,63 @@ TEST(OptimizerTest, AdamWStepsMatchTheClosedForm) {
       EXPECT_NEAR(w.view({-1})[0].item<double>(), 0.85, 1e-7);
     }
   }
+}
+
+// A bf16 parameter trains through an fp32 master: after each step the master equals an fp32
+// parameter stepped with the same (bf16-representable) gradients, and the bf16 parameter is
+// the master rounded. The checkpoint tensors carry the master; a checkpoint with moments but no
+// master is refused for a bf16 parameter, and loading one restores master and parameter.
+TEST(OptimizerTest, Bf16ParametersKeepAnFp32MasterAndFp32Moments) {
+  const at::Tensor init = at::tensor({1.001f, -2.003f, 0.5007f, 3.0011f}).view({2, 2});
+  at::Tensor w16 = init.to(at::kBFloat16).set_requires_grad(true);
+  at::Tensor w32 = init.to(at::kBFloat16).to(at::kFloat).set_requires_grad(true);
+  OptimizerConfig config;
+  config.learning_rate = 1e-4;  // far below bf16's resolution at these values
+  config.weight_decay = 0.1;
+  TrainingOptimizer opt16({{"w", w16}}, config), opt32({{"w", w32}}, config);
+  ASSERT_TRUE(opt16.MasterOf(w16).defined());
+  EXPECT_FALSE(opt32.MasterOf(w32).defined());  // fp32 parameters are their own master
+  const at::Tensor before = w16.detach().clone();
+  for (int t = 0; t < 3; ++t) {
+    const at::Tensor g = at::tensor({0.5f, -1.0f, 2.0f, 0.25f}).view({2, 2}) * (t + 1);
+    w16.mutable_grad() = g.to(at::kBFloat16);
+    w32.mutable_grad() = g;
+    opt16.Step();
+    opt32.Step();
+  }
+  const at::Tensor master = opt16.MasterOf(w16);
+  EXPECT_EQ(master.scalar_type(), at::kFloat);
+  EXPECT_TRUE(at::allclose(master, w32.detach(), 0, 1e-7));
+  EXPECT_TRUE(at::equal(w16.detach(), master.to(at::kBFloat16)));
+  EXPECT_TRUE(at::equal(w16.detach(), before));  // 3 x 1e-4 < half of bf16's step (2^-8 at 0.5)
+  EXPECT_FALSE(at::equal(master, before.to(at::kFloat)));
+  EXPECT_EQ(opt16.StateOf(w16, false)->exp_avg().scalar_type(), at::kFloat);
+
+  const TrainingOptimizer::NamedParams params = {{"w", w16}};
+  auto state = AdamWStateTensors(opt16, params, "optim.");
+  std::map<std::string, at::Tensor> by_name(state.begin(), state.end());
+  ASSERT_EQ(by_name.count("optim.w.master"), 1u);
+  std::map<std::string, at::Tensor> no_master = by_name;
+  no_master.erase("optim.w.master");
+  absl::StatusOr<AdamWTakenState> refused = TakeAdamWState(params, "optim.", &no_master);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(std::string(refused.status().message()).find("optim.w.master is missing"),
+            std::string::npos)
+      << refused.status();
+  EXPECT_EQ(no_master.size(), 3u);  // nothing taken
+
+  // Load into a fresh optimizer: master, moments and the parameter come back exactly.
+  at::Tensor fresh = init.to(at::kBFloat16).set_requires_grad(true);
+  TrainingOptimizer opt2({{"w", fresh}}, config);
+  const TrainingOptimizer::NamedParams fresh_params = {{"w", fresh}};
+  absl::StatusOr<AdamWTakenState> taken = TakeAdamWState(fresh_params, "optim.", &by_name);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_TRUE(by_name.empty());
+  SetAdamWState(opt2, fresh_params, *taken);
+  EXPECT_TRUE(at::equal(opt2.MasterOf(fresh), master));
+  EXPECT_TRUE(at::equal(fresh.detach(), w16.detach()));
+  EXPECT_TRUE(at::equal(opt2.StateOf(fresh, false)->exp_avg_sq(),
+                        opt16.StateOf(w16, false)->exp_avg_sq()));
 }
 
 TEST(OptimizerTest, ClipReturnsThePreClipNormAndScales) {
