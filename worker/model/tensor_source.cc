@@ -20,6 +20,13 @@ at::Tensor TensorSource::Rows(const std::string& name,
   return at::cat(parts, dim);
 }
 
+at::Tensor CastTensorSource::Slice(const std::string& name, int64_t dim, int64_t start,
+                                   int64_t length) const {
+  at::Tensor t = base_.Slice(name, dim, start, length);
+  if (!at::isFloatingType(t.scalar_type()) || t.scalar_type() == dtype_) return t;
+  return t.to(dtype_);
+}
+
 void CheckSliceBounds(const std::string& name, const std::vector<int64_t>& shape, int64_t dim,
                       int64_t start, int64_t length) {
   if (dim == -1) return;  // the whole tensor

@@ -64,6 +64,24 @@ class NamedTensorSource : public TensorSource {
 // and for ranks that already hold the full tensors.
 NamedTensorSource ModuleTensorSource(const torch::nn::Module& module);
 
+// Another source's slices in `dtype` (floating-point tensors only; others pass as they are): how
+// a stage trains in bf16 from an fp32 initialisation or checkpoint. Each slice is converted on
+// its own, so the extra memory is one slice; a slice already in `dtype` is not copied again. The
+// base source is borrowed.
+class CastTensorSource : public TensorSource {
+ public:
+  CastTensorSource(const TensorSource& base, at::ScalarType dtype) : base_(base), dtype_(dtype) {}
+
+  std::vector<int64_t> Shape(const std::string& name) const override { return base_.Shape(name); }
+  bool Has(const std::string& name) const override { return base_.Has(name); }
+  at::Tensor Slice(const std::string& name, int64_t dim, int64_t start,
+                   int64_t length) const override;
+
+ private:
+  const TensorSource& base_;
+  at::ScalarType dtype_;
+};
+
 // Throws (ValueError) unless dim is -1 or [start, start + length) lies within `shape`'s `dim`.
 void CheckSliceBounds(const std::string& name, const std::vector<int64_t>& shape, int64_t dim,
                       int64_t start, int64_t length);
