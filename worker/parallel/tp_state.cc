@@ -23,19 +23,18 @@ at::Tensor GradOrZeros(const at::Tensor& p) {
 
 void ThrowIfError(const absl::Status& s) { TORCH_CHECK(s.ok(), s.ToString()); }
 
-// Sets p's gradient to `g` (same shape), allocating it when undefined.
+// Sets p's gradient to `g` (same shape, any dtype), allocating it in p's dtype when undefined.
 void SetGrad(at::Tensor& p, const at::Tensor& g) {
-  if (p.grad().defined()) {
-    p.mutable_grad().copy_(g);
-  } else {
-    p.mutable_grad() = g.clone(at::MemoryFormat::Contiguous);
+  if (!p.grad().defined()) {
+    p.mutable_grad() = at::empty_like(p, at::MemoryFormat::Contiguous);
   }
+  p.mutable_grad().copy_(g);
 }
 
 }  // namespace
 
 absl::Status FinishTpGradients(torch::nn::Module& module, const ShardLayout& layout,
-                               comm::Communicator& tp) {
+                               comm::Communicator& tp, std::optional<at::ScalarType> reduce_dtype) {
   if (tp.size() == 1) return absl::OkStatus();
   return CatchTorch(absl::StrCat("summing replicated TP gradients on group ", tp.name()), [&] {
     at::NoGradGuard no_grad;
@@ -53,7 +52,8 @@ absl::Status FinishTpGradients(torch::nn::Module& module, const ShardLayout& lay
       const ParamShard& shard = it->second;
       const at::Tensor& p = entry.value();
       Item item{p, &shard, FullShape(p, shard)};
-      at::Tensor full = at::zeros(item.full_shape, p.options());
+      at::Tensor full = at::zeros(item.full_shape, p.options().dtype(reduce_dtype.value_or(
+                                                       p.scalar_type())));
       full.narrow(shard.dim, shard.ranges[me].start, shard.ranges[me].length).copy_(GradOrZeros(p));
       padded.push_back(full.view(-1));
       items.push_back(std::move(item));
@@ -76,7 +76,8 @@ absl::Status FinishTpGradients(torch::nn::Module& module, const ShardLayout& lay
 }
 
 absl::Status AllReduceDataParallelGrads(torch::nn::Module& module, comm::Communicator& dp,
-                                        DpGradReduce reduce, int64_t bucket_bytes) {
+                                        DpGradReduce reduce, int64_t bucket_bytes,
+                                        std::optional<at::ScalarType> reduce_dtype) {
   if (dp.size() == 1) return absl::OkStatus();
   return CatchTorch(absl::StrCat("all-reducing gradients over group ", dp.name()), [&] {
     at::NoGradGuard no_grad;
@@ -101,6 +102,7 @@ absl::Status AllReduceDataParallelGrads(torch::nn::Module& module, comm::Communi
       std::vector<at::Tensor> flat;
       for (size_t i = begin; i < end; ++i) flat.push_back(params[i].grad().reshape(-1));
       at::Tensor bucket = at::cat(flat);
+      if (reduce_dtype.has_value()) bucket = bucket.to(*reduce_dtype);
       ThrowIfError(dp.AllReduce(bucket, comm::ReduceOp::kSum));
       if (reduce == DpGradReduce::kMean) bucket.div_(dp.size());
       int64_t offset = 0;

@@ -28,6 +28,7 @@
 #include <torch/nn/module.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,18 +44,24 @@ using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
 enum class TensorKind { kParameters, kGradients };
 
-// Sum of partial gradients over the holders of replicated shards (step 1 above).
+// Sum of partial gradients over the holders of replicated shards (step 1 above), in
+// `reduce_dtype` (nullopt: the gradients' dtype); the gradients keep their dtype.
 absl::Status FinishTpGradients(torch::nn::Module& module, const ShardLayout& layout,
-                               comm::Communicator& tp);
+                               comm::Communicator& tp,
+                               std::optional<at::ScalarType> reduce_dtype = std::nullopt);
 
 enum class DpGradReduce { kSum, kMean };
+inline constexpr int64_t kDefaultBucketBytes = int64_t{64} << 20;
 
-// All-reduces every parameter's gradient over `dp` in buckets of at most `bucket_bytes` (one
-// all-reduce per bucket, parameters in named_parameters() order; undefined gradients count as
-// zeros and are defined afterwards). No-op for a group of one.
+// All-reduces every parameter's gradient over `dp` in buckets of at most `bucket_bytes` of
+// gradient (one all-reduce per bucket, parameters in named_parameters() order; undefined
+// gradients count as zeros and are defined afterwards), each bucket converted to `reduce_dtype`
+// for the collective (nullopt: as they are; fp32 for bf16 gradients doubles the bytes and sums
+// without bf16 rounding) and back. No-op for a group of one.
 absl::Status AllReduceDataParallelGrads(torch::nn::Module& module, comm::Communicator& dp,
                                         DpGradReduce reduce = DpGradReduce::kSum,
-                                        int64_t bucket_bytes = int64_t{64} << 20);
+                                        int64_t bucket_bytes = kDefaultBucketBytes,
+                                        std::optional<at::ScalarType> reduce_dtype = std::nullopt);
 
 // Squared L2 norm (fp64) of the full gradient, the same on every TP rank: sharded parameters
 // contribute their shard (divided by its number of holders), replicated ones 1/T of theirs, then

@@ -18,8 +18,9 @@ double ClipCoefficient(double global_norm, double max_norm) {
 }
 
 Zero1AdamW::Zero1AdamW(const NamedParams& params, const OptimizerConfig& config,
-                       comm::Communicator& group, const std::vector<double>& norm_weights)
-    : config_(config), group_(group) {
+                       comm::Communicator& group, const std::vector<double>& norm_weights,
+                       at::ScalarType reduce_dtype)
+    : config_(config), group_(group), reduce_dtype_(reduce_dtype) {
   std::vector<at::Tensor> masks, weights;
   for (const auto& [name, p] : params) {
     if (!p.requires_grad()) continue;
@@ -36,12 +37,19 @@ Zero1AdamW::Zero1AdamW(const NamedParams& params, const OptimizerConfig& config,
   // Every buffer lives where the parameters do: on a GPU the partition update runs there and
   // the collectives (NCCL) get device tensors.
   if (!params_.empty()) device_ = params_.front().device();
+  // The all-gather travels in the parameters' dtype when they share a reduced precision.
+  if (!params_.empty()) {
+    const at::ScalarType first = params_.front().scalar_type();
+    bool same = first == at::kBFloat16 || first == at::kHalf;
+    for (const at::Tensor& p : params_) same = same && p.scalar_type() == first;
+    if (same) gather_dtype_ = first;
+  }
   const int64_t n = group_.size();
   part_numel_ = (full_numel_ + n - 1) / n;
   if (part_numel_ == 0) part_numel_ = 1;
   const int64_t begin = part_numel_ * group_.rank();
   at::NoGradGuard no_grad;
-  at::Tensor flat = Flatten(/*grads=*/false);
+  at::Tensor flat = Flatten(/*grads=*/false, at::kFloat);
   master_ = flat.narrow(0, begin, part_numel_).clone();
   exp_avg_ = at::zeros_like(master_);
   exp_avg_sq_ = at::zeros_like(master_);
@@ -54,10 +62,10 @@ Zero1AdamW::Zero1AdamW(const NamedParams& params, const OptimizerConfig& config,
   grad_part_ = at::zeros_like(master_);
 }
 
-at::Tensor Zero1AdamW::Flatten(bool grads) const {
+at::Tensor Zero1AdamW::Flatten(bool grads, at::ScalarType dtype) const {
   at::NoGradGuard no_grad;
   const int64_t n = group_.size();
-  at::Tensor flat = at::zeros({part_numel_ * n}, at::TensorOptions(at::kFloat).device(device_));
+  at::Tensor flat = at::zeros({part_numel_ * n}, at::TensorOptions(dtype).device(device_));
   int64_t offset = 0;
   for (const at::Tensor& p : params_) {
     const int64_t k = p.numel();
@@ -75,14 +83,14 @@ void Zero1AdamW::ZeroGrad() {
 }
 
 absl::Status Zero1AdamW::ReduceScatterGradients() {
-  at::Tensor flat = Flatten(/*grads=*/true);
+  at::Tensor flat = Flatten(/*grads=*/true, reduce_dtype_);
   if (group_.size() == 1) {
-    grad_part_ = flat;
+    grad_part_ = flat.to(at::kFloat);
     return absl::OkStatus();
   }
   absl::StatusOr<at::Tensor> part = group_.ReduceScatter(flat);
   if (!part.ok()) return part.status();
-  grad_part_ = *part;
+  grad_part_ = part->to(at::kFloat);
   return absl::OkStatus();
 }
 
@@ -109,9 +117,9 @@ absl::Status Zero1AdamW::Step(double lr, double clip_coef) {
   const double step_size = lr / bias_correction1;
   master_.addcdiv_(exp_avg_, denom, -step_size);
 
-  at::Tensor full = master_;
+  at::Tensor full = master_.to(gather_dtype_);
   if (group_.size() > 1) {
-    absl::StatusOr<at::Tensor> gathered = group_.AllGather(master_);
+    absl::StatusOr<at::Tensor> gathered = group_.AllGather(full);
     if (!gathered.ok()) return gathered.status();
     full = *gathered;
   }

@@ -8,7 +8,8 @@
 // of a replicated AdamW's state up to the padding (state_bytes()).
 //
 // One step (every rank of the group, same order):
-//   ReduceScatterGradients()   the flattened gradients (undefined = zeros; fp32 on the wire) are
+//   ReduceScatterGradients()   the flattened gradients (undefined = zeros; in the reduce dtype,
+//                              fp32 by default, on the wire) are
 //                              reduce-scattered (SUM) so this rank holds the group-summed gradient
 //                              of its partition. The summed gradients are then exact for Ulysses
 //                              SP (partial per rank) plus data parallelism when the loss was
@@ -21,7 +22,10 @@
 //                              a decay-group parameter, UsesWeightDecay in worker/optim/optimizer.h;
 //                              bias corrections 1 - beta^t); then an all-gather of the updated
 //                              partitions re-assembles every rank's full parameters (copied into
-//                              the parameter tensors in their dtype).
+//                              the parameter tensors in their dtype). When every parameter has
+//                              one reduced-precision dtype (bf16 training) the partitions travel
+//                              in it: half the bytes of fp32, the same parameters (rounding
+//                              before or after the gather is the same rounding).
 // Grouping and hyper-parameters come from OptimizerConfig (worker/optim/optimizer.h); the
 // learning rate is passed per step (LearningRateAt of lr_schedule.h); config.grad_clip_norm is
 // not applied here: the caller computes the global coefficient (ClipCoefficient) across stages.
@@ -57,8 +61,11 @@ class Zero1AdamW {
   // squared gradient in PartialGradSquaredNorm: e.g. 1/T for a parameter replicated over a
   // T-rank tensor-parallel group whose members each run their own Zero1AdamW (vision TP), so that
   // the world sum counts every element of the full model once.
+  // `reduce_dtype`: the dtype the gradients are reduce-scattered in (fp32, or bf16 to halve the
+  // bytes); the reduced partition is fp32 either way.
   Zero1AdamW(const NamedParams& params, const OptimizerConfig& config, comm::Communicator& group,
-             const std::vector<double>& norm_weights = {});
+             const std::vector<double>& norm_weights = {},
+             at::ScalarType reduce_dtype = at::kFloat);
 
   // Sets every parameter's gradient to undefined (as TrainingOptimizer::ZeroGrad).
   void ZeroGrad();
@@ -100,8 +107,8 @@ class Zero1AdamW {
   int group_size() const { return group_.size(); }
 
  private:
-  // Flattened (padded) concatenation of the parameters or their gradients, fp32 [N * P].
-  at::Tensor Flatten(bool grads) const;
+  // Flattened (padded) concatenation of the parameters or their gradients, [N * P] in `dtype`.
+  at::Tensor Flatten(bool grads, at::ScalarType dtype) const;
 
   OptimizerConfig config_;
   comm::Communicator& group_;
@@ -110,6 +117,8 @@ class Zero1AdamW {
   int64_t part_numel_ = 0;
   at::Device device_ = at::kCPU;  // the parameters' device: every buffer is there
   int64_t step_ = 0;
+  at::ScalarType reduce_dtype_ = at::kFloat;  // of the gradients' reduce-scatter
+  at::ScalarType gather_dtype_ = at::kFloat;  // of the parameters' all-gather
   at::Tensor master_;      // [P] fp32
   at::Tensor exp_avg_;     // [P] fp32
   at::Tensor exp_avg_sq_;  // [P] fp32

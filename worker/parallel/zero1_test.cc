@@ -83,13 +83,16 @@ void ExpectClose(const NamedParams& got, const NamedParams& want, double tol) {
 
 // Runs 3 Zero1AdamW steps on one rank of `comm` from `params` (made by MakeParams on the main
 // thread: the global RNG is not for concurrent use); returns them, and the state bytes.
+// With `bf16_grads` the gradients are rounded to bf16 (and given in the parameters' dtype).
 NamedParams RunZero1(comm::Communicator& comm, NamedParams params, int64_t* state_bytes,
-                     int64_t* full_numel) {
+                     int64_t* full_numel, bool bf16_grads = false, at::Tensor* master = nullptr) {
   Zero1AdamW opt(params, Config(), comm);
   for (int s = 0; s < 3; ++s) {
     opt.ZeroGrad();
     for (size_t i = 0; i < params.size(); ++i) {
-      params[i].second.mutable_grad() = PartialGrad(params[i].second, i, s, comm.rank());
+      at::Tensor g = PartialGrad(params[i].second, i, s, comm.rank());
+      if (bf16_grads) g = g.to(at::kBFloat16).to(params[i].second.scalar_type());
+      params[i].second.mutable_grad() = g;
     }
     EXPECT_TRUE(opt.ReduceScatterGradients().ok());
     at::Tensor sq = at::tensor({opt.PartialGradSquaredNorm()}, at::kDouble);
@@ -99,6 +102,7 @@ NamedParams RunZero1(comm::Communicator& comm, NamedParams params, int64_t* stat
   }
   *state_bytes = opt.state_bytes();
   *full_numel = opt.full_numel();
+  if (master != nullptr) *master = opt.State().master;
   return params;
 }
 
@@ -167,6 +171,67 @@ TEST_P(Zero1GroupTest, ShardedMatchesTorchAdamWOnSummedGrads) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, Zero1GroupTest, ::testing::Values(2, 4));
+
+}  // namespace
+}  // namespace dhp
+
+namespace dhp {
+namespace {
+
+// MakeParams rounded to bf16, as fp32 or as bf16 tensors.
+NamedParams Bf16Values(at::ScalarType dtype) {
+  NamedParams p = MakeParams();
+  for (auto& [name, t] : p) t = t.detach().to(at::kBFloat16).to(dtype).set_requires_grad(true);
+  return p;
+}
+
+// bf16 parameters: the partition's master and moments stay fp32, and the updated partitions are
+// all-gathered in bf16, half the bytes of fp32. With bf16-representable start values and
+// gradients, the fp32 masters equal an fp32 run's parameters exactly (the update is the same fp32
+// arithmetic) and the bf16 parameters are those rounded.
+TEST(Zero1AdamWTest, Bf16ParametersKeepFp32MastersAndGatherInBf16) {
+  const int n = 2;
+  std::vector<NamedParams> init32, init16;
+  for (int r = 0; r < n; ++r) {
+    init32.push_back(Bf16Values(at::kFloat));
+    init16.push_back(Bf16Values(at::kBFloat16));
+  }
+  std::vector<NamedParams> got32(n), got16(n);
+  std::vector<at::Tensor> masters(n);
+  std::vector<int64_t> gathered(n);
+  for (const bool bf16 : {false, true}) {
+    comm::InMemoryKvClient kv;
+    comm::RunRanks(n, [&](int rank) {
+      comm::CommStats stats;
+      std::unique_ptr<comm::Communicator> comm = comm::MakeTestComm(kv, "vision", n, rank, &stats);
+      ASSERT_NE(comm, nullptr);
+      int64_t bytes = 0, numel = 0;
+      if (bf16) {
+        got16[rank] = RunZero1(*comm, init16[rank], &bytes, &numel, true, &masters[rank]);
+        EXPECT_EQ(bytes, 3 * 4 * 34);  // fp32 master + moments of the 34-element partition
+        gathered[rank] = stats.Get("vision", comm::kOpAllGather).tensor_bytes_sent;
+      } else {
+        got32[rank] = RunZero1(*comm, init32[rank], &bytes, &numel, true);
+      }
+    });
+  }
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(gathered[r], 204) << "34 bf16 elements x 1 peer x 3 steps, half of fp32's 408";
+    ASSERT_EQ(got16[r].size(), got32[r].size());
+    std::vector<at::Tensor> flat;
+    for (size_t i = 0; i < got16[r].size(); ++i) {
+      const at::Tensor& p16 = got16[r][i].second;
+      const at::Tensor& p32 = got32[r][i].second;
+      EXPECT_EQ(p16.scalar_type(), at::kBFloat16);
+      EXPECT_TRUE(at::equal(p16, p32.detach().to(at::kBFloat16))) << got16[r][i].first;
+      flat.push_back(p32.detach().reshape(-1));
+    }
+    const at::Tensor all = at::cat(flat);
+    const at::Tensor mine = all.narrow(0, 34 * r, std::min<int64_t>(34, all.numel() - 34 * r));
+    EXPECT_EQ(masters[r].scalar_type(), at::kFloat);
+    EXPECT_TRUE(at::equal(masters[r].narrow(0, 0, mine.numel()), mine)) << "rank " << r;
+  }
+}
 
 }  // namespace
 }  // namespace dhp
