@@ -71,6 +71,13 @@ void CheckDivides(const std::string& field, int degree, int count, const std::st
   }
 }
 
+// A stage's or the reduction's dtype: fp32 or bf16. fp16 would need loss scaling.
+void CheckTrainingDtype(const char* field, v1::DType dtype, Errors& errors) {
+  if (dtype == v1::DTYPE_FP16) {
+    errors.Add(field, "fp16 needs loss scaling, which dhp does not implement; use bf16 or fp32");
+  }
+}
+
 void NormalizeVision(v1::VisionStageSpec& vision, const ModelPreset* preset, Errors& errors) {
   if (vision.parallelism() == v1::PARALLELISM_UNSPECIFIED) {
     vision.set_parallelism(v1::PARALLELISM_NONE);
@@ -80,6 +87,7 @@ void NormalizeVision(v1::VisionStageSpec& vision, const ModelPreset* preset, Err
     vision.set_zero_stage(vision.parallelism() == v1::PARALLELISM_SEQUENCE ? 1 : 0);
   }
   if (vision.dtype() == v1::DTYPE_UNSPECIFIED) vision.set_dtype(v1::DTYPE_BF16);
+  CheckTrainingDtype("vision.dtype", vision.dtype(), errors);
 
   const int degree = vision.degree();
   if (degree < 1) {
@@ -109,6 +117,7 @@ void NormalizeText(v1::TextStageSpec& text, const ModelPreset* preset, Errors& e
   }
   if (!text.has_degree()) text.set_degree(1);
   if (text.dtype() == v1::DTYPE_UNSPECIFIED) text.set_dtype(v1::DTYPE_BF16);
+  CheckTrainingDtype("text.dtype", text.dtype(), errors);
 
   if (text.parallelism() == v1::PARALLELISM_SEQUENCE) {
     errors.Add("text.parallelism",
@@ -178,6 +187,8 @@ void NormalizeTraining(v1::TrainingSpec& t, int data_parallel_size, Errors& erro
   if (!t.has_grad_clip_norm()) t.set_grad_clip_norm(kDefaultGradClipNorm);
   if (!t.has_seed()) t.set_seed(kDefaultSeed);
   if (!t.has_min_learning_rate()) t.set_min_learning_rate(0.0);
+  if (t.grad_reduce_dtype() == v1::DTYPE_UNSPECIFIED) t.set_grad_reduce_dtype(v1::DTYPE_FP32);
+  CheckTrainingDtype("training.grad_reduce_dtype", t.grad_reduce_dtype(), errors);
 
   bool batch_ok = data_parallel_size >= 1;
   if (t.batch_size() < 1) {

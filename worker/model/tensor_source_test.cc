@@ -27,6 +27,22 @@ TEST(NamedTensorSourceTest, SlicesAreCopiesOfTheNarrowedFullTensor) {
   EXPECT_TRUE(at::equal(parts, at::cat({w.narrow(0, 0, 1), w.narrow(0, 3, 1)}, 0)));
 }
 
+TEST(CastTensorSourceTest, FloatingSlicesComeInTheDtypeAndEqualCastingTheFullTensor) {
+  at::Tensor w = at::randn({4, 6}, at::kFloat);
+  at::Tensor ids = at::arange(5, at::kLong);
+  NamedTensorSource base({{"w", w}, {"ids", ids}});
+  CastTensorSource src(base, at::kBFloat16);
+  EXPECT_EQ(src.Shape("w"), (std::vector<int64_t>{4, 6}));
+  EXPECT_TRUE(src.Has("w"));
+  EXPECT_FALSE(src.Has("other"));
+  at::Tensor cols = src.Slice("w", 1, 2, 3);
+  EXPECT_EQ(cols.scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(at::equal(cols, w.to(at::kBFloat16).narrow(1, 2, 3)));
+  EXPECT_EQ(src.Whole("ids").scalar_type(), at::kLong);  // integers pass as they are
+  EXPECT_TRUE(at::equal(src.Whole("ids"), ids));
+  EXPECT_THROW(src.Slice("w", 0, 3, 2), c10::ValueError);  // the base's checks still apply
+}
+
 TEST(NamedTensorSourceTest, UnknownNamesAndOutOfRangeSlicesThrowNamingThem) {
   NamedTensorSource src({{"w", at::zeros({4, 6})}});
   try {

@@ -75,12 +75,14 @@ absl::StatusOr<std::unique_ptr<DistTrainer>> DistTrainer::Create(
   }
   std::unique_ptr<DistTrainer> t(new DistTrainer(preset, groups, handoff, options));
   if (groups.vision_coord().has_value()) {
-    const StageOptions vision{options.optimizer, options.vision_activation_checkpointing};
+    const StageOptions vision{options.optimizer, options.vision_activation_checkpointing,
+                              options.vision_dtype, options.grad_reduce_dtype};
     DHP_ASSIGN_OR_RETURN(t->vision_, CreateVisionStage(preset.vision, source, groups, vision));
     t->device_ = t->vision_->device();
   }
   if (groups.text_coord().has_value()) {
-    const StageOptions text{options.optimizer, options.text_activation_checkpointing};
+    const StageOptions text{options.optimizer, options.text_activation_checkpointing,
+                            options.text_dtype, options.grad_reduce_dtype};
     DHP_ASSIGN_OR_RETURN(t->text_, CreateTextStage(preset, source, groups, text));
     t->device_ = t->text_->device();
   }
@@ -96,7 +98,7 @@ std::vector<TrainingStage*> DistTrainer::Stages() const {
 
 HandOffRoute DistTrainer::Route() const {
   return HandOffRoute{groups_.layout(), groups_.world_rank(), handoff_, device_,
-                      preset_.vision.out_hidden_size};
+                      preset_.vision.out_hidden_size, options_.vision_dtype};
 }
 
 absl::StatusOr<DistStepResult> DistTrainer::Step(const std::vector<PackedBatch>& batches,

@@ -70,6 +70,11 @@ struct DistTrainerOptions {
   LrScheduleConfig schedule;
   bool text_activation_checkpointing = false;  // recompute the TP decoder layers in backward
   bool vision_activation_checkpointing = false;  // recompute the vision blocks in backward
+  // Each stage's parameter / activation / gradient dtype (StageOptions::dtype): fp32, or bf16
+  // with fp32 master weights and Adam moments. The hand-off carries the vision dtype.
+  at::ScalarType vision_dtype = at::kFloat;
+  at::ScalarType text_dtype = at::kFloat;
+  at::ScalarType grad_reduce_dtype = at::kFloat;  // of every gradient reduction
 };
 
 struct DistStepResult {
@@ -132,6 +137,7 @@ class DistTrainer {
   //   "model.*", "lm_head.*"            this rank's text TP shards; text ranks
   //   "optim.text.<param>.{exp_avg,exp_avg_sq,step}"  AdamW state of each text shard that has
   //                                     been updated (optimizer_state.h)
+  //   "optim.text.<param>.master"       fp32 master of each text shard when text_dtype is bf16
   // Local: no communication.
   absl::StatusOr<NamedTensors> State();
   // The same names and values without copies: aliases of the live parameters and optimizer

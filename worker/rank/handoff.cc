@@ -35,10 +35,10 @@ absl::StatusOr<at::Tensor> HandOff(const HandOffRoute& route, HandOffDirection d
       if (src == dst) {
         if (me == dst) out = mine;  // by reference: zero bytes
       } else if (me == src) {
-        DHP_RETURN_IF_ERROR(route.wire->Send(mine, dst, tag));
+        DHP_RETURN_IF_ERROR(route.wire->Send(mine.to(route.dtype).contiguous(), dst, tag));
       } else if (me == dst) {
         out = at::empty({rows[d], route.hidden},
-                        at::TensorOptions().dtype(at::kFloat).device(route.device));
+                        at::TensorOptions().dtype(route.dtype).device(route.device));
         DHP_RETURN_IF_ERROR(route.wire->Recv(out, src, tag));
       }
     }

@@ -38,6 +38,7 @@ struct HandOffRoute {
   comm::Communicator* wire = nullptr;  // may be null when Layout::HandOffInMemory()
   at::Device device = at::kCPU;        // of receive buffers
   int64_t hidden = 0;                  // columns of the embeddings (vision out_hidden_size)
+  at::ScalarType dtype = at::kFloat;   // of the embeddings and their gradient (vision dtype)
 };
 
 // Rows of each replica's image embeddings (merged image tokens), 0 for one without images.
@@ -45,7 +46,7 @@ std::vector<int64_t> ImageRows(const std::vector<PackedBatch>& batches,
                                const VisionConfig& config);
 
 // Collective over the world. `mine`: this rank's source tensor for `direction` ([rows[d],
-// hidden] fp32; undefined where it is no source). Returns what this rank receives as a
+// hidden] in route.dtype; undefined where it is no source). Returns what this rank receives as a
 // destination ([rows[d], hidden]), undefined on a rank that is none.
 absl::StatusOr<at::Tensor> HandOff(const HandOffRoute& route, HandOffDirection direction,
                                    const std::vector<int64_t>& rows, const at::Tensor& mine);

@@ -377,6 +377,9 @@ absl::Status JobRank::Build() {
   to.schedule = config_.schedule;
   to.text_activation_checkpointing = spec.text().activation_checkpointing();
   to.vision_activation_checkpointing = spec.vision().activation_checkpointing();
+  to.vision_dtype = config_.vision_dtype;
+  to.text_dtype = config_.text_dtype;
+  to.grad_reduce_dtype = config_.grad_reduce_dtype;
   absl::StatusOr<std::unique_ptr<DistTrainer>> trainer =
       DistTrainer::Create(preset_, **source, *groups_, handoff_.get(), to);
   if (!trainer.ok()) return Annotate(trainer.status(), me_);
@@ -390,6 +393,10 @@ absl::Status JobRank::Build() {
   }
   notes.push_back(absl::StrCat("layout ", layout_.DebugString(), "; this rank hosts", roles,
                                "; ", config_.max_steps, " steps on ", device_.str()));
+  notes.push_back(absl::StrCat(
+      "precision: vision ", c10::toString(to.vision_dtype), ", text ",
+      c10::toString(to.text_dtype), " (bf16 stages keep fp32 master weights and Adam moments), "
+      "gradients reduced in ", c10::toString(to.grad_reduce_dtype)));
   notes.push_back(ChoosePeakFlops());
   // checkpoint.async_write (specs stored before the field existed: on).
   async_checkpoints_ = !spec.checkpoint().has_async_write() || spec.checkpoint().async_write();

@@ -32,6 +32,12 @@ namespace dhp {
 struct StageOptions {
   OptimizerConfig optimizer;  // grad_clip_norm is applied by the caller (global norm)
   bool activation_checkpointing = false;  // recompute the stage's blocks in backward
+  // The stage's parameters, activations and gradients (the source's slices are converted, one
+  // at a time). bf16: fp32 master weights and Adam moments beside them (mixed precision).
+  at::ScalarType dtype = at::kFloat;
+  // The dtype gradients are summed in over the stage's data-parallel / ZeRO groups: fp32
+  // (bf16 gradients are converted for the collective and back) or the gradients' own.
+  at::ScalarType grad_reduce_dtype = at::kFloat;
 };
 
 class StateReader {

@@ -28,7 +28,8 @@ class TpTextStage : public TextStage {
         model_(std::move(model)),
         tp_(*groups.text_tp()),
         dp_(*groups.text_dp()),
-        text_size_(groups.layout().TextSize()) {
+        text_size_(groups.layout().TextSize()),
+        grad_reduce_dtype_(options.grad_reduce_dtype) {
     model_->set_gradient_checkpointing(options.activation_checkpointing);
     for (const auto& item : model_->parameters()) {
       device_ = item.device();
@@ -45,6 +46,8 @@ class TpTextStage : public TextStage {
     image_ = image;
     at::Tensor embeds = model_->Embed(b.input_ids);
     if (image_.defined()) {
+      // The leaf is in the vision stage's dtype (ScatterImageEmbeddings converts), so its
+      // gradient goes back in that dtype.
       image_.requires_grad_(true);
       embeds = ScatterImageEmbeddings(embeds, b.input_ids, preset_.tokens.image_pad, image_);
     }
@@ -68,8 +71,10 @@ class TpTextStage : public TextStage {
   }
 
   absl::Status ReduceGradients() override {
-    DHP_RETURN_IF_ERROR(tp::FinishTpGradients(*model_, model_->shard_layout(), tp_));
-    return tp::AllReduceDataParallelGrads(*model_, dp_);
+    DHP_RETURN_IF_ERROR(
+        tp::FinishTpGradients(*model_, model_->shard_layout(), tp_, grad_reduce_dtype_));
+    return tp::AllReduceDataParallelGrads(*model_, dp_, tp::DpGradReduce::kSum,
+                                          tp::kDefaultBucketBytes, grad_reduce_dtype_);
   }
 
   absl::StatusOr<double> GradSquaredNormShare() override {
@@ -110,8 +115,7 @@ class TpTextStage : public TextStage {
     const NamedTensors params = Parameters();
     std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // (parameter, stored)
     for (const auto& [name, p] : params) copies.emplace_back(p, reader.Take(name, p.sizes()));
-    absl::StatusOr<std::vector<std::optional<AdamWParamTensors>>> adam =
-        TakeAdamWState(params, kOptPrefix, reader.rest());
+    absl::StatusOr<AdamWTakenState> adam = TakeAdamWState(params, kOptPrefix, reader.rest());
     if (!adam.ok()) reader.AddProblem(std::string(adam.status().message()));
     return [this, params, copies, adam]() -> absl::Status {
       at::NoGradGuard no_grad;
@@ -138,6 +142,7 @@ class TpTextStage : public TextStage {
   comm::Communicator& tp_;
   comm::Communicator& dp_;
   int text_size_;
+  at::ScalarType grad_reduce_dtype_;
   at::Device device_ = at::kCPU;
   std::unique_ptr<TrainingOptimizer> opt_;
   at::Tensor image_;  // the last Forward's image rows (leaf requiring grad) until Backward
@@ -150,8 +155,9 @@ absl::StatusOr<std::unique_ptr<TextStage>> CreateTextStage(const ModelPreset& pr
                                                            const TensorSource& source,
                                                            comm::ProcessGroups& groups,
                                                            const StageOptions& options) {
+  const CastTensorSource cast(source, options.dtype);  // the stage's dtype, slice by slice
   DHP_ASSIGN_OR_RETURN(tp::TextTpModel model,
-                       tp::CreateTextTpModel(preset.text, source, *groups.text_tp()));
+                       tp::CreateTextTpModel(preset.text, cast, *groups.text_tp()));
   return std::unique_ptr<TextStage>(new TpTextStage(preset, std::move(model), groups, options));
 }
 

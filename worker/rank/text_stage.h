@@ -50,7 +50,8 @@ class TextStage : public TrainingStage {
 };
 
 // The text stage of this rank's text role (groups.text_coord() must be set), reading only its
-// TP slices from `source` (full HF names and shapes), on the source's device and in its dtype.
+// TP slices from `source` (full HF names and shapes), on the source's device, converted to
+// options.dtype.
 absl::StatusOr<std::unique_ptr<TextStage>> CreateTextStage(const ModelPreset& preset,
                                                            const TensorSource& source,
                                                            comm::ProcessGroups& groups,

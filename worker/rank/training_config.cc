@@ -1,6 +1,7 @@
 #include "worker/rank/training_config.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -15,6 +16,19 @@ LrScheduleKind ScheduleKind(v1::LrSchedule s) {
       return LrScheduleKind::kLinear;
     default:
       return LrScheduleKind::kCosine;
+  }
+}
+
+// fp32 (and unset, in specs stored before the field) or bf16; fp16 is refused by validation.
+absl::StatusOr<at::ScalarType> TrainingDtype(const char* field, v1::DType dtype) {
+  switch (dtype) {
+    case v1::DTYPE_BF16:
+      return at::kBFloat16;
+    case v1::DTYPE_FP16:
+      return absl::UnimplementedError(absl::StrCat(
+          field, ": fp16 needs loss scaling, which dhp does not implement; use bf16 or fp32"));
+    default:
+      return at::kFloat;
   }
 }
 
@@ -44,6 +58,16 @@ absl::StatusOr<TrainingConfig> TrainingConfigForSpec(const v1::JobSpec& spec, in
   c.schedule.warmup_steps = tr.warmup_steps();
   c.schedule.max_steps = std::max<int64_t>(c.max_steps, 1);
   if (absl::Status s = ValidateLrSchedule(c.schedule); !s.ok()) return s;
+  const std::pair<const char*, v1::DType> dtypes[] = {
+      {"vision.dtype", spec.vision().dtype()},
+      {"text.dtype", spec.text().dtype()},
+      {"training.grad_reduce_dtype", tr.grad_reduce_dtype()}};
+  at::ScalarType* out[] = {&c.vision_dtype, &c.text_dtype, &c.grad_reduce_dtype};
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<at::ScalarType> d = TrainingDtype(dtypes[i].first, dtypes[i].second);
+    if (!d.ok()) return d.status();
+    *out[i] = *d;
+  }
   return c;
 }
 

@@ -22,10 +22,16 @@ struct TrainingConfig {
   LrScheduleConfig schedule;  // kind, peak, floor, warmup; max_steps = the run's length
   int64_t max_steps = 0;      // training.max_steps, or epochs * epoch_size / batch_size (up)
   std::vector<std::string> notes;  // how max_steps was derived from epochs, if it was
+  // The distributed rank's precision (DistTrainerOptions): vision.dtype, text.dtype and
+  // training.grad_reduce_dtype as LibTorch dtypes (fp32 or bf16).
+  at::ScalarType vision_dtype = at::kFloat;
+  at::ScalarType text_dtype = at::kFloat;
+  at::ScalarType grad_reduce_dtype = at::kFloat;
 };
 
 // `epoch_size`: samples per epoch of the data mix (used when the spec counts epochs).
-// InvalidArgument for a batch size below 1 or a schedule lr_schedule.h refuses.
+// InvalidArgument for a batch size below 1 or a schedule lr_schedule.h refuses; Unimplemented
+// for an fp16 dtype (validation refuses those at submit).
 absl::StatusOr<TrainingConfig> TrainingConfigForSpec(const v1::JobSpec& spec, int64_t epoch_size);
 
 }  // namespace dhp

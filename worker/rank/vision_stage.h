@@ -48,7 +48,7 @@ class VisionStage : public TrainingStage {
 
 // The vision stage of this rank's vision role (groups.vision_coord() must be set), reading only
 // the tensors it trains from `source` ("visual.*", full HF names and shapes), on the source's
-// device and in its dtype.
+// device, converted to options.dtype (the strategies below take the source as it is).
 absl::StatusOr<std::unique_ptr<VisionStage>> CreateVisionStage(const VisionConfig& config,
                                                                const TensorSource& source,
                                                                comm::ProcessGroups& groups,

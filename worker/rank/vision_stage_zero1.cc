@@ -31,7 +31,8 @@ Zero1VisionStage::Zero1VisionStage(const VisionConfig& config, VisionTransformer
   for (const auto& item : tower_->named_parameters()) {
     if (item.value().requires_grad()) params.emplace_back(kPrefix + item.key(), item.value());
   }
-  zero1_ = std::make_unique<Zero1AdamW>(params, options.optimizer, zero_group, norm_weights);
+  zero1_ = std::make_unique<Zero1AdamW>(params, options.optimizer, zero_group, norm_weights,
+                                        options.grad_reduce_dtype);
 }
 
 absl::StatusOr<at::Tensor> Zero1VisionStage::Forward(const PackedBatch& batch) {
