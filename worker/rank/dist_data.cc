@@ -16,21 +16,32 @@ namespace dhp {
 absl::StatusOr<std::unique_ptr<DistData>> DistData::Create(const v1::JobSpec& spec,
                                                            const ModelPreset& preset,
                                                            const DataPipelineOptions& options,
-                                                           const at::Device& device) {
+                                                           const at::Device& device,
+                                                           int replica) {
   const comm::Layout layout = LayoutForSpec(spec);
   if (layout.dp < 1 || spec.training().batch_size() < layout.dp) {
     return absl::InvalidArgumentError(absl::StrCat(
         "training.batch_size ", spec.training().batch_size(), " gives no sample to some of the ",
         layout.dp, " data-parallel replicas; use at least one sample per replica"));
   }
+  if (replica < -1 || replica >= layout.dp) {
+    return absl::InvalidArgumentError(absl::StrCat("data-parallel replica ", replica,
+                                                   " is outside [0, ", layout.dp, ")"));
+  }
   std::unique_ptr<DistData> d(new DistData());
   d->spec_ = spec;
   d->device_ = device;
+  d->replicas_ = layout.dp;
+  d->replica_ = replica;
   absl::StatusOr<std::unique_ptr<DataPipeline>> pipeline =
       DataPipeline::Create(spec, preset, options);
   if (!pipeline.ok()) return pipeline.status();
   d->pipeline_ = std::move(*pipeline);
-  for (int r = 0; r < layout.dp; ++r) d->loaders_.push_back(d->pipeline_->MakeLoader(r, layout.dp));
+  for (int r = 0; r < layout.dp; ++r) {
+    if (replica != -1 && r != replica) continue;
+    d->loaders_.push_back(d->pipeline_->MakeLoader(r, layout.dp));
+    d->loader_replica_.push_back(r);
+  }
   return d;
 }
 
@@ -52,8 +63,10 @@ absl::StatusOr<DistBatch> DistData::Next(int64_t step) {
   const int64_t global = spec_.training().batch_size();
   const int64_t n = global / replicas() / micro_batch_size();  // micro-batches per replica
   DistBatch out;
-  for (int r = 0; r < replicas(); ++r) {
-    data::DataLoader& loader = *loaders_[r];
+  out.batches.assign(replicas(), std::vector<PackedBatch>(n));  // placeholders
+  for (size_t l = 0; l < loaders_.size(); ++l) {
+    const int r = loader_replica_[l];
+    data::DataLoader& loader = *loaders_[l];
     absl::StatusOr<std::vector<data::TrainingSample>> samples = loader.NextBatch(global);
     if (!samples.ok()) {
       return absl::Status(samples.status().code(),
@@ -72,7 +85,7 @@ absl::StatusOr<DistBatch> DistData::Next(int64_t step) {
           " samples built, fewer than its ", n, " micro-batches (training.micro_batch_size ",
           micro_batch_size(), ")"));
     }
-    std::vector<PackedBatch> replica;
+    std::vector<PackedBatch>& replica = out.batches[r];
     for (int64_t k = 0; k < n; ++k) {  // samples [k m / n, (k + 1) m / n)
       std::vector<data::TrainingSample> part(
           std::make_move_iterator(samples->begin() + k * m / n),
@@ -81,9 +94,8 @@ absl::StatusOr<DistBatch> DistData::Next(int64_t step) {
                                             " of data-parallel replica ", r);
       absl::StatusOr<PackedBatch> batch = PackMicroBatch(std::move(part), where, what, &out);
       if (!batch.ok()) return batch.status();
-      replica.push_back(std::move(*batch));
+      replica[k] = std::move(*batch);
     }
-    out.batches.push_back(std::move(replica));
   }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;

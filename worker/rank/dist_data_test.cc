@@ -47,11 +47,11 @@ class DistDataTest : public ::testing::Test {
     return *spec;
   }
 
-  static std::unique_ptr<DistData> Make(const v1::JobSpec& spec) {
+  static std::unique_ptr<DistData> Make(const v1::JobSpec& spec, int replica = -1) {
     DataPipelineOptions o;
     o.data_root = Root();
     absl::StatusOr<std::unique_ptr<DistData>> d =
-        DistData::Create(spec, *FindModelPreset("tiny"), o, at::kCPU);
+        DistData::Create(spec, *FindModelPreset("tiny"), o, at::kCPU, replica);
     EXPECT_TRUE(d.ok()) << d.status();
     return d.ok() ? std::move(*d) : nullptr;
   }
@@ -104,6 +104,63 @@ TEST_F(DistDataTest, SplitsTheGlobalBatchOverReplicasAndResumesExactly) {
 // training.micro_batch_size splits each replica's share, in draw order, into micro-batches of
 // that many samples: the same samples and counts (tokens for tokens/s included) as one packed
 // sequence per replica.
+// A rank builds only its replica (issue 13 §5): replica r's DistData gives exactly the
+// micro-batches the all-replica one gives for r, placeholders for the others, counters that add
+// up over the replicas to the global batch's, the same stream position, and resumes exactly.
+TEST_F(DistDataTest, EachReplicaBuildsOnlyItsOwnSamplesAndTheyAddUpToTheGlobalBatch) {
+  v1::JobSpec spec = Spec(2);
+  spec.mutable_training()->set_micro_batch_size(1);  // two micro-batches per replica
+  std::unique_ptr<DistData> all = Make(spec), r0 = Make(spec, 0), r1 = Make(spec, 1);
+  ASSERT_TRUE(all && r0 && r1);
+  EXPECT_EQ(r1->replica(), 1);
+  data::DataPosition after2;
+  std::vector<DistBatch> step3;
+  for (int step = 1; step <= 3; ++step) {
+    absl::StatusOr<DistBatch> a = all->Next(step), b0 = r0->Next(step), b1 = r1->Next(step);
+    ASSERT_TRUE(a.ok() && b0.ok() && b1.ok()) << a.status() << b0.status() << b1.status();
+    const DistBatch* mine[2] = {&*b0, &*b1};
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_EQ(mine[r]->batches.size(), 2u);
+      for (int other = 0; other < 2; ++other) {
+        ASSERT_EQ(mine[r]->batches[other].size(), 2u) << "every replica keeps n places";
+        for (int k = 0; k < 2; ++k) {
+          const PackedBatch& got = mine[r]->batches[other][k];
+          if (other != r) {
+            EXPECT_FALSE(got.input_ids.defined()) << "replica " << r << " built replica " << other;
+            continue;
+          }
+          const PackedBatch& want = a->batches[r][k];
+          EXPECT_TRUE(at::equal(got.input_ids, want.input_ids)) << "step " << step;
+          EXPECT_TRUE(at::equal(got.pixel_values, want.pixel_values)) << "step " << step;
+          EXPECT_EQ(got.image_grids.size(), want.image_grids.size());
+        }
+      }
+    }
+    EXPECT_EQ(b0->samples + b1->samples, a->samples);
+    EXPECT_EQ(b0->tokens + b1->tokens, a->tokens);
+    EXPECT_EQ(b0->image_tokens + b1->image_tokens, a->image_tokens);
+    EXPECT_EQ(b0->loss_tokens + b1->loss_tokens, a->loss_tokens);
+    EXPECT_EQ(b0->patches + b1->patches, a->patches);
+    EXPECT_EQ(b0->samples, 2);  // its share only
+    EXPECT_EQ(r0->position().offset, all->position().offset);
+    EXPECT_EQ(r1->position().epoch, all->position().epoch);
+    if (step == 2) after2 = r1->position();
+    if (step == 3) step3.push_back(*std::move(b1));
+  }
+  std::unique_ptr<DistData> resumed = Make(spec, 1);
+  ASSERT_TRUE(resumed);
+  resumed->Seek(after2);
+  absl::StatusOr<DistBatch> again = resumed->Next(3);
+  ASSERT_TRUE(again.ok()) << again.status();
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_TRUE(at::equal(again->batches[1][k].input_ids, step3[0].batches[1][k].input_ids));
+  }
+  absl::StatusOr<std::unique_ptr<DistData>> bad =
+      DistData::Create(spec, *FindModelPreset("tiny"), DataPipelineOptions{}, at::kCPU, 2);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("replica 2 is outside [0, 2)"));
+}
+
 TEST_F(DistDataTest, MicroBatchesSplitEachShareInOrderAndCountEverySample) {
   v1::JobSpec spec = Spec(2);
   spec.mutable_training()->set_batch_size(8);

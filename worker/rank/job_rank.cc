@@ -10,6 +10,7 @@
 #include <limits>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -55,6 +56,7 @@ absl::StatusOr<StepFlops> CountBatchFlops(const ModelPreset& preset, const DistB
   std::vector<int64_t> lengths;
   for (const std::vector<PackedBatch>& replica : batch.batches) {
     for (const PackedBatch& b : replica) {
+      if (!b.input_ids.defined()) continue;  // another replica's placeholder (dist_data.h)
       images.insert(images.end(), b.image_grids.begin(), b.image_grids.end());
       if (b.cu_seqlens.size() < 2) {
         lengths.push_back(b.input_ids.numel());
@@ -131,6 +133,10 @@ class JobRank {
   int CudaIndex() const { return device_.has_index() ? device_.index() : 0; }
   // Sets peak_flops_ (MFU's denominator) and returns the note that says where it came from.
   std::string ChoosePeakFlops();
+  // Sums this replica's counters of `batch` (DistData builds only its own replica) and, when
+  // MFU is on, the step's model FLOPs over the replicas: one all-reduce of 10 int64 over
+  // "world" (none with one replica). Collective: every rank calls it once per step.
+  absl::Status GlobalizeCounts(DistBatch* batch);
   // The step's metrics (RankStepMetrics) with MFU and, on a GPU, the allocator's counters.
   std::map<std::string, double> StepMetrics(const DistBatch& batch, const DistStepResult& r,
                                             double seconds);
@@ -151,6 +157,7 @@ class JobRank {
   at::Device device_ = at::kCPU;
   double peak_flops_ = 0;  // per second, per device; 0: no MFU
   bool warned_flops_ = false;
+  std::optional<StepFlops> step_flops_;  // the last step's model FLOPs over all replicas
   TrainingConfig config_;
   std::optional<ckpt::LoadedShard> resume_;
   int64_t last_checkpoint_step_ = -1;  // written by this attempt or resumed from
@@ -220,6 +227,7 @@ absl::StatusOr<JobRankResult> JobRank::RunImpl() {
     const Clock::time_point t0 = Clock::now();
     absl::StatusOr<DistBatch> batch = data_->Next(step);
     if (!batch.ok()) return Annotate(batch.status(), me_);
+    if (absl::Status s = GlobalizeCounts(&*batch); !s.ok()) return Annotate(s, where);
     absl::StatusOr<DistStepResult> r = trainer_->Step(batch->batches);
     if (!r.ok()) return Annotate(r.status(), where);
     const double seconds = SecondsSince(t0);
@@ -335,8 +343,12 @@ absl::Status JobRank::Build() {
   DataPipelineOptions data_options;
   data_options.data_root = options_.data_root;
   data_options.tokenizer_path = options_.tokenizer_path;
+  // Only this rank's replica's samples are built (every rank belongs to exactly one).
+  std::optional<comm::StageCoord> coord = comm::VisionCoord(layout_, options_.world_rank);
+  if (!coord.has_value()) coord = comm::TextCoord(layout_, options_.world_rank);
+  const int replica = coord.has_value() ? coord->replica : -1;
   absl::StatusOr<std::unique_ptr<DistData>> data =
-      DistData::Create(spec, preset_, data_options, device_);
+      DistData::Create(spec, preset_, data_options, device_, replica);
   if (!data.ok()) return Annotate(data.status(), me_ + ": data");
   data_ = std::move(*data);
   absl::StatusOr<TrainingConfig> config =
@@ -430,6 +442,41 @@ std::string JobRank::ChoosePeakFlops() {
                       " TFLOP/s per device (", name, ")");
 }
 
+absl::Status JobRank::GlobalizeCounts(DistBatch* batch) {
+  step_flops_.reset();
+  StepFlops flops;
+  int64_t flops_failed = 0;
+  if (peak_flops_ > 0) {
+    absl::StatusOr<StepFlops> local = CountBatchFlops(preset_, *batch);
+    if (local.ok()) {
+      flops = *local;
+    } else {
+      flops_failed = 1;
+      if (!warned_flops_) {
+        warned_flops_ = true;
+        Log(absl::StrCat("no MFU: counting the step's FLOPs failed: ", local.status().message()));
+      }
+    }
+  }
+  int64_t* fields[] = {&batch->samples,       &batch->tokens,         &batch->image_tokens,
+                       &batch->loss_tokens,   &batch->patches,        &flops.vision_linear,
+                       &flops.vision_attention, &flops.text_linear,   &flops.text_attention,
+                       &flops_failed};
+  constexpr int kFields = sizeof(fields) / sizeof(fields[0]);
+  if (layout_.dp > 1) {
+    at::Tensor sum = at::empty({kFields}, at::kLong);
+    for (int i = 0; i < kFields; ++i) sum.data_ptr<int64_t>()[i] = *fields[i];
+    sum = sum.to(device_);
+    if (absl::Status s = groups_->world().AllReduce(sum, comm::ReduceOp::kSum); !s.ok()) return s;
+    sum = sum.to(at::kCPU);
+    // Every rank of a replica adds its replica's values; every replica has as many ranks.
+    const int64_t ranks_per_replica = layout_.WorldSize() / layout_.dp;
+    for (int i = 0; i < kFields; ++i) *fields[i] = sum.data_ptr<int64_t>()[i] / ranks_per_replica;
+  }
+  if (peak_flops_ > 0 && flops_failed == 0) step_flops_ = flops;
+  return absl::OkStatus();
+}
+
 std::map<std::string, double> JobRank::StepMetrics(const DistBatch& batch,
                                                    const DistStepResult& r, double seconds) {
   const RankStepTimes times{seconds, r.forward_s, r.backward_s, r.comm_s, r.optimizer_s};
@@ -437,15 +484,7 @@ std::map<std::string, double> JobRank::StepMetrics(const DistBatch& batch,
                         groups_->text_coord().has_value()};
   counts.vision_ranks = layout_.VisionSize();
   counts.text_ranks = layout_.TextSize();
-  if (peak_flops_ > 0) {
-    absl::StatusOr<StepFlops> flops = CountBatchFlops(preset_, batch);
-    if (flops.ok()) {
-      counts.flops = *flops;
-    } else if (!warned_flops_) {
-      warned_flops_ = true;
-      Log(absl::StrCat("no MFU: counting the step's FLOPs failed: ", flops.status().message()));
-    }
-  }
+  counts.flops = step_flops_;
   RankDevice device;
   device.peak_flops = peak_flops_;
   if (device_.is_cuda()) device.memory = CudaAllocatorMemory(CudaIndex());

@@ -328,6 +328,43 @@ TEST_F(JobRankTest, MicroBatchesTrainAsTheWholeBatchAndCountEveryToken) {
   }
 }
 
+// Data parallelism on real data, each rank building only its replica's samples (issue 13 §5):
+// two replicas of one vision and one text rank train as run A's one replica of two (fp32:
+// losses and norms to 1e-5 relative), and the step's counters and FLOPs, summed over the
+// replicas, are the whole batch's.
+TEST_F(JobRankTest, ReplicasLoadingOnlyTheirOwnSamplesTrainAsOneAndCountTheWholeBatch) {
+  JobDescription d = Describe(Root() + "/dp2");
+  d.spec.mutable_vision()->set_degree(1);
+  d.spec.mutable_vision()->set_parallelism(v1::PARALLELISM_NONE);
+  d.spec.mutable_vision()->set_zero_stage(1);
+  d.spec.mutable_text()->set_degree(1);
+  d.spec.mutable_text()->set_parallelism(v1::PARALLELISM_NONE);
+  d.spec.set_data_parallel_size(2);
+  d.spec.mutable_training()->set_micro_batch_size(2);  // each replica's whole share
+  const JobRun run = RunJob(d);
+  for (int r = 0; r < kWorld; ++r) {
+    const RankRun& rr = run.ranks[r];
+    ASSERT_TRUE(rr.result.ok()) << "rank " << r << ": " << rr.result.status();
+    ASSERT_EQ(rr.control.progress.size(), static_cast<size_t>(kSteps));
+    for (const RankStepProgress& p : rr.control.progress) {
+      const RankStepProgress& q = Straight().ranks[r].control.progress.at(p.step - 1);
+      EXPECT_NEAR(p.loss, q.loss, 1e-5 * q.loss) << "step " << p.step;
+      EXPECT_NEAR(p.metrics.at("grad_norm"), q.metrics.at("grad_norm"),
+                  1e-5 * q.metrics.at("grad_norm"));
+      for (const char* count : {"samples", "tokens", "image_tokens", "loss_tokens"}) {
+        EXPECT_EQ(p.metrics.at(count), q.metrics.at(count)) << count << " step " << p.step;
+      }
+      EXPECT_EQ(p.metrics.at("samples"), 4);
+      // The same model FLOPs over the whole batch (MFU x time; same peak per rank, while the
+      // stage's ranks differ: vision 2 in both, text 2 in both).
+      for (const char* mfu : {"mfu_text", "mfu_vision"}) {
+        const double flops = p.metrics.at(mfu) * p.step_seconds;
+        EXPECT_NEAR(flops, q.metrics.at(mfu) * q.step_seconds, 1e-9 * flops) << mfu;
+      }
+    }
+  }
+}
+
 TEST_F(JobRankTest, AStopEndsEveryRankAfterTheSameStep) {
   const JobRun& b = Stopped();
   for (int r = 0; r < kWorld; ++r) {
