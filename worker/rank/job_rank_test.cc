@@ -299,27 +299,24 @@ TEST_F(JobRankTest, TrainsEveryStepPrintsOneLineEachAndReportsCheckpoints) {
   for (const std::string& line : a.ranks[0].out) std::printf("rank 0: %s\n", line.c_str());
 }
 
-// Gradient accumulation on real data: training.micro_batch_size 1 (four micro-batches of one
-// sample per step) trains as run A's one packed sequence of four samples (fp32: losses and norms
-// to 1e-5 relative), and the step's tokens (tokens/s) and FLOPs (MFU) count every micro-batch.
-TEST_F(JobRankTest, MicroBatchesTrainAsTheWholeBatchAndCountEveryToken) {
-  JobDescription d = Describe(Root() + "/micro");
-  d.spec.mutable_training()->set_micro_batch_size(1);
-  const JobRun run = RunJob(d);
+// Every rank of `run` trained as `want` (run A, Straight): losses and norms to 1e-5 relative (fp32,
+// summed in another order), the same global counters, and the same model FLOPs (MFU x time:
+// same rank, same peak, the same number of ranks per stage).
+void ExpectTrainsAs(const JobRun& run, const JobRun& want) {
   for (int r = 0; r < kWorld; ++r) {
     const RankRun& rr = run.ranks[r];
     ASSERT_TRUE(rr.result.ok()) << "rank " << r << ": " << rr.result.status();
     ASSERT_EQ(rr.control.progress.size(), static_cast<size_t>(kSteps));
     for (const RankStepProgress& p : rr.control.progress) {
-      const RankStepProgress& q = Straight().ranks[r].control.progress.at(p.step - 1);
+      const RankStepProgress& q = want.ranks.at(r).control.progress.at(p.step - 1);
       EXPECT_NEAR(p.loss, q.loss, 1e-5 * q.loss) << "step " << p.step;
       EXPECT_NEAR(p.metrics.at("grad_norm"), q.metrics.at("grad_norm"),
                   1e-5 * q.metrics.at("grad_norm"));
       for (const char* count : {"samples", "tokens", "image_tokens", "loss_tokens"}) {
-        EXPECT_EQ(p.metrics.at(count), q.metrics.at(count)) << count;
+        EXPECT_EQ(p.metrics.at(count), q.metrics.at(count)) << count << " step " << p.step;
       }
+      EXPECT_EQ(p.metrics.at("samples"), 4);
       EXPECT_DOUBLE_EQ(p.tokens_per_second, p.metrics.at("tokens") / p.step_seconds);
-      // The same FLOPs as one packed sequence (same rank, same peak).
       for (const char* mfu : {"mfu_text", "mfu_vision"}) {
         const double flops = p.metrics.at(mfu) * p.step_seconds;
         EXPECT_NEAR(flops, q.metrics.at(mfu) * q.step_seconds, 1e-9 * flops) << mfu;
@@ -328,10 +325,18 @@ TEST_F(JobRankTest, MicroBatchesTrainAsTheWholeBatchAndCountEveryToken) {
   }
 }
 
+// Gradient accumulation on real data: training.micro_batch_size 1 (four micro-batches of one
+// sample per step) trains as run A's one packed sequence of four samples, and the step's tokens
+// (tokens/s) and FLOPs (MFU) count every micro-batch.
+TEST_F(JobRankTest, MicroBatchesTrainAsTheWholeBatchAndCountEveryToken) {
+  JobDescription d = Describe(Root() + "/micro");
+  d.spec.mutable_training()->set_micro_batch_size(1);
+  ExpectTrainsAs(RunJob(d), Straight());
+}
+
 // Data parallelism on real data, each rank building only its replica's samples (issue 13 §5):
-// two replicas of one vision and one text rank train as run A's one replica of two (fp32:
-// losses and norms to 1e-5 relative), and the step's counters and FLOPs, summed over the
-// replicas, are the whole batch's.
+// two replicas of one vision and one text rank train as run A's one replica of two, and the
+// step's counters and FLOPs, summed over the replicas, are the whole batch's.
 TEST_F(JobRankTest, ReplicasLoadingOnlyTheirOwnSamplesTrainAsOneAndCountTheWholeBatch) {
   JobDescription d = Describe(Root() + "/dp2");
   d.spec.mutable_vision()->set_degree(1);
@@ -341,28 +346,7 @@ TEST_F(JobRankTest, ReplicasLoadingOnlyTheirOwnSamplesTrainAsOneAndCountTheWhole
   d.spec.mutable_text()->set_parallelism(v1::PARALLELISM_NONE);
   d.spec.set_data_parallel_size(2);
   d.spec.mutable_training()->set_micro_batch_size(2);  // each replica's whole share
-  const JobRun run = RunJob(d);
-  for (int r = 0; r < kWorld; ++r) {
-    const RankRun& rr = run.ranks[r];
-    ASSERT_TRUE(rr.result.ok()) << "rank " << r << ": " << rr.result.status();
-    ASSERT_EQ(rr.control.progress.size(), static_cast<size_t>(kSteps));
-    for (const RankStepProgress& p : rr.control.progress) {
-      const RankStepProgress& q = Straight().ranks[r].control.progress.at(p.step - 1);
-      EXPECT_NEAR(p.loss, q.loss, 1e-5 * q.loss) << "step " << p.step;
-      EXPECT_NEAR(p.metrics.at("grad_norm"), q.metrics.at("grad_norm"),
-                  1e-5 * q.metrics.at("grad_norm"));
-      for (const char* count : {"samples", "tokens", "image_tokens", "loss_tokens"}) {
-        EXPECT_EQ(p.metrics.at(count), q.metrics.at(count)) << count << " step " << p.step;
-      }
-      EXPECT_EQ(p.metrics.at("samples"), 4);
-      // The same model FLOPs over the whole batch (MFU x time; same peak per rank, while the
-      // stage's ranks differ: vision 2 in both, text 2 in both).
-      for (const char* mfu : {"mfu_text", "mfu_vision"}) {
-        const double flops = p.metrics.at(mfu) * p.step_seconds;
-        EXPECT_NEAR(flops, q.metrics.at(mfu) * q.step_seconds, 1e-9 * flops) << mfu;
-      }
-    }
-  }
+  ExpectTrainsAs(RunJob(d), Straight());
 }
 
 TEST_F(JobRankTest, AStopEndsEveryRankAfterTheSameStep) {
