@@ -7,9 +7,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -42,20 +44,34 @@ Server* Start() {
   std::abort();
 }
 
-// Sends `request` on a new connection, half-closes it, and returns what comes back (up to EOF
-// or 5 s of silence).
-std::string Exchange(uint16_t port, const uint8_t* data, size_t size) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+// A connected socket to the server on `port`. A connect can be cut short by a signal (libFuzzer's
+// timeout alarm fires every few seconds and is installed without SA_RESTART: EINTR failed CI
+// once), so each failure is tried again on a new socket; only a server that refuses for a whole
+// second counts as one that stopped serving.
+int Connect(uint16_t port) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    Fail("the server no longer accepts connections", "");
+  std::string last_error;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
+    last_error = std::strerror(errno);
+    if (fd >= 0) close(fd);
+    usleep(10 * 1000);
   }
+  Fail("the server no longer accepts connections: " + last_error, "");
+}
+
+// Sends `request` on a new connection, half-closes it, and returns what comes back (up to EOF
+// or 5 s of silence).
+std::string Exchange(uint16_t port, const uint8_t* data, size_t size) {
+  const int fd = Connect(port);
   size_t sent = 0;
   while (sent < size) {
     const ssize_t n = send(fd, data + sent, size - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // the server may close early (a refusal): fine
     sent += static_cast<size_t>(n);
   }
@@ -64,8 +80,11 @@ std::string Exchange(uint16_t port, const uint8_t* data, size_t size) {
   char buf[16384];
   for (;;) {
     pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 5000) <= 0) break;
+    const int ready = poll(&p, 1, 5000);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) break;
     const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     response.append(buf, static_cast<size_t>(n));
   }
