@@ -39,28 +39,7 @@ at::Tensor CheckpointTensorSource::Slice(const std::string& name, int64_t dim, i
   at::ScalarType stored = at::kFloat;
   TORCH_CHECK_VALUE(StDtypeToScalarType(info.dtype, &stored), name, ": dtype ",
                     StDtypeName(info.dtype), " has no LibTorch type");
-  std::vector<int64_t> out_shape = info.shape;
-  int64_t outer = 1, inner = 1, extent = 1;  // the slice is `outer` runs of length x inner
-  if (dim < 0) {
-    for (int64_t s : info.shape) inner *= s;
-    start = 0;
-    length = 1;
-  } else {
-    out_shape[dim] = length;
-    for (int64_t d = 0; d < dim; ++d) outer *= info.shape[d];
-    for (size_t d = dim + 1; d < info.shape.size(); ++d) inner *= info.shape[d];
-    extent = info.shape[dim];
-  }
-  const size_t esize = StDtypeSize(info.dtype);
-  at::Tensor out = at::empty(out_shape, at::TensorOptions().dtype(stored));
-  const uint8_t* src = file->data(info);
-  uint8_t* dst = static_cast<uint8_t*>(out.data_ptr());
-  const size_t run = static_cast<size_t>(length * inner) * esize;
-  for (int64_t o = 0; o < outer; ++o) {
-    std::memcpy(dst + o * run, src + static_cast<size_t>((o * extent + start) * inner) * esize,
-                run);
-  }
-  return out.to(options_);
+  return ReadTensorSlice(*file, info, dim, start, length).to(options_);
 }
 
 absl::Status CheckCheckpointCovers(const CheckpointDir& ckpt,

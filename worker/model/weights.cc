@@ -1,5 +1,6 @@
 #include "worker/model/weights.h"
 
+#include <cstring>
 #include <set>
 #include <sstream>
 
@@ -66,6 +67,29 @@ at::Tensor ReadTensor(const SafetensorsFile& file, const StTensorInfo& info) {
   ToScalarTypeImpl(info.dtype, &type);
   at::Tensor out = at::empty(info.shape, at::TensorOptions().dtype(type));
   std::memcpy(out.data_ptr(), file.data(info), info.end - info.begin);
+  return out;
+}
+
+at::Tensor ReadTensorSlice(const SafetensorsFile& file, const StTensorInfo& info, int64_t dim,
+                           int64_t start, int64_t length) {
+  if (dim < 0) return ReadTensor(file, info);
+  at::ScalarType type = at::kFloat;
+  ToScalarTypeImpl(info.dtype, &type);
+  std::vector<int64_t> out_shape = info.shape;
+  out_shape[dim] = length;
+  int64_t outer = 1, inner = 1;  // the slice is `outer` runs of length x inner elements
+  for (int64_t d = 0; d < dim; ++d) outer *= info.shape[d];
+  for (size_t d = dim + 1; d < info.shape.size(); ++d) inner *= info.shape[d];
+  const int64_t extent = info.shape[dim];
+  const size_t esize = StDtypeSize(info.dtype);
+  at::Tensor out = at::empty(out_shape, at::TensorOptions().dtype(type));
+  const uint8_t* src = file.data(info);
+  uint8_t* dst = static_cast<uint8_t*>(out.data_ptr());
+  const size_t run = static_cast<size_t>(length * inner) * esize;
+  for (int64_t o = 0; o < outer; ++o) {
+    std::memcpy(dst + o * run, src + static_cast<size_t>((o * extent + start) * inner) * esize,
+                run);
+  }
   return out;
 }
 

@@ -39,6 +39,12 @@ bool StDtypeToScalarType(StDtype dtype, at::ScalarType* out);
 
 // A copy of one stored tensor as a CPU tensor of its stored dtype.
 at::Tensor ReadTensor(const SafetensorsFile& file, const StTensorInfo& info);
+// A copy of entries [start, start + length) along `dim` of one stored tensor (every other
+// dimension whole), CPU, stored dtype; dim -1: the whole tensor. Only the slice's bytes are read.
+// The caller checks the bounds (CheckSliceBounds in tensor_source.h) and that the dtype has a
+// LibTorch type (StDtypeToScalarType).
+at::Tensor ReadTensorSlice(const SafetensorsFile& file, const StTensorInfo& info, int64_t dim,
+                           int64_t start, int64_t length);
 
 // Writes the tensors (moved to CPU, made contiguous) to `path`. Dtypes F32, F16, BF16, I64.
 absl::Status SaveWeights(const std::string& path, const NamedTensors& tensors,

@@ -19,7 +19,7 @@
 #include "common/model_presets.h"
 #include "common/spec_validate.h"
 #include "dhp/v1/job.pb.h"
-#include "google/protobuf/util/json_util.h"
+#include "worker/ckpt/checkpoint_shards.h"
 #include "worker/ckpt/rank_state_format.h"
 #include "worker/ckpt/shard_file.h"
 #include "worker/model/param_count.h"
@@ -64,36 +64,8 @@ bool IsFloating(StDtype d) {
   return d == StDtype::kF32 || d == StDtype::kF16 || d == StDtype::kBF16 || d == StDtype::kF64;
 }
 
-absl::StatusOr<v1::Checkpoint> ReadManifest(const std::string& dir) {
-  const std::string path = dir + "/manifest.json";
-  std::ifstream in(path);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat(
-        path,
-        " is missing: the controller writes it once every rank has reported its shard; "
-        "export a COMPLETE checkpoint (dhpctl checkpoints JOB)"));
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  v1::Checkpoint c;
-  google::protobuf::util::JsonParseOptions o;
-  o.ignore_unknown_fields = true;  // a newer controller's manifest
-  if (!google::protobuf::util::JsonStringToMessage(text.str(), &c, o).ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, " is not a checkpoint manifest (JSON)"));
-  }
-  if (c.state() != v1::CHECKPOINT_STATE_COMPLETE && c.state() != v1::CHECKPOINT_STATE_UNSPECIFIED) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, ": the checkpoint is ", v1::CheckpointState_Name(c.state()), ", not COMPLETE",
-        c.reason().empty() ? "" : absl::StrCat(" (", c.reason(), ")")));
-  }
-  return c;
-}
-
 // One parameter of the output: where its pieces are and how they join.
-struct Piece {
-  const SafetensorsFile* file;
-  const StTensorInfo* info;
-};
+using Piece = ckpt::ShardTensor;
 struct Output {
   std::string name;
   std::vector<Piece> pieces;  // one: as stored; several: joined by `join`
@@ -114,61 +86,36 @@ class Exporter final : public AssembledCheckpoint {
   absl::Status ResolveSpec();
   absl::Status PlanVision();
   absl::Status PlanText();
-  // The tensor `name` of world rank `rank`'s shard, or an error naming the file.
-  absl::StatusOr<Piece> Find(int rank, const std::string& name) const;
-  const SafetensorsFile& File(int rank) const { return *files_.at(rank); }
+  absl::StatusOr<Piece> Find(int rank, const std::string& name) const {
+    return shards_->Find(rank, name);
+  }
+  const SafetensorsFile& File(int rank) const { return shards_->File(rank); }
   std::vector<std::string> ParameterNames(int rank, const std::vector<std::string>& prefixes) const;
 
   absl::Status PlanTensors();
 
   const CheckpointExportOptions options_;
-  v1::Checkpoint manifest_;
-  std::map<int, std::unique_ptr<SafetensorsFile>> files_;  // by world rank
-  std::map<int, ckpt::RankStateMeta> metas_;               // their metadata, by world rank
+  std::unique_ptr<ckpt::CheckpointShards> shards_;
   comm::Layout layout_;
   std::vector<Output> outputs_;  // tensors_' producers point into it: never resized after Plan
 };
 
 absl::Status Exporter::OpenShards() {
-  absl::StatusOr<v1::Checkpoint> manifest = ReadManifest(options_.checkpoint_dir);
+  absl::StatusOr<v1::Checkpoint> manifest = ckpt::ReadManifest(options_.checkpoint_dir);
   if (!manifest.ok()) return manifest.status();
-  manifest_ = *std::move(manifest);
-  for (const v1::CheckpointShard& s : manifest_.shards()) {
-    if (files_.count(s.rank()) > 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(options_.checkpoint_dir, "/manifest.json lists rank ", s.rank(), " twice"));
-    }
-    absl::StatusOr<std::unique_ptr<SafetensorsFile>> f = ckpt::OpenShard(
-        options_.checkpoint_dir, ckpt::ShardInfo{s.file(), s.size_bytes(), s.crc32c()});
-    if (!f.ok()) return f.status();
-    const SafetensorsFile& file = **f;
-    absl::StatusOr<ckpt::RankStateMeta> meta =
-        ckpt::RankStateMeta::FromMetadata(file.metadata(), file.path());
-    if (!meta.ok()) return meta.status();
-    if (absl::Status st = meta->CheckWorldRank(s.rank(), file.path()); !st.ok()) return st;
-    metas_[s.rank()] = *std::move(meta);
-    files_[s.rank()] = std::move(*f);
-  }
-  if (files_.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(options_.checkpoint_dir, "/manifest.json lists no shard"));
-  }
-  // Every shard is of the same step, layout and job.
-  const std::string& first_path = files_.begin()->second->path();
-  const ckpt::RankStateMeta& first = metas_.begin()->second;
-  for (const auto& [rank, meta] : metas_) {
-    if (absl::Status s = meta.CheckSameCheckpoint(File(rank).path(), first, first_path); !s.ok()) {
-      return s;
-    }
-  }
-  result_.job_id = first.job_id;
-  result_.step = first.step;
+  manifest->set_path(options_.checkpoint_dir);  // where it is now, not where it was written
+  absl::StatusOr<std::unique_ptr<ckpt::CheckpointShards>> shards =
+      ckpt::CheckpointShards::Open(*manifest);
+  if (!shards.ok()) return shards.status();
+  shards_ = *std::move(shards);
+  result_.job_id = shards_->First().job_id;
+  result_.step = shards_->First().step;
   return absl::OkStatus();
 }
 
 absl::Status Exporter::ResolveSpec() {
-  const std::string& first_path = files_.begin()->second->path();
-  const ckpt::RankStateMeta& first = metas_.begin()->second;
+  const std::string& first_path = shards_->FirstPath();
+  const ckpt::RankStateMeta& first = shards_->First();
   const SpecOptions spec_options = RankSpecOptions(options_.data_root);
   if (options_.spec.has_value()) {
     spec_ = *options_.spec;
@@ -201,25 +148,15 @@ absl::Status Exporter::ResolveSpec() {
         absl::StrCat(first_path, " was written by layout \"", first.layout,
                      "\"; the spec's layout is \"", layout_.DebugString(), "\""));
   }
-  if (static_cast<int>(files_.size()) != layout_.WorldSize() ||
-      files_.rbegin()->first != layout_.WorldSize() - 1 || files_.begin()->first != 0) {
-    std::vector<int> ranks;
-    for (const auto& [rank, f] : files_) ranks.push_back(rank);
+  const std::vector<int> ranks = shards_->ranks();
+  if (static_cast<int>(ranks.size()) != layout_.WorldSize() ||
+      ranks.back() != layout_.WorldSize() - 1 || ranks.front() != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(options_.checkpoint_dir, "/manifest.json lists shards of ranks ",
                      absl::StrJoin(ranks, ", "), "; layout ", layout_.DebugString(),
                      " has ranks 0..", layout_.WorldSize() - 1));
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<Piece> Exporter::Find(int rank, const std::string& name) const {
-  const SafetensorsFile& f = File(rank);
-  auto it = f.tensors().find(name);
-  if (it == f.tensors().end()) {
-    return absl::InvalidArgumentError(absl::StrCat(f.path(), " has no tensor ", name));
-  }
-  return Piece{&f, &it->second};
 }
 
 std::vector<std::string> Exporter::ParameterNames(int rank,
@@ -375,7 +312,7 @@ absl::Status Exporter::PlanTensors() {
         outputs_.size(), " tensors; model ", model_.name, " has ", count.total));
   }
   // The shards' job, step and layout (ResolveSpec checked the layout is layout_'s).
-  metadata_ = metas_.begin()->second.ExportMetadata(model_.name);
+  metadata_ = shards_->First().ExportMetadata(model_.name);
   metadata_["format"] = "pt";  // what transformers expects of a PyTorch safetensors file
   result_.tensors = static_cast<int64_t>(outputs_.size());
   result_.elements = elements;
