@@ -33,6 +33,7 @@
 #include "worker/rank/dist_step.h"
 #include "worker/rank/model_init.h"
 #include "worker/rank/rank_checkpoint.h"
+#include "worker/rank/reshard.h"
 #include "worker/rank/rank_metrics.h"
 #include "worker/rank/step_flops.h"
 #include "worker/rank/training_config.h"
@@ -107,8 +108,12 @@ class JobRank {
 
  private:
   absl::StatusOr<JobRankResult> RunImpl();
-  // Reads and checks this rank's shard of job_.resume; false when it was rejected.
+  // Reads and checks this rank's shard of job_.resume, or notes that the checkpoint was written
+  // by another layout (resharded_ is then opened after Build); false when it was rejected.
   bool ReadResumeShard();
+  // Opens job_.resume for resharding into this rank's layout (reshard.h). False when a shard it
+  // reads was rejected (missing, corrupt); an error when the layout change is not possible.
+  absl::StatusOr<bool> OpenResharded();
   // Tells the controller (best effort: the exit code tells the agent too); returns false.
   bool Reject(const std::string& reason);
   absl::Status Build();
@@ -162,6 +167,8 @@ class JobRank {
   std::optional<ckpt::LoadedShard> resume_;
   int64_t last_checkpoint_step_ = -1;  // written by this attempt or resumed from
   ckpt::RankStateMeta resume_meta_;  // resume_'s metadata
+  bool reshard_ = false;             // job_.resume was written by another layout
+  std::unique_ptr<ReshardedState> resharded_;
   std::unique_ptr<DistData> data_;
   std::unique_ptr<comm::ProcessGroups> groups_;
   std::unique_ptr<comm::Communicator> handoff_;
@@ -211,7 +218,12 @@ absl::StatusOr<JobRankResult> JobRank::RunImpl() {
         " but names no checkpoint to resume from (resume_checkpoint_id 0)"));
   }
   if (absl::Status s = Build(); !s.ok()) return s;
-  if (resume_.has_value()) {
+  if (reshard_) {
+    absl::StatusOr<bool> opened = OpenResharded();
+    if (!opened.ok()) return opened.status();
+    if (!*opened) return JobRankResult{JobRankEnd::kCheckpointRejected, 0};
+  }
+  if (job_.resume.has_value()) {
     if (absl::Status s = Restore(); !s.ok()) return s;
   }
 
@@ -220,7 +232,7 @@ absl::StatusOr<JobRankResult> JobRank::RunImpl() {
   const bool has_text = groups_->text_coord().has_value();
   JobRankResult result;
   result.last_step = trainer_->steps_done();
-  if (resume_.has_value()) last_checkpoint_step_ = trainer_->steps_done();
+  if (job_.resume.has_value()) last_checkpoint_step_ = trainer_->steps_done();
   for (int64_t step = trainer_->steps_done() + 1; step <= total; ++step) {
     const std::string where = absl::StrCat(me_, ": step ", step);
     control_.StepStarted(step);
@@ -293,8 +305,8 @@ absl::StatusOr<JobRankResult> JobRank::RunImpl() {
 bool JobRank::ReadResumeShard() {
   const v1::Checkpoint& c = *job_.resume;
   if (c.world_size() != 0 && c.world_size() != layout_.WorldSize()) {
-    return Reject(absl::StrCat("checkpoint ", c.id(), " has ", c.world_size(),
-                               " shards; this run has ", layout_.WorldSize(), " ranks"));
+    reshard_ = true;  // another layout wrote it
+    return true;
   }
   const v1::CheckpointShard* shard = nullptr;
   for (const v1::CheckpointShard& s : c.shards()) {
@@ -314,8 +326,30 @@ bool JobRank::ReadResumeShard() {
   if (absl::Status s = meta->CheckWorldRank(options_.world_rank, where); !s.ok()) {
     return Reject(std::string(s.message()));
   }
+  if (meta->layout != layout_.DebugString()) {
+    reshard_ = true;  // the same number of ranks, another layout
+    return true;
+  }
   resume_meta_ = *std::move(meta);
   resume_ = std::move(*loaded);
+  return true;
+}
+
+absl::StatusOr<bool> JobRank::OpenResharded() {
+  const v1::Checkpoint& c = *job_.resume;
+  const Zero1AdamW* zero = trainer_->vision_optimizer();
+  absl::StatusOr<std::unique_ptr<ReshardedState>> r = ReshardedState::Open(
+      c, preset_, layout_, options_.world_rank, zero != nullptr ? zero->full_numel() : 0);
+  if (!r.ok()) {
+    const absl::StatusCode code = r.status().code();
+    if (code == absl::StatusCode::kNotFound || code == absl::StatusCode::kDataLoss) {
+      return Reject(std::string(r.status().message()));
+    }
+    return Annotate(r.status(), absl::StrCat(me_, ": resuming from checkpoint ", c.id(), " (",
+                                             c.path(), ")"));
+  }
+  resharded_ = *std::move(r);
+  resume_meta_ = resharded_->meta();
   return true;
 }
 
@@ -504,14 +538,21 @@ absl::Status JobRank::Restore() {
   const ckpt::RankStateMeta& meta = resume_meta_;  // parsed by ReadResumeShard
   const std::string where =
       absl::StrCat(me_, ": resuming from checkpoint ", c.id(), " (", c.path(), ")");
-  if (meta.layout != layout_.DebugString()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        where, ": it was written by layout \"", meta.layout, "\"; this job runs \"",
-        layout_.DebugString(), "\" (a checkpoint resumes only into the layout that wrote it)"));
-  }
   const int64_t step = meta.step;
   const data::DataPosition position{meta.data_epoch, meta.data_offset};
-  if (absl::Status s = trainer_->LoadState(resume_->tensors); !s.ok()) return Annotate(s, where);
+  if (resharded_ != nullptr) {
+    absl::StatusOr<NamedTensors> live = trainer_->LiveState();
+    if (!live.ok()) return Annotate(live.status(), where);
+    absl::StatusOr<NamedTensors> state = resharded_->State(*live);
+    live = NamedTensors{};
+    if (!state.ok()) return Annotate(state.status(), where);
+    if (absl::Status s = trainer_->LoadState(*state); !s.ok()) return Annotate(s, where);
+    Log(absl::StrCat("resharded checkpoint ", c.id(), " of layout ",
+                     resharded_->from().DebugString(), " into ", layout_.DebugString()));
+    resharded_.reset();  // unmap the old shards
+  } else {
+    if (absl::Status s = trainer_->LoadState(resume_->tensors); !s.ok()) return Annotate(s, where);
+  }
   if (trainer_->steps_done() != step || (c.step() != 0 && c.step() != step) ||
       (job_.run.start_step() != 0 && job_.run.start_step() != step)) {
     return absl::FailedPreconditionError(absl::StrCat(

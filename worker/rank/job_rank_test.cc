@@ -23,6 +23,8 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/proto_yaml.h"
 #include "common/spec_validate.h"
 #include "worker/ckpt/rank_state_format.h"
 #include "worker/ckpt/shard_file.h"
@@ -535,6 +537,50 @@ TEST_F(JobRankTest, ACorruptOrMissingShardIsRejectedBeforeJoining) {
   }
 }
 
+// Issue 15 §2 on real data: run B's step-2 checkpoint (vision SP 2 x text TP 2, collocated, two
+// ranks) resumes resharded (reshard.h) on two data-parallel replicas of degree 1, and on one rank
+// holding everything; both continue at step 3 from the checkpoint's data position and train
+// steps 3-4 as run A (1e-5: fp32 summed in another order), with A's counters.
+TEST_F(JobRankTest, AResumeOnAnotherLayoutReshardsAndTrainsOn) {
+  const v1::Checkpoint c = StoppedCheckpoint(Root() + "/B/step-00000002");
+  JobDescription dp2 = Resuming(Root() + "/G", c);
+  dp2.spec.mutable_vision()->set_degree(1);
+  dp2.spec.mutable_vision()->set_parallelism(v1::PARALLELISM_NONE);
+  dp2.spec.mutable_text()->set_degree(1);
+  dp2.spec.mutable_text()->set_parallelism(v1::PARALLELISM_NONE);
+  dp2.spec.set_data_parallel_size(2);
+  dp2.spec.mutable_training()->set_micro_batch_size(2);
+  JobDescription one = dp2;
+  one.run.set_checkpoint_dir(Root() + "/H");
+  one.spec.set_data_parallel_size(1);
+  one.spec.mutable_training()->clear_micro_batch_size();
+  const JobRun& a = Straight();
+  for (const auto& [job, ranks] :
+       {std::pair{dp2, std::vector<int>{0, 1}}, std::pair{one, std::vector<int>{0}}}) {
+    const JobRun run = RunJob(job, ranks, nullptr, static_cast<int>(ranks.size()));
+    for (int r : ranks) {
+      const RankRun& rr = run.ranks[r];
+      ASSERT_TRUE(rr.result.ok()) << "rank " << r << ": " << rr.result.status();
+      EXPECT_EQ(rr.result->end, JobRankEnd::kFinished);
+      EXPECT_EQ(rr.control.started, (std::vector<int64_t>{3, 4}));
+      EXPECT_TRUE(rr.control.rejects.empty());
+      EXPECT_THAT(absl::StrJoin(rr.log, "\n"),
+                  HasSubstr("resharded checkpoint 7 of layout vision 2 (sp) x text 2 x dp 1, "
+                            "collocated into vision 1 (sp) x text 1 x dp "));
+      ASSERT_EQ(rr.control.progress.size(), 2u);
+      for (const RankStepProgress& p : rr.control.progress) {
+        const RankStepProgress& q = a.ranks[0].control.progress.at(p.step - 1);
+        EXPECT_NEAR(p.loss, q.loss, 1e-5 * q.loss) << "step " << p.step;
+        EXPECT_NEAR(p.metrics.at("grad_norm"), q.metrics.at("grad_norm"),
+                    1e-5 * q.metrics.at("grad_norm"));
+        for (const char* count : {"samples", "tokens", "image_tokens", "loss_tokens"}) {
+          EXPECT_EQ(p.metrics.at(count), q.metrics.at(count)) << count << " step " << p.step;
+        }
+      }
+    }
+  }
+}
+
 TEST_F(JobRankTest, ACheckpointOfAnotherLayoutOrAWrongWorldSizeFails) {
   // B's shards, re-written with another layout in their metadata (sizes and checksums fresh).
   const std::string dir = Root() + "/foreign";
@@ -549,6 +595,10 @@ TEST_F(JobRankTest, ACheckpointOfAnotherLayoutOrAWrongWorldSizeFails) {
     absl::StatusOr<ckpt::RankStateMeta> meta =
         ckpt::RankStateMeta::FromMetadata(s->metadata, req->shard().file());
     ASSERT_TRUE(meta.ok()) << meta.status();
+    // Written by the vision TP baseline, whose ZeRO-1 state cannot be resharded for Ulysses.
+    v1::JobSpec vision_tp = Spec();
+    vision_tp.mutable_vision()->set_parallelism(v1::PARALLELISM_TENSOR);
+    meta->spec_json = ProtoToJson(vision_tp);
     meta->layout = "vision 2 (tp) x text 2 x dp 1, collocated";
     absl::StatusOr<ckpt::WrittenShard> w =
         ckpt::WriteTensorShard(dir, req->shard().file(), s->tensors, meta->ToMetadata());
@@ -567,8 +617,8 @@ TEST_F(JobRankTest, ACheckpointOfAnotherLayoutOrAWrongWorldSizeFails) {
     EXPECT_THAT(std::string(rr.result.status().message()),
                 HasSubstr(absl::StrFormat("rank %d: resuming from checkpoint 7 (", r)));
     EXPECT_THAT(std::string(rr.result.status().message()),
-                HasSubstr("was written by layout \"vision 2 (tp) x text 2 x dp 1, collocated\"; "
-                          "this job runs \"vision 2 (sp) x text 2 x dp 1, collocated\""));
+                HasSubstr("a checkpoint of layout \"vision 2 (tp) x text 2 x dp 1, collocated\" "
+                          "cannot resume under \"vision 2 (sp) x text 2 x dp 1, collocated\""));
     EXPECT_TRUE(rr.control.rejects.empty());
   }
 
