@@ -66,7 +66,14 @@ bool Agent::Register(int* heartbeat_ms) {
 Agent::Beat Agent::Heartbeat() {
   v1::HeartbeatRequest hb;
   hb.set_node_id(options_.node.id());
-  for (v1::RankStatus& s : launcher_.Statuses()) *hb.add_ranks() = std::move(s);
+  bool exits = false;
+  for (v1::RankStatus& s : launcher_.Statuses()) {
+    exits = exits || s.state() == v1::RANK_PROCESS_STATE_EXITED;
+    *hb.add_ranks() = std::move(s);
+  }
+  // The controller may fail the run on this report: the ranks' last output goes first, so that
+  // the run's logs are whole once it is FAILED (PollRanks has tracked the exited ranks' logs).
+  if (exits) ShipLogs();
   absl::StatusOr<v1::HeartbeatResponse> resp = client_.Heartbeat(hb);
   if (resp.ok()) {
     if (heartbeat_failures_ > 0) {

@@ -70,7 +70,9 @@ class Agent {
   LogShipper shipper_;     // thread-safe
   std::atomic<bool> registered_{false};
   int heartbeat_failures_ = 0;  // in a row (Run's thread only)
-  bool shipping_ok_ = true;  // last ShipLogs result (ShipLogs runs on one thread at a time)
+  // The last ShipLogs result: ShipLogs runs on the shipping thread and before a heartbeat that
+  // reports an exit.
+  std::atomic<bool> shipping_ok_{true};
   std::mutex mu_;  // guards stopped_ (with cv_ for interruptible waits)
   std::condition_variable cv_;
   bool stopped_ = false;

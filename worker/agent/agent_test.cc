@@ -49,6 +49,12 @@ class FakeController : public v1::WorkerService::Service {
     std::lock_guard<std::mutex> lock(mu);
     if (nodes.count(req->node_id()) == 0) return {grpc::StatusCode::NOT_FOUND, "unknown node"};
     last_heartbeat = *req;
+    for (const v1::RankStatus& r : req->ranks()) {
+      const RankKey key{r.job_id(), r.attempt(), r.world_rank()};
+      if (r.state() == v1::RANK_PROCESS_STATE_EXITED && log_at_exit.count(key) == 0) {
+        log_at_exit[key] = logs[key];
+      }
+    }
     for (const v1::RankLaunch& l : desired) *resp->add_ranks() = l;
     return grpc::Status::OK;
   }
@@ -84,6 +90,7 @@ class FakeController : public v1::WorkerService::Service {
   std::vector<v1::RankLaunch> desired;
   v1::HeartbeatRequest last_heartbeat;
   std::map<RankKey, std::string> logs;
+  std::map<RankKey, std::string> log_at_exit;  // what logs held when the exit was first reported
 };
 
 struct Server {
@@ -181,6 +188,22 @@ TEST_F(AgentTest, LaunchesReportsShipsLogsAndStopsRanks) {
   ASSERT_TRUE(Eventually([&] { return fake_.Reported(1, 0) == nullptr; }));  // stopped, forgotten
   EXPECT_NE(kill(static_cast<pid_t>(pid), 0), 0);
   StopAgent();
+}
+
+// The controller fails a run on the heartbeat that reports a rank's exit, so the rank's last
+// output must be shipped before it: `dhpctl logs` right after FAILED shows the error. Shipping on
+// the agent's own timer is off here (an hour), so only the exit can have shipped it.
+TEST_F(AgentTest, ARanksLastOutputIsShippedBeforeItsExitIsReported) {
+  options_.log_ship_ms = 3600 * 1000;
+  fake_.desired = {Launch(1, 1, 2)};
+  StartAgent();
+  ASSERT_TRUE(Eventually([&] {
+    std::lock_guard<std::mutex> lock(fake_.mu);
+    return fake_.log_at_exit.count(RankKey{"j", 1, 1}) > 0;
+  }));
+  std::lock_guard<std::mutex> lock(fake_.mu);
+  const RankKey failed{"j", 1, 1};
+  EXPECT_THAT(fake_.log_at_exit[failed], HasSubstr("rank 1 failing"));
 }
 
 TEST_F(AgentTest, RanksSurviveAControllerRestartAndAreReportedAgain) {
