@@ -44,6 +44,25 @@ std::string Layout::DebugString() const {
                       placement == Placement::kCollocated ? "collocated" : "separate");
 }
 
+namespace {
+bool VisionIsTensorParallel(const Layout& l) {
+  return l.vision_parallelism == VisionParallelism::kTensor && l.vision_degree > 1;
+}
+}  // namespace
+
+absl::Status CheckReshardable(const Layout& from, const Layout& to) {
+  const bool tp = VisionIsTensorParallel(from);
+  if (tp == VisionIsTensorParallel(to) && (!tp || from.vision_degree == to.vision_degree)) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "a checkpoint of layout \"", from.DebugString(), "\" cannot resume under \"",
+      to.DebugString(),
+      "\": the vision tensor-parallel baseline keeps its ZeRO-1 state as flattened TP shards, "
+      "so its vision degree and strategy must stay (Ulysses SP degree, text TP degree, data "
+      "parallelism and placement may change)"));
+}
+
 int VisionWorldRank(const Layout& layout, int replica, int inner_rank) {
   CheckRange(replica >= 0 && replica < layout.dp, "vision replica", replica, layout.dp);
   CheckRange(inner_rank >= 0 && inner_rank < layout.vision_degree, "vision inner rank", inner_rank,

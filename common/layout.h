@@ -64,6 +64,12 @@ struct Layout {
   std::string DebugString() const;
 };
 
+// OK when a checkpoint written under `from` can resume under `to` (the ranks reshard it,
+// worker/rank/reshard.h): Ulysses SP degree, text TP degree, dp and placement may change; the
+// vision TP baseline's degree and the vision strategy may not (its ZeRO-1 state holds flattened
+// TP shards). FAILED_PRECONDITION naming both layouts otherwise.
+absl::Status CheckReshardable(const Layout& from, const Layout& to);
+
 // A rank's place in one stage.
 struct StageCoord {
   int replica = 0;     // d in [0, dp)

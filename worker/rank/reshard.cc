@@ -51,19 +51,6 @@ std::vector<int> ZeroGroup(const comm::Layout& l, int inner) {
 
 }  // namespace
 
-absl::Status CheckReshardable(const comm::Layout& from, const comm::Layout& to) {
-  if (VisionIsTp(from) == VisionIsTp(to) &&
-      (!VisionIsTp(from) || from.vision_degree == to.vision_degree)) {
-    return absl::OkStatus();
-  }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "a checkpoint of layout \"", from.DebugString(), "\" cannot resume under \"",
-      to.DebugString(),
-      "\": the vision tensor-parallel baseline keeps its ZeRO-1 state as flattened TP shards, "
-      "so its vision degree and strategy must stay (Ulysses SP degree, text TP degree, data "
-      "parallelism and placement may change)"));
-}
-
 absl::StatusOr<comm::Layout> CheckpointLayout(const v1::Checkpoint& record) {
   const v1::CheckpointShard* first = nullptr;
   for (const v1::CheckpointShard& s : record.shards()) {
@@ -279,7 +266,7 @@ absl::StatusOr<std::unique_ptr<ReshardedState>> ReshardedState::Open(
     int world_rank, int64_t vision_flat_numel) {
   auto impl = std::make_unique<Impl>();
   DHP_ASSIGN_OR_RETURN(impl->from, CheckpointLayout(record));
-  DHP_RETURN_IF_ERROR(CheckReshardable(impl->from, to));
+  DHP_RETURN_IF_ERROR(comm::CheckReshardable(impl->from, to));
   impl->to = to;
   impl->vision = comm::VisionCoord(to, world_rank);
   impl->text = comm::TextCoord(to, world_rank);

@@ -5,7 +5,8 @@
 // What can change: the vision degree under Ulysses SP (or degree 1), the text TP degree, the
 // number of data-parallel replicas and the placement. What cannot: the vision TP baseline's
 // degree, or switching between vision TP and Ulysses SP (its ZeRO-1 partitions hold TP shards,
-// flattened; FAILED_PRECONDITION naming both layouts). The model must be the same.
+// flattened; comm::CheckReshardable in common/layout.h, which the controller checks at resume
+// too). The model must be the same.
 //
 // How each tensor of the new rank's state is made (replica 0's copies; replicas are equal):
 //   visual.*                   Ulysses / degree 1: the whole tower of old vision rank (0, 0);
@@ -46,10 +47,6 @@
 #include "worker/model/weights.h"
 
 namespace dhp {
-
-// OK when a checkpoint of layout `from` can resume under `to` (see the file comment);
-// FAILED_PRECONDITION naming both layouts and why otherwise.
-absl::Status CheckReshardable(const comm::Layout& from, const comm::Layout& to);
 
 // The layout that wrote `record`: from the dhp.spec metadata of its rank-0 shard (read without
 // verifying the file; Open verifies what it reads). FAILED_PRECONDITION for a shard without it
