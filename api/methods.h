@@ -40,7 +40,7 @@ enum class Access {
   X(JobService, GetJob, kRead, GET, "/v1/jobs/{id}", "A job with its runs and checkpoints")      \
   X(JobService, CancelJob, kOwnJob, POST, "/v1/jobs/{id}:cancel", "Cancel a job")                \
   X(JobService, ResumeJob, kOwnJob, POST, "/v1/jobs/{id}:resume",                                \
-    "A new run from the latest checkpoint")                                                       \
+    "A new run from the latest checkpoint, optionally on a new layout")                           \
   X(JobService, CheckpointJob, kOwnJob, POST, "/v1/jobs/{id}:checkpoint",                        \
     "Checkpoint a running job at its next step boundary")                                         \
   X(JobService, GetLogs, kRead, GET, "/v1/jobs/{id}/logs", "Rank output of an attempt")          \

@@ -19,7 +19,9 @@
 //                                                &page_token=T
 //   GET  /v1/jobs/{id}               GetJob
 //   POST /v1/jobs/{id}:cancel        CancelJob   optional body {"reason": "..."}
-//   POST /v1/jobs/{id}:resume        ResumeJob
+//   POST /v1/jobs/{id}:resume        ResumeJob   optional body of layout fields, e.g.
+//                                                {"text_degree": 2, "data_parallel_size": 2,
+//                                                "placement": "PLACEMENT_SEPARATE"}
 //   POST /v1/jobs/{id}:checkpoint    CheckpointJob
 //   GET  /v1/jobs/{id}/events        WatchJob    ?after=N &follow=true
 //   GET  /v1/events                  WatchJob    all jobs and nodes; ?after=N &follow=true

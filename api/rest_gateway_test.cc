@@ -265,6 +265,27 @@ TEST_F(RestGatewayTest, PrettyJson) {
   }
 }
 
+// Issue 15 §2: a resume's body carries the new layout, by proto or JSON field names; a value
+// that is no int32 is a 400 naming the field, before the service is called.
+TEST_F(RestGatewayTest, AResumeBodyCarriesTheNewLayout) {
+  Response res = client_->Post("/v1/jobs/j-9:resume",
+                               R"({"vision_degree": 4, "textDegree": 2, "data_parallel_size": 0,)"
+                               R"( "placement": "PLACEMENT_SEPARATE"})");
+  EXPECT_EQ(res.result_int(), 200) << res.body();
+  const v1::ResumeJobRequest req = service_.Last<v1::ResumeJobRequest>();
+  EXPECT_EQ(req.job_id(), "j-9");
+  EXPECT_EQ(req.vision_degree(), 4);
+  EXPECT_EQ(req.text_degree(), 2);
+  ASSERT_TRUE(req.has_data_parallel_size());  // set, even to 0: the controller refuses it
+  EXPECT_EQ(req.data_parallel_size(), 0);
+  EXPECT_EQ(req.placement(), v1::PLACEMENT_SEPARATE);
+
+  res = client_->Post("/v1/jobs/j-10:resume", R"({"text_degree": 2147483648})");
+  EXPECT_EQ(res.result_int(), 400) << res.body();
+  EXPECT_NE(res.body().find("text_degree"), std::string::npos) << res.body();
+  EXPECT_EQ(service_.Last<v1::ResumeJobRequest>().job_id(), "j-9");  // not called
+}
+
 TEST_F(RestGatewayTest, CancelResumeAndPathIdsOverrideBody) {
   Response res =
       client_->Post("/v1/jobs/j-7:cancel", R"({"job_id": "other", "reason": "user asked"})");
@@ -280,7 +301,11 @@ TEST_F(RestGatewayTest, CancelResumeAndPathIdsOverrideBody) {
 
   res = client_->Post("/v1/jobs/j-9:resume");
   EXPECT_EQ(res.result_int(), 200) << res.body();
-  EXPECT_EQ(service_.Last<v1::ResumeJobRequest>().job_id(), "j-9");
+  v1::ResumeJobRequest resume = service_.Last<v1::ResumeJobRequest>();
+  EXPECT_EQ(resume.job_id(), "j-9");
+  EXPECT_FALSE(resume.has_vision_degree() || resume.has_text_degree() ||
+               resume.has_data_parallel_size());  // no body: the job's layout is kept
+  EXPECT_EQ(resume.placement(), v1::PLACEMENT_UNSPECIFIED);
   EXPECT_TRUE(Observed("CancelJob", 200));
   EXPECT_TRUE(Observed("ResumeJob", 200));
 

@@ -306,7 +306,9 @@ absl::Status Controller::CancelJob(const v1::CancelJobRequest& req, v1::CancelJo
 absl::Status Controller::ResumeJob(const v1::ResumeJobRequest& req, v1::ResumeJobResponse* resp) {
   return OnLoop([&] {
     std::vector<v1::Event> events;
-    absl::Status s = jobs_.Resume(req, resp, &events);
+    absl::Status s = jobs_.Resume(req, resp, &events, [this](const v1::JobSpec& spec) {
+      return supervisor_.CheckAdmission(spec);  // a new layout must fit, as at submit
+    });
     if (s.ok()) supervisor_.OnJobQueued(resp->job());
     Settle(events);
     return s;

@@ -1,7 +1,8 @@
 // Tests the Controller as the API sees it: a real loop thread over a Store in a temporary file,
 // the system clock and a metrics registry. Watch streams (replay, follow, cancellation), the
-// rendezvous KV's job-attempt scoping, metrics, health, the heartbeat timer, shutdown, and
-// state surviving a restart.
+// rendezvous KV's job-attempt scoping, a resume on a new layout (admitted against the cluster,
+// placed as that layout), metrics, health, the heartbeat timer, shutdown, and state surviving a
+// restart.
 #include "controller/controller.h"
 
 #include <unistd.h>
@@ -325,6 +326,50 @@ TEST_F(ControllerTest, AJobThatCanNeverFitTheGpusIsRefusedWithItsMemoryBreakdown
   ASSERT_EQ(job.runs_size(), 1);
   ASSERT_EQ(job.runs(0).placement_size(), 8);
   for (const v1::RankPlacement& p : job.runs(0).placement()) EXPECT_EQ(p.node_id(), "h100");
+}
+
+// Issue 15 §2: a resume on a new layout passes the admission check a submit passes (refused,
+// nothing changes), and the new attempt is placed as the new layout asks: 2 replicas, 2 ranks.
+TEST_F(ControllerTest, ResumeOnANewLayoutIsAdmittedAndPlacedOnIt) {
+  v1::SubmitJobRequest submit;
+  submit.set_spec_text(
+      "name: relayout\nmodel: {preset: tiny}\n"
+      "training: {max_steps: 10, batch_size: 4, micro_batch_size: 1}\n"
+      "data: {datasets: [s], registry: {s: {annotation_path: a.jsonl}}}\n");
+  v1::SubmitJobResponse submitted;
+  ASSERT_TRUE(controller_->SubmitJob(submit, &submitted).ok());  // no node yet: QUEUED
+  const std::string id = submitted.job().id();
+  ASSERT_TRUE(Cancel(id).ok());
+  ASSERT_TRUE(Register("node-a").ok());  // 2 CPU slots
+  v1::GetJobRequest get;
+  get.set_job_id(id);
+  v1::GetJobResponse before;
+  ASSERT_TRUE(controller_->GetJob(get, &before).ok());
+
+  v1::ResumeJobRequest req;
+  req.set_job_id(id);
+  req.set_data_parallel_size(4);
+  v1::ResumeJobResponse resp;
+  absl::Status s = controller_->ResumeJob(req, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_EQ(std::string(s.message()).rfind(
+                "resume: data_parallel_size 4: the job can never fit this cluster: ", 0),
+            0u)
+      << s;
+  v1::GetJobResponse after;
+  ASSERT_TRUE(controller_->GetJob(get, &after).ok());
+  EXPECT_EQ(after.SerializeAsString(), before.SerializeAsString());
+
+  req.set_data_parallel_size(2);
+  s = controller_->ResumeJob(req, &resp);
+  ASSERT_TRUE(s.ok()) << s;
+  after.Clear();
+  ASSERT_TRUE(controller_->GetJob(get, &after).ok());
+  EXPECT_EQ(after.job().spec().data_parallel_size(), 2);
+  EXPECT_EQ(after.job().state(), v1::JOB_STATE_SCHEDULED);
+  ASSERT_EQ(after.runs_size(), 2);
+  EXPECT_EQ(after.runs(1).world_size(), 2);
+  EXPECT_EQ(after.runs(1).placement_size(), 2);
 }
 
 TEST_F(ControllerTest, KvIsScopedToTheCurrentAttemptOfARealJob) {

@@ -4,7 +4,12 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/ids.h"
+#include "common/job_layout.h"
+#include "common/layout.h"
 #include "common/proto_enum.h"
 #include "controller/job_events.h"
 #include "controller/job_state_machine.h"
@@ -23,6 +28,59 @@ absl::Status RequireJobId(const std::string& job_id) {
 
 std::string StateName(v1::JobState s) { return ShortName(s); }
 std::string RunStateName(v1::RunState s) { return ShortName(s); }
+
+// The layout fields a resume sets, as "text_degree 3, placement separate"; empty: none.
+std::string LayoutFields(const v1::ResumeJobRequest& req) {
+  std::vector<std::string> set;
+  if (req.has_vision_degree()) set.push_back(absl::StrCat("vision_degree ", req.vision_degree()));
+  if (req.has_text_degree()) set.push_back(absl::StrCat("text_degree ", req.text_degree()));
+  if (req.has_data_parallel_size()) {
+    set.push_back(absl::StrCat("data_parallel_size ", req.data_parallel_size()));
+  }
+  if (req.placement() != v1::PLACEMENT_UNSPECIFIED) {
+    set.push_back("placement " + absl::AsciiStrToLower(ShortName(req.placement())));
+  }
+  return absl::StrJoin(set, ", ");
+}
+
+// True when the spec's micro-batch is the replica's whole share of the batch: the default (no
+// gradient accumulation), which the stored spec carries as a number.
+bool MicroBatchIsWholeShare(const v1::JobSpec& spec) {
+  const int dp = spec.data_parallel_size();
+  const v1::TrainingSpec& t = spec.training();
+  return dp >= 1 && t.batch_size() % dp == 0 && t.micro_batch_size() == t.batch_size() / dp;
+}
+
+// The stored spec with the request's layout fields in place of its own. A micro-batch of the
+// whole share stays the whole share on a new data_parallel_size (normalisation fills it in, as
+// for a submitted spec without one); any other micro-batch is kept, and validated.
+v1::JobSpec WithLayout(v1::JobSpec spec, const v1::ResumeJobRequest& req) {
+  if (req.has_vision_degree()) spec.mutable_vision()->set_degree(req.vision_degree());
+  if (req.has_text_degree()) spec.mutable_text()->set_degree(req.text_degree());
+  if (req.has_data_parallel_size() && req.data_parallel_size() != spec.data_parallel_size()) {
+    if (MicroBatchIsWholeShare(spec)) spec.mutable_training()->clear_micro_batch_size();
+    spec.set_data_parallel_size(req.data_parallel_size());
+  }
+  if (req.placement() != v1::PLACEMENT_UNSPECIFIED) spec.set_placement(req.placement());
+  return spec;
+}
+
+// " on layout NEW (was OLD)" for the reason, with the micro-batch when it changed with dp.
+std::string LayoutChange(const v1::JobSpec& before, const v1::JobSpec& after) {
+  std::string out = absl::StrCat(" on layout ", LayoutForSpec(after).DebugString(), " (was ",
+                                 LayoutForSpec(before).DebugString(), ")");
+  const int64_t micro = after.training().micro_batch_size();
+  const int64_t was = before.training().micro_batch_size();
+  if (micro != was) {
+    absl::StrAppend(&out, ", training.micro_batch_size ", micro, " (was ", was, ")");
+  }
+  return out;
+}
+
+// `status` with "resume: <fields>: " in front of its message.
+absl::Status Prefixed(const std::string& fields, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat("resume: ", fields, ": ", status.message()));
+}
 
 }  // namespace
 
@@ -200,8 +258,37 @@ absl::Status JobManager::Cancel(const v1::CancelJobRequest& req, v1::CancelJobRe
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> JobManager::Relayout(const v1::ResumeJobRequest& req,
+                                                 const SpecAdmission& admit, bool has_checkpoint,
+                                                 v1::JobSpec* spec) const {
+  const std::string fields = LayoutFields(req);
+  if (fields.empty()) return std::string();
+  if (!v1::Placement_IsValid(req.placement())) {
+    return absl::InvalidArgumentError(absl::StrCat("resume: placement ", req.placement(),
+                                                   ": not a placement; use one of ",
+                                                   EnumChoices(v1::Placement_descriptor())));
+  }
+  v1::JobSpec changed = WithLayout(*spec, req);
+  if (absl::Status s = NormalizeAndValidateSpec(&changed, spec_options_); !s.ok()) {
+    return Prefixed(fields, s);
+  }
+  if (LayoutForSpec(changed).DebugString() == LayoutForSpec(*spec).DebugString()) {
+    return std::string();  // the stored spec stays as it is
+  }
+  if (has_checkpoint) {  // the ranks will reshard it
+    absl::Status s = comm::CheckReshardable(LayoutForSpec(*spec), LayoutForSpec(changed));
+    if (!s.ok()) return Prefixed(fields, s);
+  }
+  if (admit) {
+    if (absl::Status s = admit(changed); !s.ok()) return Prefixed(fields, s);
+  }
+  const std::string change = LayoutChange(*spec, changed);
+  *spec = std::move(changed);
+  return change;
+}
+
 absl::Status JobManager::Resume(const v1::ResumeJobRequest& req, v1::ResumeJobResponse* resp,
-                                std::vector<v1::Event>* events) {
+                                std::vector<v1::Event>* events, const SpecAdmission& admit) {
   DHP_CHECK_ON_THREAD(loop_);
   if (absl::Status s = RequireJobId(req.job_id()); !s.ok()) return s;
   absl::StatusOr<v1::Job> job = store_.GetJob(req.job_id());
@@ -210,6 +297,14 @@ absl::Status JobManager::Resume(const v1::ResumeJobRequest& req, v1::ResumeJobRe
     return absl::FailedPreconditionError("cannot resume job " + job->id() + ": " +
                                          std::string(s.message()));
   }
+  const std::vector<v1::Checkpoint> checkpoints = store_.ListCheckpoints(job->id());
+  const bool has_checkpoint =
+      std::any_of(checkpoints.begin(), checkpoints.end(), [](const v1::Checkpoint& c) {
+        return c.state() == v1::CHECKPOINT_STATE_COMPLETE;
+      });
+  absl::StatusOr<std::string> relayout =
+      Relayout(req, admit, has_checkpoint, job->mutable_spec());
+  if (!relayout.ok()) return relayout.status();
   const int64_t now = clock_.NowMicros();
   const std::string from = StateName(job->state());
   job->set_current_attempt(job->current_attempt() + 1);
@@ -219,13 +314,14 @@ absl::Status JobManager::Resume(const v1::ResumeJobRequest& req, v1::ResumeJobRe
   run.set_state(v1::RUN_STATE_PENDING);
   *run.mutable_create_time() = MicrosToTimestamp(now);
   std::string reason = "resumed by user from the start (no complete checkpoint)";
-  for (const v1::Checkpoint& c : store_.ListCheckpoints(job->id())) {  // ascending by step
+  for (const v1::Checkpoint& c : checkpoints) {  // ascending by step
     if (c.state() != v1::CHECKPOINT_STATE_COMPLETE) continue;
     run.set_resume_checkpoint_id(c.id());
     run.set_start_step(c.step());
     reason = "resumed by user from checkpoint " + std::to_string(c.id()) + " at step " +
              std::to_string(c.step());
   }
+  reason += *relayout;
   job->set_state(v1::JOB_STATE_QUEUED);
   job->set_message(reason);
   *job->mutable_update_time() = MicrosToTimestamp(now);

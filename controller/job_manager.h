@@ -6,9 +6,12 @@
 #ifndef DHP_CONTROLLER_JOB_MANAGER_H_
 #define DHP_CONTROLLER_JOB_MANAGER_H_
 
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/spec_validate.h"
@@ -16,6 +19,9 @@
 #include "dhp/v1/service.pb.h"
 
 namespace dhp::controller {
+
+// Whether a spec can ever fit the cluster (Supervisor::CheckAdmission); OK or the reason.
+using SpecAdmission = std::function<absl::Status(const v1::JobSpec&)>;
 
 class JobManager {
  public:
@@ -35,8 +41,15 @@ class JobManager {
   absl::Status List(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp);
   absl::Status Cancel(const v1::CancelJobRequest& req, v1::CancelJobResponse* resp,
                       std::vector<v1::Event>* events);
+  // A new attempt from the newest COMPLETE checkpoint. The request's layout fields (vision and
+  // text degree, data_parallel_size, placement) replace the stored spec's: the changed spec is
+  // normalised and validated as a submitted one (INVALID_ARGUMENT "resume: <fields>: ..."; a
+  // micro-batch that was the replica's whole share stays the whole share on a new dp) and,
+  // when its layout differs, passed to `admit` (null: not checked); its refusal is returned
+  // prefixed the same way. A refused resume writes nothing. Otherwise the new spec is stored
+  // with the new run, in one commit, and the reason names both layouts.
   absl::Status Resume(const v1::ResumeJobRequest& req, v1::ResumeJobResponse* resp,
-                      std::vector<v1::Event>* events);
+                      std::vector<v1::Event>* events, const SpecAdmission& admit = nullptr);
 
   // OK when the job exists and `attempt` is its current attempt; NOT_FOUND for an unknown job,
   // FAILED_PRECONDITION (naming the current attempt) for any other attempt.
@@ -44,6 +57,12 @@ class JobManager {
 
  private:
   ThreadChecker loop_;  // the controller's loop thread: every entry point checks it
+  // Applies the request's layout fields to `spec` (the stored one): "" when none is set or the
+  // layout stays the same, else " on layout NEW (was OLD)" for the reason. With a checkpoint to
+  // resume from, a change the ranks cannot reshard (comm::CheckReshardable) is refused.
+  absl::StatusOr<std::string> Relayout(const v1::ResumeJobRequest& req,
+                                       const SpecAdmission& admit, bool has_checkpoint,
+                                       v1::JobSpec* spec) const;
   v1::Event MakeEvent(const v1::Job& job, const std::string& type, const std::string& from,
                       const std::string& to, const std::string& reason) const;
 

@@ -414,6 +414,65 @@ TEST_F(ApiTest, CancelOverRestIsSeenOverGrpc) {
   EXPECT_EQ(res.body, ErrorBody(grpc.status()));
 }
 
+// Issue 15 §2: POST :resume takes the new layout as its JSON body. A layout the spec rules
+// refuse is a 400 with gRPC's message, naming the field, and changes nothing; a good one is
+// stored on the job, and gRPC reads it back; an empty body keeps the layout.
+TEST_F(ApiTest, ResumeOverRestTakesANewLayout) {
+  const v1::Job job = SubmitGrpc("relayout");  // vision 2 x text 2 x dp 1
+  ASSERT_EQ(http_->Post("/v1/jobs/" + job.id() + ":cancel").status, 200);
+  absl::StatusOr<v1::GetJobResponse> before = GetGrpc(job.id());
+  ASSERT_TRUE(before.ok()) << before.status();
+
+  const std::string path = "/v1/jobs/" + job.id() + ":resume";
+  HttpResponse res = http_->Post(path, R"({"text_degree": 3})");
+  EXPECT_EQ(res.status, 400) << res.body;
+  v1::ResumeJobRequest bad;
+  bad.set_job_id(job.id());
+  bad.set_text_degree(3);
+  absl::StatusOr<v1::ResumeJobResponse> grpc = client_->ResumeJob(bad);
+  ASSERT_FALSE(grpc.ok());
+  EXPECT_EQ(grpc.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(grpc.status().message())
+                .rfind("resume: text_degree 3: text.degree: 3 does not divide the 4 attention "
+                       "heads of tiny",
+                       0),
+            0u)
+      << grpc.status();
+  EXPECT_EQ(res.body, ErrorBody(grpc.status()));
+  res = http_->Post(path, R"({"vision_degree": -1})");
+  EXPECT_EQ(res.status, 400) << res.body;
+  EXPECT_NE(res.body.find("resume: vision_degree -1: vision.degree: -1 must be at least 1"),
+            std::string::npos)
+      << res.body;
+  absl::StatusOr<v1::GetJobResponse> after = GetGrpc(job.id());
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->SerializeAsString(), before->SerializeAsString());
+
+  res = http_->Post(path, R"({"vision_degree": 4, "textDegree": 4,)"
+                          R"( "placement": "PLACEMENT_SEPARATE"})");
+  ASSERT_EQ(res.status, 200) << res.body;
+  v1::ResumeJobResponse resumed;
+  ASSERT_TRUE(ParseProtoYaml(res.body, &resumed).ok()) << res.body;
+  EXPECT_EQ(resumed.job().message(),  // the job's message then (the scheduler's comes later)
+            "resumed by user from the start (no complete checkpoint) on layout vision 4 (sp) x "
+            "text 4 x dp 1, separate (was vision 2 (sp) x text 2 x dp 1, collocated)");
+  after = GetGrpc(job.id());
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->job().spec().vision().degree(), 4);
+  EXPECT_EQ(after->job().spec().text().degree(), 4);
+  EXPECT_EQ(after->job().spec().placement(), v1::PLACEMENT_SEPARATE);
+
+  ASSERT_EQ(http_->Post("/v1/jobs/" + job.id() + ":cancel").status, 200);
+  res = http_->Post(path, "");  // an empty body: the (new) layout is kept
+  ASSERT_EQ(res.status, 200) << res.body;
+  ASSERT_TRUE(ParseProtoYaml(res.body, &resumed).ok()) << res.body;
+  EXPECT_EQ(resumed.job().message(), "resumed by user from the start (no complete checkpoint)");
+  after = GetGrpc(job.id());
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->job().current_attempt(), 3);
+  EXPECT_EQ(after->job().spec().vision().degree(), 4);
+}
+
 TEST_F(ApiTest, AnUnknownJobIsNotFoundOnBothTransports) {
   HttpResponse res = http_->Get("/v1/jobs/unknown");
   EXPECT_EQ(res.status, 404);

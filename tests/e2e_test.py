@@ -83,10 +83,24 @@ class ControlPlaneTest(unittest.TestCase):
         self.assertEqual(err, "dhpctl: FAILED_PRECONDITION: cannot cancel job %s: job is already "
                               "CANCELLED; there is nothing to cancel\n" % job)
 
-        code, out, err = c.dhpctl("resume", job)
+        # A layout the tiny model cannot take is refused naming the field; a bad spelling is a
+        # usage error; neither changes the job. A new dp is stored, and the message says so.
+        code, out, err = c.dhpctl("resume", job, "--text-degree", "3")
+        self.assertEqual((code, out), (1, ""), err)
+        self.assertTrue(err.startswith("dhpctl: INVALID_ARGUMENT: resume: text_degree 3: "
+                                       "text.degree: 3 does not divide the 4 attention heads"),
+                        err)
+        code, out, err = c.dhpctl("resume", job, "--placement", "collocated")
+        self.assertEqual((code, err), (2, "dhpctl: --placement collocated: use one of "
+                                          "collocate, separate (as a spec's placement)\n"))
+        self.assertEqual(c.dhpctl_json("get", job)["job"]["current_attempt"], 1)
+        code, out, err = c.dhpctl("resume", job, "--dp", "2")
         self.assertEqual(code, 0, err)
         self.assertIn("QUEUED as attempt 2", out)
+        self.assertIn("on layout vision 2 (sp) x text 2 x dp 2, collocated (was vision 2 (sp) x "
+                      "text 2 x dp 1, collocated), training.micro_batch_size 2 (was 4)", out)
         got = c.dhpctl_json("get", job)
+        self.assertEqual(got["job"]["spec"]["data_parallel_size"], 2)
         self.assertEqual([r["state"] for r in got["runs"]],
                          ["RUN_STATE_CANCELLED", "RUN_STATE_PENDING"])
         self.assertEqual(got["runs"][0]["reason"], "operator request")

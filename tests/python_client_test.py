@@ -2,8 +2,8 @@
 
 A dhp-controller and a dhp-worker agent with real dhp-rank processes on loopback; everything
 below goes through dhp_client only (no dhpctl): the tiny job trains to SUCCEEDED with its
-checkpoints, events, logs and listing; a long job is cancelled and resumed; errors come back
-as the exceptions of the controller's codes.
+checkpoints, events, logs and listing; a long job is cancelled and resumed (on a new layout;
+a bad one refused); errors come back as the exceptions of the controller's codes.
 
 Usage (tools/test.sh, after `pip install clients/python` into .venv):
   .venv/bin/python tests/python_client_test.py CONTROLLER WORKER DHPCTL CONFIGS RANK GEN_SHAPES
@@ -95,10 +95,23 @@ class PythonClientTest(unittest.TestCase):
         self.assertEqual(c.cancel(job.id, reason="from python").state,
                          job_pb2.JOB_STATE_CANCELLING)
         self.assertEqual(c.wait(job.id, timeout=60).state, job_pb2.JOB_STATE_CANCELLED)
-        resumed = c.resume(job.id)
+        # A layout the tiny model cannot take is refused, naming the field; nothing changes.
+        with self.assertRaises(dhp_client.InvalidArgument) as bad:
+            c.resume(job.id, text_degree=3)
+        self.assertTrue(bad.exception.message.startswith(
+            "resume: text_degree 3: text.degree: 3 does not divide the 4 attention heads"),
+            bad.exception.message)
+        self.assertEqual(c.get(job.id).job.current_attempt, 1)
+        # No checkpoint was written (every=0): attempt 2 starts afresh on one rank.
+        resumed = c.resume(job.id, vision_degree=1, text_degree=1, placement="collocate")
         self.assertEqual(resumed.run.attempt, 2)
         self.assertIn(resumed.job.state,
                       (job_pb2.JOB_STATE_QUEUED, job_pb2.JOB_STATE_SCHEDULED))
+        self.assertEqual((resumed.job.spec.vision.degree, resumed.job.spec.text.degree), (1, 1))
+        self.assertEqual(resumed.job.message,
+                         "resumed by user from the start (no complete checkpoint) on layout "
+                         "vision 1 (sp) x text 1 x dp 1, collocated (was vision 2 (sp) x text 2 "
+                         "x dp 1, collocated)")
         c.cancel(job.id)
         self.assertEqual(c.wait(job.id, timeout=60).state, job_pb2.JOB_STATE_CANCELLED)
         runs = c.get(job.id).runs

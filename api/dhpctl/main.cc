@@ -2,8 +2,9 @@
 //
 //   dhpctl submit -f spec.yaml [--follow] [--dry-run]
 //   dhpctl list [--state running] [--label team=vision] [--owner alice] [--limit N]
-//   dhpctl get JOB | cancel JOB [--reason R] | resume JOB | checkpoint JOB | watch JOB | events
-//          | nodes
+//   dhpctl get JOB | cancel JOB [--reason R] | checkpoint JOB | watch JOB | events | nodes
+//   dhpctl resume JOB [--vision-degree N] [--text-degree N] [--dp N]
+//          [--placement collocate|separate] [--follow]
 //   dhpctl drain NODE [--reason R] | uncordon NODE   (admins)
 //   dhpctl logs JOB [--rank N]... [--attempt A] [-f|--follow]
 //   dhpctl checkpoints JOB
@@ -52,6 +53,7 @@
 #include "api/dhpctl/output.h"
 #include "api/dhpctl/plan.h"
 #include "api/dhpctl/progress.h"
+#include "api/dhpctl/resume.h"
 #include "api/dhpctl/top.h"
 #include "api/tls.h"
 #include "common/clock.h"
@@ -385,6 +387,17 @@ int main(int argc, char** argv) {
   CLI::App* resume = app.add_subcommand("resume", "Resume a cancelled or failed job");
   resume->add_option("job", job_id, "Job id")->required();
   resume->add_flag("--follow", follow, "Stream the job's events until it ends");
+  ResumeLayoutFlags layout;
+  int32_t vision_degree = 0, text_degree = 0, dp = 0;
+  CLI::Option* vision_opt = resume->add_option("--vision-degree", vision_degree,
+                                               "New vision degree, for this and later runs");
+  CLI::Option* text_opt = resume->add_option("--text-degree", text_degree,
+                                             "New text degree, for this and later runs");
+  CLI::Option* dp_opt = resume->add_option("--dp", dp,
+                                           "New data_parallel_size, for this and later runs");
+  resume->add_option("--placement", layout.placement,
+                     "New placement, collocate or separate (as in a spec); unset flags keep "
+                     "the job's layout");
   CLI::App* checkpoint = app.add_subcommand(
       "checkpoint", "Checkpoint a running job at its next step boundary (all ranks, one step)");
   checkpoint->add_option("job", job_id, "Job id")->required();
@@ -567,9 +580,15 @@ int main(int argc, char** argv) {
     return Print(*resp, g, "job " + job_id + " " + ShortName(resp->job().state()) + "\n");
   }
   if (resume->parsed()) {
-    v1::ResumeJobRequest req;
-    req.set_job_id(job_id);
-    absl::StatusOr<v1::ResumeJobResponse> resp = client.ResumeJob(req);
+    if (vision_opt->count() > 0) layout.vision_degree = vision_degree;
+    if (text_opt->count() > 0) layout.text_degree = text_degree;
+    if (dp_opt->count() > 0) layout.data_parallel_size = dp;
+    absl::StatusOr<v1::ResumeJobRequest> req = ResumeRequest(job_id, layout);
+    if (!req.ok()) {
+      std::cerr << "dhpctl: " << req.status().message() << "\n";
+      return 2;
+    }
+    absl::StatusOr<v1::ResumeJobResponse> resp = client.ResumeJob(*req);
     if (!resp.ok()) return Report(resp.status(), g.server);
     Print(*resp, g, "job " + job_id + " " + ShortName(resp->job().state()) + " as attempt " +
                         std::to_string(resp->run().attempt()) + ": " + resp->job().message() +

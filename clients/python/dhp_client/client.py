@@ -32,6 +32,15 @@ def _state(value: Union[int, str]) -> int:
     return job_pb2.JobState.Value(name if name.startswith("JOB_STATE_") else "JOB_STATE_" + name)
 
 
+def _placement(value: Union[int, str]) -> int:
+    """A Placement from its number, its full name or its short name ("separate")."""
+    if isinstance(value, int):
+        return value
+    name = value.upper()
+    return job_spec_pb2.Placement.Value(
+        name if name.startswith("PLACEMENT_") else "PLACEMENT_" + name)
+
+
 def _read(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read()
@@ -149,9 +158,27 @@ class Client:
         request = service_pb2.CancelJobRequest(job_id=job_id, reason=reason)
         return self._call(self._jobs.CancelJob, request).job
 
-    def resume(self, job_id: str) -> service_pb2.ResumeJobResponse:
-        """A new run of a CANCELLED or FAILED job from its newest complete checkpoint."""
-        return self._call(self._jobs.ResumeJob, service_pb2.ResumeJobRequest(job_id=job_id))
+    def resume(self, job_id: str, *, vision_degree: Optional[int] = None,
+               text_degree: Optional[int] = None, data_parallel_size: Optional[int] = None,
+               placement: Optional[Union[int, str]] = None) -> service_pb2.ResumeJobResponse:
+        """A new run of a CANCELLED or FAILED job from its newest complete checkpoint.
+
+        The layout arguments, when given, change the job's layout for this run and later ones
+        (the ranks reshard the checkpoint); None keeps the job's. ``placement`` is "collocate"
+        or "separate" as in a spec (or a dhp.v1.Placement). A layout the job cannot take
+        raises InvalidArgument naming the field; one the cluster can never fit,
+        FailedPrecondition.
+        """
+        request = service_pb2.ResumeJobRequest(job_id=job_id)
+        if vision_degree is not None:
+            request.vision_degree = vision_degree
+        if text_degree is not None:
+            request.text_degree = text_degree
+        if data_parallel_size is not None:
+            request.data_parallel_size = data_parallel_size
+        if placement is not None:
+            request.placement = _placement(placement)
+        return self._call(self._jobs.ResumeJob, request)
 
     def checkpoint(self, job_id: str) -> service_pb2.CheckpointJobResponse:
         """Asks a running job's ranks to checkpoint at their next step boundary; the response's
