@@ -259,6 +259,44 @@ class RunsTest(ClusterJobs, unittest.TestCase):
         for step, loss in resumed.items():
             self.assertEqual(loss, expected[step], "step %d" % step)  # bit-identical text
 
+    def test_resume_on_another_layout_reshards_and_trains_on(self):
+        """Issue 15 §2 end to end: a job of vision SP 2 x text TP 2 (two collocated ranks) is
+        cancelled after a checkpoint and resumed as two data-parallel replicas of degree 1; the
+        ranks reshard the checkpoint and train the remaining steps with the uninterrupted run's
+        losses (fp32, summed in another order: 1e-5)."""
+        self.start_worker("node-a")
+        reference = self.submit(spec_text(self.cluster, "reference-layout", steps=12, every=4))
+        self.wait_state(reference, "SUCCEEDED")
+        wait_for(lambda: len(self.losses(reference)) == 12, timeout=20, what="reference logs")
+        expected = self.losses(reference)
+
+        job = self.submit(spec_text(self.cluster, "relayout", steps=12, every=4))
+        wait_for(lambda: any(c["state"] == "CHECKPOINT_STATE_COMPLETE" and int(c["step"]) >= 4
+                             for c in self.job(job).get("checkpoints", [])),
+                 timeout=240, interval=0.1, what="checkpoint at step 4")
+        self.assertEqual(self.cluster.dhpctl("cancel", job)[0], 0)
+        self.wait_state(job, "CANCELLED", timeout=30)
+        code, out, err = self.cluster.dhpctl("resume", job, "--vision-degree", "1",
+                                             "--text-degree", "1", "--dp", "2")
+        self.assertEqual(code, 0, err)
+        self.assertIn("on layout vision 1 (sp) x text 1 x dp 2, collocated (was vision 2 (sp) x "
+                      "text 2 x dp 1, collocated)", out)
+        self.wait_state(job, "SUCCEEDED")
+        start = int(self.job(job)["runs"][1]["start_step"])
+        self.assertGreaterEqual(start, 4)
+        wait_for(lambda: len(self.losses(job, attempt=2)) == 12 - start, timeout=20,
+                 what="attempt 2 logs")
+        code, log, err = self.cluster.dhpctl("logs", job, "--attempt", "2", "--rank", "1")
+        self.assertEqual(code, 0, err)
+        self.assertIn("resharded checkpoint", log)
+        self.assertIn("of layout vision 2 (sp) x text 2 x dp 1, collocated into vision 1 (sp) x "
+                      "text 1 x dp 2, collocated", log)
+        resumed = self.losses(job, attempt=2)
+        self.assertEqual(sorted(resumed), list(range(start + 1, 13)))
+        for step, loss in resumed.items():
+            self.assertAlmostEqual(float(loss), float(expected[step]),
+                                   delta=1e-5 * float(expected[step]), msg="step %d" % step)
+
     def test_two_jobs_compete_and_the_second_waits_whole(self):
         self.start_worker("node-a", slots=3)  # room for one 2-rank job only
         first = self.submit(spec_text(self.cluster, "first", steps=12, every=0))
