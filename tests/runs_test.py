@@ -234,29 +234,38 @@ class RunsTest(ClusterJobs, unittest.TestCase):
         self.assertEqual(len(got["runs"]), 1)
         self.assertEqual(int(got["job"]["latest_step"]), 4)
 
-    def test_resume_of_a_cancelled_job_continues_with_identical_losses(self):
-        self.start_worker("node-a")
-        reference = self.submit(spec_text(self.cluster, "reference", steps=16, every=4))
+    def reference_and_cancelled(self, name, steps, after):
+        """Trains `name`-reference to the end and returns its {step: loss}, then a job `name`
+        cancelled once it has a COMPLETE checkpoint at step >= `after` (its id)."""
+        reference = self.submit(spec_text(self.cluster, name + "-reference", steps=steps, every=4))
         self.wait_state(reference, "SUCCEEDED")
-        wait_for(lambda: len(self.losses(reference)) == 16, timeout=20, what="reference logs")
-        expected = self.losses(reference)
-
-        job = self.submit(spec_text(self.cluster, "resumed", steps=16, every=4))
-        wait_for(lambda: any(c["state"] == "CHECKPOINT_STATE_COMPLETE" and int(c["step"]) >= 8
+        wait_for(lambda: len(self.losses(reference)) == steps, timeout=20, what="reference logs")
+        job = self.submit(spec_text(self.cluster, name, steps=steps, every=4))
+        wait_for(lambda: any(c["state"] == "CHECKPOINT_STATE_COMPLETE" and int(c["step"]) >= after
                              for c in self.job(job).get("checkpoints", [])),
-                 timeout=240, interval=0.1, what="checkpoint at step 8")
+                 timeout=240, interval=0.1, what="checkpoint at step %d" % after)
         self.assertEqual(self.cluster.dhpctl("cancel", job)[0], 0)
         self.wait_state(job, "CANCELLED", timeout=30)
-        code, out, err = self.cluster.dhpctl("resume", job)
-        self.assertEqual(code, 0, err)
+        return self.losses(reference), job
+
+    def resumed_losses(self, job, steps, after):
+        """Waits for the resumed job to succeed; {step: loss} of attempt 2, which started at a
+        checkpoint of step >= `after` and ran every step after it."""
         self.wait_state(job, "SUCCEEDED")
         start = int(self.job(job)["runs"][1]["start_step"])
-        self.assertGreaterEqual(start, 8)
-        wait_for(lambda: len(self.losses(job, attempt=2)) == 16 - start, timeout=20,
+        self.assertGreaterEqual(start, after)
+        wait_for(lambda: len(self.losses(job, attempt=2)) == steps - start, timeout=20,
                  what="attempt 2 logs")
         resumed = self.losses(job, attempt=2)
-        self.assertEqual(sorted(resumed), list(range(start + 1, 17)))
-        for step, loss in resumed.items():
+        self.assertEqual(sorted(resumed), list(range(start + 1, steps + 1)))
+        return resumed
+
+    def test_resume_of_a_cancelled_job_continues_with_identical_losses(self):
+        self.start_worker("node-a")
+        expected, job = self.reference_and_cancelled("resumed", steps=16, after=8)
+        code, out, err = self.cluster.dhpctl("resume", job)
+        self.assertEqual(code, 0, err)
+        for step, loss in self.resumed_losses(job, steps=16, after=8).items():
             self.assertEqual(loss, expected[step], "step %d" % step)  # bit-identical text
 
     def test_resume_on_another_layout_reshards_and_trains_on(self):
@@ -265,34 +274,18 @@ class RunsTest(ClusterJobs, unittest.TestCase):
         ranks reshard the checkpoint and train the remaining steps with the uninterrupted run's
         losses (fp32, summed in another order: 1e-5)."""
         self.start_worker("node-a")
-        reference = self.submit(spec_text(self.cluster, "reference-layout", steps=12, every=4))
-        self.wait_state(reference, "SUCCEEDED")
-        wait_for(lambda: len(self.losses(reference)) == 12, timeout=20, what="reference logs")
-        expected = self.losses(reference)
-
-        job = self.submit(spec_text(self.cluster, "relayout", steps=12, every=4))
-        wait_for(lambda: any(c["state"] == "CHECKPOINT_STATE_COMPLETE" and int(c["step"]) >= 4
-                             for c in self.job(job).get("checkpoints", [])),
-                 timeout=240, interval=0.1, what="checkpoint at step 4")
-        self.assertEqual(self.cluster.dhpctl("cancel", job)[0], 0)
-        self.wait_state(job, "CANCELLED", timeout=30)
+        expected, job = self.reference_and_cancelled("relayout", steps=12, after=4)
         code, out, err = self.cluster.dhpctl("resume", job, "--vision-degree", "1",
                                              "--text-degree", "1", "--dp", "2")
         self.assertEqual(code, 0, err)
         self.assertIn("on layout vision 1 (sp) x text 1 x dp 2, collocated (was vision 2 (sp) x "
                       "text 2 x dp 1, collocated)", out)
-        self.wait_state(job, "SUCCEEDED")
-        start = int(self.job(job)["runs"][1]["start_step"])
-        self.assertGreaterEqual(start, 4)
-        wait_for(lambda: len(self.losses(job, attempt=2)) == 12 - start, timeout=20,
-                 what="attempt 2 logs")
+        resumed = self.resumed_losses(job, steps=12, after=4)
         code, log, err = self.cluster.dhpctl("logs", job, "--attempt", "2", "--rank", "1")
         self.assertEqual(code, 0, err)
         self.assertIn("resharded checkpoint", log)
         self.assertIn("of layout vision 2 (sp) x text 2 x dp 1, collocated into vision 1 (sp) x "
                       "text 1 x dp 2, collocated", log)
-        resumed = self.losses(job, attempt=2)
-        self.assertEqual(sorted(resumed), list(range(start + 1, 13)))
         for step, loss in resumed.items():
             self.assertAlmostEqual(float(loss), float(expected[step]),
                                    delta=1e-5 * float(expected[step]), msg="step %d" % step)

@@ -37,6 +37,15 @@ absl::StatusOr<v1::Checkpoint> ReadManifest(const std::string& dir) {
   return c;
 }
 
+v1::CheckpointShard ShardRecord(int rank, const ShardInfo& info) {
+  v1::CheckpointShard s;
+  s.set_rank(rank);
+  s.set_file(info.file);
+  s.set_size_bytes(info.size_bytes);
+  s.set_crc32c(info.crc32c);
+  return s;
+}
+
 absl::StatusOr<std::unique_ptr<CheckpointShards>> CheckpointShards::Open(
     const v1::Checkpoint& record, const std::vector<int>& ranks) {
   std::unique_ptr<CheckpointShards> out(new CheckpointShards());

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "dhp/v1/job.pb.h"
 #include "worker/ckpt/rank_state_format.h"
+#include "worker/ckpt/shard_file.h"
 #include "worker/model/safetensors.h"
 
 namespace dhp::ckpt {
@@ -27,6 +28,10 @@ namespace dhp::ckpt {
 // when missing, INVALID_ARGUMENT when it is not a checkpoint record, FAILED_PRECONDITION when the
 // checkpoint is not COMPLETE.
 absl::StatusOr<v1::Checkpoint> ReadManifest(const std::string& dir);
+
+// The controller's record of world rank `rank`'s shard as written (what ReportCheckpoint
+// carries and a manifest lists), and back.
+v1::CheckpointShard ShardRecord(int rank, const ShardInfo& info);
 
 // One stored tensor of one shard.
 struct ShardTensor {

@@ -147,10 +147,7 @@ std::map<std::string, at::Tensor> WriteCheckpoint(const LayoutCase& c, const std
   manifest.set_state(v1::CHECKPOINT_STATE_COMPLETE);
   comm::InMemoryKvClient kv;
   comm::RunRanks(world, [&](int rank) {
-    comm::ProcessGroupsOptions po;
-    po.arrival_timeout = po.store_timeout = std::chrono::seconds(60);
-    po.collective_timeout = std::chrono::seconds(120);
-    absl::StatusOr<RankComms> comms = MakeRankComms(kv, layout, rank, po);
+    absl::StatusOr<RankComms> comms = MakeRankComms(kv, layout, rank, TestGroupOptions());
     ASSERT_TRUE(comms.ok()) << comms.status();
     absl::StatusOr<std::unique_ptr<DistTrainer>> trainer =
         DistTrainer::Create(Tiny(), models[rank], *comms->groups, comms->handoff.get(), options);
@@ -168,16 +165,11 @@ std::map<std::string, at::Tensor> WriteCheckpoint(const LayoutCase& c, const std
     meta.world_rank = rank;
     meta.layout = layout.DebugString();
     if (record_spec) meta.spec_json = ProtoToJson(spec);
-    absl::StatusOr<ckpt::WrittenShard> written = ckpt::WriteTensorShard(
-        dir, absl::StrFormat("rank-%05d.safetensors", rank), *state, meta.ToMetadata());
-    ASSERT_TRUE(written.ok()) << written.status();
+    absl::StatusOr<v1::CheckpointShard> shard = WriteRankStateShard(dir, meta, *state);
+    ASSERT_TRUE(shard.ok()) << shard.status();
     std::lock_guard<std::mutex> lock(mu);
     for (const auto& [name, t] : *params) full.emplace(name, t);
-    v1::CheckpointShard* s = manifest.add_shards();
-    s->set_rank(rank);
-    s->set_file(written->info.file);
-    s->set_size_bytes(written->info.size_bytes);
-    s->set_crc32c(written->info.crc32c);
+    *manifest.add_shards() = *shard;
   });
   manifest.set_path(dir);
   std::ofstream(dir + "/manifest.json") << ProtoToJson(manifest, /*pretty=*/true);

@@ -226,13 +226,6 @@ comm::Layout LayoutOf(const LayoutCase& c) {
   return layout;
 }
 
-comm::ProcessGroupsOptions GroupOptions() {
-  comm::ProcessGroupsOptions po;
-  po.arrival_timeout = std::chrono::seconds(60);
-  po.store_timeout = std::chrono::seconds(60);
-  po.collective_timeout = std::chrono::seconds(120);
-  return po;
-}
 
 class DistParityTest : public ::testing::TestWithParam<LayoutCase> {};
 
@@ -263,7 +256,7 @@ TEST_P(DistParityTest, MatchesSingleRank) {
   std::string worst_grad, worst_param;
   comm::InMemoryKvClient kv;
   comm::RunRanks(world, [&](int rank) {
-    comm::ProcessGroupsOptions po = GroupOptions();
+    comm::ProcessGroupsOptions po = TestGroupOptions();
     std::vector<PackedBatch> my_batches = batches;
     if (gpu) {  // rank r on cuda:r, over NCCL
       const at::Device device(at::kCUDA, static_cast<c10::DeviceIndex>(rank));
@@ -411,7 +404,7 @@ TEST_P(MicroBatchTest, MicroBatchesEqualOneBigBatch) {
   std::string worst_grad, worst_param;
   comm::InMemoryKvClient kv;
   comm::RunRanks(world, [&](int rank) {
-    absl::StatusOr<RankComms> comms = MakeRankComms(kv, layout, rank, GroupOptions());
+    absl::StatusOr<RankComms> comms = MakeRankComms(kv, layout, rank, TestGroupOptions());
     ASSERT_TRUE(comms.ok()) << comms.status();
     absl::StatusOr<std::unique_ptr<DistTrainer>> one = DistTrainer::Create(
         Tiny(), models[rank], *comms->groups, comms->handoff.get(), Options());

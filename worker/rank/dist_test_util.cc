@@ -3,7 +3,10 @@
 #include <numeric>
 #include <vector>
 
+#include "worker/ckpt/checkpoint_shards.h"
+#include "worker/ckpt/tensor_shard.h"
 #include "worker/rank/dist_step.h"
+#include "worker/rank/rank_checkpoint.h"
 
 namespace dhp {
 
@@ -21,6 +24,22 @@ absl::StatusOr<RankComms> MakeRankComms(comm::KvClient& kv, const comm::Layout& 
   if (!handoff.ok()) return handoff.status();
   out.handoff = std::move(*handoff);
   return out;
+}
+
+comm::ProcessGroupsOptions TestGroupOptions() {
+  comm::ProcessGroupsOptions po;
+  po.arrival_timeout = po.store_timeout = std::chrono::seconds(60);
+  po.collective_timeout = std::chrono::seconds(120);
+  return po;
+}
+
+absl::StatusOr<v1::CheckpointShard> WriteRankStateShard(const std::string& dir,
+                                                        const ckpt::RankStateMeta& meta,
+                                                        const NamedTensors& state) {
+  absl::StatusOr<ckpt::WrittenShard> written =
+      ckpt::WriteTensorShard(dir, RankShardFile(meta.world_rank), state, meta.ToMetadata());
+  if (!written.ok()) return written.status();
+  return ckpt::ShardRecord(meta.world_rank, written->info);
 }
 
 }  // namespace dhp

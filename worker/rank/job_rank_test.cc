@@ -26,6 +26,7 @@
 #include "absl/strings/str_join.h"
 #include "common/proto_yaml.h"
 #include "common/spec_validate.h"
+#include "worker/ckpt/checkpoint_shards.h"
 #include "worker/ckpt/rank_state_format.h"
 #include "worker/ckpt/shard_file.h"
 #include "worker/ckpt/tensor_shard.h"
@@ -603,11 +604,7 @@ TEST_F(JobRankTest, ACheckpointOfAnotherLayoutOrAWrongWorldSizeFails) {
     absl::StatusOr<ckpt::WrittenShard> w =
         ckpt::WriteTensorShard(dir, req->shard().file(), s->tensors, meta->ToMetadata());
     ASSERT_TRUE(w.ok()) << w.status();
-    v1::CheckpointShard* shard = c.add_shards();
-    shard->set_rank(r);
-    shard->set_file(w->info.file);
-    shard->set_size_bytes(w->info.size_bytes);
-    shard->set_crc32c(w->info.crc32c);
+    *c.add_shards() = ckpt::ShardRecord(r, w->info);
   }
   const JobRun run = RunJob(Resuming(Root() + "/E", c));
   for (int r = 0; r < kWorld; ++r) {

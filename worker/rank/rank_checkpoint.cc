@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "absl/strings/str_format.h"
+#include "worker/ckpt/checkpoint_shards.h"
 #include "worker/ckpt/tensor_shard.h"
 #include "worker/model/torch_status.h"
 
@@ -68,10 +69,7 @@ CheckpointTask MakeRankCheckpointTask(const RankCheckpointTarget& target, int64_
     req.set_step(step);
     req.set_world_size(target.world_size);
     req.set_path(dir);
-    req.mutable_shard()->set_rank(target.world_rank);
-    req.mutable_shard()->set_file(written->info.file);
-    req.mutable_shard()->set_size_bytes(written->info.size_bytes);
-    req.mutable_shard()->set_crc32c(written->info.crc32c);
+    *req.mutable_shard() = ckpt::ShardRecord(target.world_rank, written->info);
     req.set_write_seconds(written->write_seconds);
     return req;
   };

@@ -29,7 +29,6 @@
 #include "common/proto_yaml.h"
 #include "common/spec_validate.h"
 #include "worker/ckpt/rank_state_format.h"
-#include "worker/ckpt/tensor_shard.h"
 #include "worker/comm/in_memory_kv_client.h"
 #include "worker/comm/rank_threads.h"
 #include "worker/model/param_init.h"
@@ -138,10 +137,7 @@ RunResult Train(const LayoutCase& c, const v1::Checkpoint* resume, int last, int
   std::mutex mu;
   comm::InMemoryKvClient kv;
   comm::RunRanks(world, [&](int rank) {
-    comm::ProcessGroupsOptions po;
-    po.arrival_timeout = po.store_timeout = std::chrono::seconds(60);
-    po.collective_timeout = std::chrono::seconds(120);
-    absl::StatusOr<RankComms> comms = MakeRankComms(kv, layout, rank, po);
+    absl::StatusOr<RankComms> comms = MakeRankComms(kv, layout, rank, TestGroupOptions());
     ASSERT_TRUE(comms.ok()) << comms.status();
     absl::StatusOr<std::unique_ptr<DistTrainer>> trainer = DistTrainer::Create(
         Tiny(), models[rank], *comms->groups, comms->handoff.get(), Options());
@@ -191,17 +187,12 @@ RunResult Train(const LayoutCase& c, const v1::Checkpoint* resume, int last, int
     meta.layout = layout.DebugString();
     meta.data_offset = 2 * save_at;
     meta.spec_json = ProtoToJson(spec);
-    absl::StatusOr<ckpt::WrittenShard> written = ckpt::WriteTensorShard(
-        dir, absl::StrFormat("rank-%05d.safetensors", rank), *state, meta.ToMetadata());
-    ASSERT_TRUE(written.ok()) << written.status();
+    absl::StatusOr<v1::CheckpointShard> shard = WriteRankStateShard(dir, meta, *state);
+    ASSERT_TRUE(shard.ok()) << shard.status();
     std::lock_guard<std::mutex> lock(mu);
     for (const auto& [name, v] : *full) out.saved_full.emplace(name, v);
     for (const auto& [name, v] : *state) out.saved_state[rank].emplace(name, v);
-    v1::CheckpointShard* shard = out.record.add_shards();
-    shard->set_rank(rank);
-    shard->set_file(written->info.file);
-    shard->set_size_bytes(written->info.size_bytes);
-    shard->set_crc32c(written->info.crc32c);
+    *out.record.add_shards() = *shard;
   });
   return out;
 }
