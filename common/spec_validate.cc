@@ -473,6 +473,47 @@ void CheckLimits(const v1::JobSpec& spec, Errors& errors) {
               errors);
 }
 
+// One elastic range around the spec's own `value`: min <= value <= max <= limit, min >= 1.
+void CheckElasticRange(const std::string& field, const v1::ElasticRange& range, int64_t value,
+                       int64_t limit, Errors& errors) {
+  if (range.has_min() && range.min() < 1) {
+    errors.Add(field + ".min", absl::StrCat(range.min(), " must be at least 1"));
+  } else if (range.has_min() && range.min() > value) {
+    errors.Add(field + ".min", absl::StrCat(range.min(), " is above the spec's own ", value,
+                                            "; the range must include it"));
+  }
+  if (range.has_max() && range.max() > limit) {
+    errors.Add(field + ".max", absl::StrCat(range.max(), " is over the limit of ", limit));
+  } else if (range.has_max() && range.max() < value) {
+    errors.Add(field + ".max", absl::StrCat(range.max(), " is below the spec's own ", value,
+                                            "; the range must include it"));
+  }
+}
+
+bool Pinned(const v1::ElasticRange& r, int64_t value) {
+  return (!r.has_min() || r.min() == value) && (!r.has_max() || r.max() == value);
+}
+
+void CheckElastic(const v1::JobSpec& spec, Errors& errors) {
+  const v1::ElasticSpec& e = spec.elastic();
+  CheckElasticRange("elastic.data_parallel_size", e.data_parallel_size(),
+                    spec.data_parallel_size(), kMaxDataParallel, errors);
+  CheckElasticRange("elastic.text_degree", e.text_degree(), spec.text().degree(), kMaxDegree,
+                    errors);
+  CheckElasticRange("elastic.vision_degree", e.vision_degree(), spec.vision().degree(),
+                    kMaxDegree, errors);
+  if (!Pinned(e.text_degree(), spec.text().degree()) &&
+      spec.text().parallelism() != v1::PARALLELISM_TENSOR) {
+    errors.Add("elastic.text_degree", "a range needs text.parallelism tensor");
+  }
+  if (!Pinned(e.vision_degree(), spec.vision().degree()) &&
+      spec.vision().parallelism() != v1::PARALLELISM_SEQUENCE) {
+    errors.Add("elastic.vision_degree",
+               "a range needs vision.parallelism sequence: a tensor-parallel vision stage's "
+               "checkpoints cannot be resharded to another degree");
+  }
+}
+
 absl::Status NormalizeAndValidateSpec(v1::JobSpec* spec, const SpecOptions& options) {
   Errors errors;
   const bool name_ok = CheckName(spec->name(), errors);
@@ -517,6 +558,7 @@ absl::Status NormalizeAndValidateSpec(v1::JobSpec* spec, const SpecOptions& opti
   }
   NormalizeTimeouts(*spec->mutable_restart(), errors);
   CheckLimits(*spec, errors);
+  CheckElastic(*spec, errors);
   return errors.ToStatus();
 }
 

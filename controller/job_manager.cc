@@ -7,6 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/elastic.h"
 #include "common/ids.h"
 #include "common/job_layout.h"
 #include "common/layout.h"
@@ -43,26 +44,14 @@ std::string LayoutFields(const v1::ResumeJobRequest& req) {
   return absl::StrJoin(set, ", ");
 }
 
-// True when the spec's micro-batch is the replica's whole share of the batch: the default (no
-// gradient accumulation), which the stored spec carries as a number.
-bool MicroBatchIsWholeShare(const v1::JobSpec& spec) {
-  const int dp = spec.data_parallel_size();
-  const v1::TrainingSpec& t = spec.training();
-  return dp >= 1 && t.batch_size() % dp == 0 && t.micro_batch_size() == t.batch_size() / dp;
-}
-
-// The stored spec with the request's layout fields in place of its own. A micro-batch of the
-// whole share stays the whole share on a new data_parallel_size (normalisation fills it in, as
-// for a submitted spec without one); any other micro-batch is kept, and validated.
-v1::JobSpec WithLayout(v1::JobSpec spec, const v1::ResumeJobRequest& req) {
-  if (req.has_vision_degree()) spec.mutable_vision()->set_degree(req.vision_degree());
-  if (req.has_text_degree()) spec.mutable_text()->set_degree(req.text_degree());
-  if (req.has_data_parallel_size() && req.data_parallel_size() != spec.data_parallel_size()) {
-    if (MicroBatchIsWholeShare(spec)) spec.mutable_training()->clear_micro_batch_size();
-    spec.set_data_parallel_size(req.data_parallel_size());
-  }
-  if (req.placement() != v1::PLACEMENT_UNSPECIFIED) spec.set_placement(req.placement());
-  return spec;
+// The request's layout fields as a choice (common/elastic.h); unset ones keep the spec's.
+LayoutChoice ChoiceOf(const v1::ResumeJobRequest& req) {
+  LayoutChoice c;
+  if (req.has_vision_degree()) c.vision_degree = req.vision_degree();
+  if (req.has_text_degree()) c.text_degree = req.text_degree();
+  if (req.has_data_parallel_size()) c.data_parallel_size = req.data_parallel_size();
+  c.placement = req.placement();
+  return c;
 }
 
 // " on layout NEW (was OLD)" for the reason, with the micro-batch when it changed with dp.
@@ -268,7 +257,7 @@ absl::StatusOr<std::string> JobManager::Relayout(const v1::ResumeJobRequest& req
                                                    ": not a placement; use one of ",
                                                    EnumChoices(v1::Placement_descriptor())));
   }
-  v1::JobSpec changed = WithLayout(*spec, req);
+  v1::JobSpec changed = WithLayout(*spec, ChoiceOf(req));
   if (absl::Status s = NormalizeAndValidateSpec(&changed, spec_options_); !s.ok()) {
     return Prefixed(fields, s);
   }
