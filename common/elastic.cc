@@ -5,6 +5,7 @@
 #include <tuple>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/job_layout.h"
 #include "common/layout.h"
 
@@ -59,6 +60,17 @@ v1::JobSpec WithLayout(v1::JobSpec spec, const LayoutChoice& choice) {
   }
   if (choice.placement != v1::PLACEMENT_UNSPECIFIED) spec.set_placement(choice.placement);
   return spec;
+}
+
+std::string DescribeLayoutChange(const v1::JobSpec& before, const v1::JobSpec& after) {
+  std::string out = absl::StrCat(" on layout ", LayoutForSpec(after).DebugString(), " (was ",
+                                 LayoutForSpec(before).DebugString(), ")");
+  const int64_t micro = after.training().micro_batch_size();
+  const int64_t was = before.training().micro_batch_size();
+  if (micro != was) {
+    absl::StrAppend(&out, ", training.micro_batch_size ", micro, " (was ", was, ")");
+  }
+  return out;
 }
 
 std::vector<v1::JobSpec> ElasticLayouts(const v1::JobSpec& spec, const SpecOptions& options) {

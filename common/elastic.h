@@ -27,6 +27,10 @@ struct LayoutChoice {
 // is kept, for validation to check. The result still needs NormalizeAndValidateSpec.
 v1::JobSpec WithLayout(v1::JobSpec spec, const LayoutChoice& choice);
 
+// " on layout NEW (was OLD)" for a reason or an event, with training.micro_batch_size when it
+// changed with the data-parallel size. Both specs must be normalised.
+std::string DescribeLayoutChange(const v1::JobSpec& before, const v1::JobSpec& after);
+
 // At most this many layouts are offered to the scheduler per job: the largest ones, and always
 // the smallest.
 inline constexpr int kMaxElasticLayouts = 16;

@@ -494,6 +494,24 @@ bool Pinned(const v1::ElasticRange& r, int64_t value) {
   return (!r.has_min() || r.min() == value) && (!r.has_max() || r.max() == value);
 }
 
+void CheckElastic(const v1::JobSpec& spec, Errors& errors);
+
+// Fills an elastic job's unset bounds with the spec's own values, so that the bounds stay where
+// the user put them when the job's layout changes (the scheduler's choice, or a resume).
+void FillElasticRange(v1::ElasticRange* range, int value) {
+  if (!range->has_min()) range->set_min(value);
+  if (!range->has_max()) range->set_max(value);
+}
+
+void NormalizeElastic(v1::JobSpec& spec, Errors& errors) {
+  if (!spec.has_elastic()) return;
+  v1::ElasticSpec& e = *spec.mutable_elastic();
+  CheckElastic(spec, errors);
+  FillElasticRange(e.mutable_data_parallel_size(), spec.data_parallel_size());
+  FillElasticRange(e.mutable_text_degree(), spec.text().degree());
+  FillElasticRange(e.mutable_vision_degree(), spec.vision().degree());
+}
+
 void CheckElastic(const v1::JobSpec& spec, Errors& errors) {
   const v1::ElasticSpec& e = spec.elastic();
   CheckElasticRange("elastic.data_parallel_size", e.data_parallel_size(),
@@ -558,7 +576,7 @@ absl::Status NormalizeAndValidateSpec(v1::JobSpec* spec, const SpecOptions& opti
   }
   NormalizeTimeouts(*spec->mutable_restart(), errors);
   CheckLimits(*spec, errors);
-  CheckElastic(*spec, errors);
+  NormalizeElastic(*spec, errors);
   return errors.ToStatus();
 }
 

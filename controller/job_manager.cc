@@ -54,18 +54,6 @@ LayoutChoice ChoiceOf(const v1::ResumeJobRequest& req) {
   return c;
 }
 
-// " on layout NEW (was OLD)" for the reason, with the micro-batch when it changed with dp.
-std::string LayoutChange(const v1::JobSpec& before, const v1::JobSpec& after) {
-  std::string out = absl::StrCat(" on layout ", LayoutForSpec(after).DebugString(), " (was ",
-                                 LayoutForSpec(before).DebugString(), ")");
-  const int64_t micro = after.training().micro_batch_size();
-  const int64_t was = before.training().micro_batch_size();
-  if (micro != was) {
-    absl::StrAppend(&out, ", training.micro_batch_size ", micro, " (was ", was, ")");
-  }
-  return out;
-}
-
 // `status` with "resume: <fields>: " in front of its message.
 absl::Status Prefixed(const std::string& fields, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat("resume: ", fields, ": ", status.message()));
@@ -271,7 +259,7 @@ absl::StatusOr<std::string> JobManager::Relayout(const v1::ResumeJobRequest& req
   if (admit) {
     if (absl::Status s = admit(changed); !s.ok()) return Prefixed(fields, s);
   }
-  const std::string change = LayoutChange(*spec, changed);
+  const std::string change = DescribeLayoutChange(*spec, changed);
   *spec = std::move(changed);
   return change;
 }

@@ -215,11 +215,16 @@ void Scheduler::Release(const std::string& job_id) {
 
 absl::Status Scheduler::CheckFeasible(const JobDemand& job) const {
   Shape sh;
-  if (absl::Status s = BuildShape(job, &sh); !s.ok()) return s;
-  if (s_->nodes.empty()) return absl::OkStatus();  // cluster not known yet
-  const Verdict v = s_->VerdictFor(sh);
-  if (v.fits_all[kCpu] || v.fits_all[kGpu]) return absl::OkStatus();
-  return absl::FailedPreconditionError(s_->Infeasibility(sh));
+  absl::Status last = absl::OkStatus();
+  for (size_t k = 0; k <= job.alternatives.size(); ++k) {
+    const JobDemand& layout = k == 0 ? job : job.alternatives[k - 1];
+    if (absl::Status s = BuildShape(layout, &sh); !s.ok()) return s;
+    if (s_->nodes.empty()) return absl::OkStatus();  // cluster not known yet
+    const Verdict v = s_->VerdictFor(sh);
+    if (v.fits_all[kCpu] || v.fits_all[kGpu]) return absl::OkStatus();
+    last = absl::FailedPreconditionError(s_->Infeasibility(sh));
+  }
+  return last;
 }
 
 bool Scheduler::MemoryExcludesNodes(const JobDemand& job) const {
@@ -242,29 +247,50 @@ bool Before(const JobDemand& a, const JobDemand& b) {
 
 }  // namespace
 
+bool Scheduler::State::TryPack(const JobDemand& job, const Shape& sh, int layout,
+                               const Reservation& head, ScheduleResult* out) {
+  for (int kind : {kGpu, kCpu}) {
+    taken.clear();
+    if (Pack(sh, kind, PeekHandle(), &ranks, &taken)) {
+      Commit(job.job_id, ranks);
+      out->placed.push_back({job.job_id, ranks, head.active, layout});
+      return true;
+    }
+  }
+  return false;
+}
+
 void Scheduler::State::Decide(const JobDemand& job, Reservation* head,
                               std::unordered_map<std::string, FailInfo>* failed,
                               ScheduleResult* out) {
   if (job_handle.count(job.job_id) > 0) return;
   Shape& sh = shape;
-  if (absl::Status s = BuildShape(job, &sh); !s.ok()) {
+  // An elastic job's larger layouts, on free slots only (a shape that failed in this pass
+  // fails again: free slots only shrink).
+  const int last = static_cast<int>(job.alternatives.size());
+  for (int k = 0; k < last; ++k) {
+    const JobDemand& layout = k == 0 ? job : job.alternatives[k - 1];
+    if (!BuildShape(layout, &sh).ok() || failed->count(sh.key) > 0) continue;
+    if (TryPack(job, sh, k, *head, out)) {
+      failed->clear();  // as below
+      return;
+    }
+  }
+  // The job's own demand, or an elastic job's smallest layout: placed, or it waits as this.
+  const JobDemand& demand = last == 0 ? job : job.alternatives.back();
+  if (absl::Status s = BuildShape(demand, &sh); !s.ok()) {
     out->waiting[job.job_id] = absl::StrCat("invalid demand: ", s.message());
     return;
   }
   auto it = failed->find(sh.key);
   if (it == failed->end()) {
-    for (int kind : {kGpu, kCpu}) {
-      taken.clear();
-      if (Pack(sh, kind, PeekHandle(), &ranks, &taken)) {
-        Commit(job.job_id, ranks);
-        out->placed.push_back({job.job_id, ranks, head->active});
-        // A shape that failed before still fails, but whether it would fit with the head's
-        // reservation lifted may have changed: reasons are worked out afresh.
-        failed->clear();
-        return;
-      }
+    if (TryPack(job, sh, last, *head, out)) {
+      // A shape that failed before still fails, but whether it would fit with the head's
+      // reservation lifted may have changed: reasons are worked out afresh.
+      failed->clear();
+      return;
     }
-    FailInfo info = Classify(job, sh, head);
+    FailInfo info = Classify(demand, sh, head);
     if (info.why == Why::kHead) {
       out->waiting[job.job_id] = std::move(info.text);
       failed->clear();  // what failed before the reservation is classified again after it
@@ -272,7 +298,7 @@ void Scheduler::State::Decide(const JobDemand& job, Reservation* head,
     }
     it = failed->emplace(sh.key, std::move(info)).first;
   }
-  out->waiting[job.job_id] = Reason(job, sh, it->second, *head);
+  out->waiting[job.job_id] = Reason(demand, sh, it->second, *head);
 }
 
 void Scheduler::State::EndPass(const JobDemand* last, Reservation* head,

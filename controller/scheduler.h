@@ -84,6 +84,11 @@ struct JobDemand {
   // Bytes each rank needs on a CPU slot (host memory / CPU slots); 0: not checked; negative:
   // memory_bytes_per_rank.
   int64_t cpu_memory_bytes_per_rank = -1;
+  // Elastic jobs: other layouts of the same job (same job_id, priority and submit_seq; their own
+  // alternatives are ignored), tried in order after this one, on free slots. The job waits,
+  // reserves and is checked for feasibility as its LAST layout (the smallest one): it starts
+  // as soon as that fits, and a larger layout is taken when the free slots hold it.
+  std::vector<JobDemand> alternatives;
 };
 
 // The demand of a normalised spec (common/spec_validate.h): world size from LayoutForSpec;
@@ -97,6 +102,11 @@ struct JobDemand {
 // (cpu_memory_bytes_per_rank 0; scheduler_demand.cc says why).
 JobDemand DemandForSpec(const std::string& job_id, const v1::JobSpec& spec, int64_t submit_seq);
 
+// The demand of a job that may run on any of `layouts` (common/elastic.h ElasticLayouts, largest
+// first): DemandForSpec of the first, the others as its alternatives, in order.
+JobDemand DemandForLayouts(const std::string& job_id, const std::vector<v1::JobSpec>& layouts,
+                           int64_t submit_seq);
+
 // The memory planner's estimate behind DemandForSpec's memory on `device`; nullopt when there is
 // none (no preset, or the planner refuses the spec).
 std::optional<MemoryPlan> MemoryPlanForSpec(const v1::JobSpec& spec, PlanDevice device);
@@ -105,6 +115,7 @@ struct PlacementDecision {
   std::string job_id;
   std::vector<SlotRef> ranks;  // index = world rank
   bool backfilled = false;     // placed behind a head job that holds a reservation
+  int layout = 0;              // 0: the demand itself; k: its alternatives[k - 1]
 };
 
 struct ScheduleResult {
@@ -140,7 +151,8 @@ class Scheduler {
   // Frees the job's slots; a no-op for a job that holds none.
   void Release(const std::string& job_id);
 
-  // OK if the job could ever run: on the cluster with every node (schedulable or not) empty.
+  // OK if the job could ever run: on the cluster with every node (schedulable or not) empty;
+  // for an elastic job, in any of its layouts (the error is its smallest layout's).
   // Otherwise FAILED_PRECONDITION with the numbers, e.g. "needs 8 rank slots with tensor-
   // parallel groups of 4 on one node; the cluster has 6 slots and its largest node 2", or
   // "needs 40.0 GiB per rank; the largest device has 24.0 GiB". INVALID_ARGUMENT when the

@@ -150,6 +150,16 @@ JobDemand DemandForSpec(const std::string& job_id, const v1::JobSpec& spec, int6
   return d;
 }
 
+JobDemand DemandForLayouts(const std::string& job_id, const std::vector<v1::JobSpec>& layouts,
+                           int64_t submit_seq) {
+  if (layouts.empty()) return DemandForSpec(job_id, v1::JobSpec(), submit_seq);
+  JobDemand d = DemandForSpec(job_id, layouts[0], submit_seq);
+  for (size_t k = 1; k < layouts.size(); ++k) {
+    d.alternatives.push_back(DemandForSpec(job_id, layouts[k], submit_seq));
+  }
+  return d;
+}
+
 // ---- shapes ------------------------------------------------------------------------------
 
 absl::Status scheduler_internal::BuildShape(const JobDemand& job, Shape* sh) {

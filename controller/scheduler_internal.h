@@ -245,6 +245,9 @@ struct Scheduler::State {
                      const Reservation& head) const;
 
   // ---- a pass (scheduler.cc) ---------------------------------------------------------------
+  // Places `sh` (layout `layout` of `job`) on free slots, GPU slots first, and records it.
+  bool TryPack(const JobDemand& job, const Shape& sh, int layout, const Reservation& head,
+               ScheduleResult* out);
   // Places `job` or says why it waits, as the pass's loop does at that point of the order.
   void Decide(const JobDemand& job, Reservation* head,
               std::unordered_map<std::string, FailInfo>* failed, ScheduleResult* out);

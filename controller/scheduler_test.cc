@@ -417,6 +417,12 @@ TEST(SchedulerTest, RandomPassesKeepInvariants) {
           std::iota(group.begin(), group.end(), g);
           j.same_node_groups.push_back(group);
         }
+        if (world > 1 && uniform(0, 3) == 0) {  // elastic: also runs on half as many ranks
+          JobDemand half = j;
+          half.world_size = world / 2;
+          half.same_node_groups.clear();
+          j.alternatives.push_back(half);
+        }
         all[j.job_id] = j;
         queue.push_back(j);
       }
@@ -435,7 +441,9 @@ TEST(SchedulerTest, RandomPassesKeepInvariants) {
       std::set<std::string> placed;
       for (const PlacementDecision& d : r.placed) {
         SCOPED_TRACE(d.job_id);
-        const JobDemand& j = all.at(d.job_id);
+        const JobDemand& job = all.at(d.job_id);
+        ASSERT_LE(d.layout, static_cast<int>(job.alternatives.size()));
+        const JobDemand& j = d.layout == 0 ? job : job.alternatives[d.layout - 1];
         ASSERT_EQ(static_cast<int>(d.ranks.size()), j.world_size);
         EXPECT_TRUE(s.CheckFeasible(j).ok());
         std::set<std::pair<std::string, int>> slots;
@@ -491,6 +499,7 @@ TEST(SchedulerTest, AppendedJobsAreDecidedAsByAFullPass) {
     return std::uniform_int_distribution<int>(lo, hi)(rng);
   };
   int appended_passes = 0, full_passes = 0, appended_placed = 0, appended_waiting = 0;
+  int smaller_layouts = 0;  // elastic jobs placed on their other layout
   for (int round = 0; round < 60; ++round) {
     Scheduler quick, full;
     std::map<std::string, NodeCapacity> nodes;
@@ -517,6 +526,12 @@ TEST(SchedulerTest, AppendedJobsAreDecidedAsByAFullPass) {
           std::iota(group.begin(), group.end(), g);
           j.same_node_groups.push_back(group);
         }
+        if (world > 1 && uniform(0, 3) == 0) {  // elastic: also runs on half as many ranks
+          JobDemand half = j;
+          half.world_size = world / 2;
+          half.same_node_groups.clear();
+          j.alternatives.push_back(half);
+        }
         added.push_back(j);
         queue.push_back(j);
       }
@@ -536,6 +551,7 @@ TEST(SchedulerTest, AppendedJobsAreDecidedAsByAFullPass) {
           EXPECT_EQ(got->placed[i].job_id, want.placed[i].job_id);
           EXPECT_EQ(got->placed[i].ranks, want.placed[i].ranks);
           EXPECT_EQ(got->placed[i].backfilled, want.placed[i].backfilled);
+          EXPECT_EQ(got->placed[i].layout, want.placed[i].layout);
         }
         for (const auto& [id, why] : got->waiting) {
           ASSERT_TRUE(want.waiting.count(id) > 0) << id;
@@ -554,6 +570,7 @@ TEST(SchedulerTest, AppendedJobsAreDecidedAsByAFullPass) {
         EXPECT_EQ(r.waiting, want.waiting);
       }
       for (const PlacementDecision& d : want.placed) {
+        smaller_layouts += d.layout > 0;
         running.push_back(d.job_id);
         queue.erase(std::remove_if(queue.begin(), queue.end(),
                                    [&](const JobDemand& j) { return j.job_id == d.job_id; }),
@@ -566,6 +583,7 @@ TEST(SchedulerTest, AppendedJobsAreDecidedAsByAFullPass) {
   EXPECT_GT(full_passes, 100);
   EXPECT_GT(appended_placed, 10);
   EXPECT_GT(appended_waiting, 200);
+  EXPECT_GT(smaller_layouts, 10);
 }
 
 }  // namespace

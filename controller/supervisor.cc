@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/elastic.h"
+#include "common/job_layout.h"
 #include "common/logging.h"
 #include "common/memory_plan.h"
 #include "common/proto_enum.h"
@@ -16,6 +18,15 @@
 
 namespace dhp::controller {
 namespace {
+
+// Puts an elastic job's chosen layout into its spec; " on layout NEW (was OLD), within its
+// elastic bounds" when that changed it, else "".
+std::string ElasticRelayout(const v1::JobSpec& chosen, v1::Job* job) {
+  if (LayoutForSpec(chosen).DebugString() == LayoutForSpec(job->spec()).DebugString()) return "";
+  const std::string change = DescribeLayoutChange(job->spec(), chosen);
+  *job->mutable_spec() = chosen;
+  return change + ", within its elastic bounds";
+}
 
 // "node-a: cpu 0,1; node-b: gpu 0,1,2,3"
 std::string DescribePlacement(const std::vector<v1::RankPlacement>& placement) {
@@ -203,9 +214,24 @@ void Supervisor::EndUnrecoverable(v1::Job job, const absl::Status& why, int64_t 
                  << (s.ok() ? "; it is now " + ShortName(to) : "; left as it is: " + s.ToString());
 }
 
+Supervisor::Queued Supervisor::QueuedFor(const RunId& id, const v1::JobSpec& spec,
+                                         int64_t submit_seq) const {
+  Queued q{id, {}, {}};
+  if (spec.has_elastic()) {
+    q.layouts = ElasticLayouts(spec, SpecOptions{options_.checkpoint_root, nullptr});
+  }
+  if (q.layouts.size() > 1) {
+    q.demand = DemandForLayouts(id.Key(), q.layouts, submit_seq);
+  } else {
+    q.layouts.clear();
+    q.demand = DemandForSpec(id.Key(), spec, submit_seq);
+  }
+  return q;
+}
+
 absl::Status Supervisor::CheckAdmission(const v1::JobSpec& spec) const {
   DHP_CHECK_ON_THREAD(loop_);
-  const JobDemand demand = DemandForSpec("", spec, 0);
+  const JobDemand demand = QueuedFor(RunId{}, spec, 0).demand;
   absl::Status s = scheduler_.CheckFeasible(demand);
   if (s.ok()) return s;
   std::string message = absl::StrCat("the job can never fit this cluster: ", s.message());
@@ -223,7 +249,7 @@ absl::Status Supervisor::CheckAdmission(const v1::JobSpec& spec) const {
 void Supervisor::OnJobQueued(const v1::Job& job) {
   DHP_CHECK_ON_THREAD(loop_);
   const RunId id{job.id(), job.current_attempt()};
-  queue_[id.Key()] = Queued{id, DemandForSpec(id.Key(), job.spec(), job.submit_seq())};
+  queue_[id.Key()] = QueuedFor(id, job.spec(), job.submit_seq());
   appended_.push_back(id.Key());
 }
 
@@ -353,6 +379,9 @@ absl::Status Supervisor::Place(const PlacementDecision& decision, std::vector<v1
     return absl::OkStatus();
   }
   const RunId id = queued->second.id;
+  const std::vector<v1::JobSpec>& layouts = queued->second.layouts;
+  const v1::JobSpec* chosen =
+      decision.layout < static_cast<int>(layouts.size()) ? &layouts[decision.layout] : nullptr;
   absl::StatusOr<Loaded> loaded = Load(id);
   if (!loaded.ok() || loaded->job.state() != v1::JOB_STATE_QUEUED) {
     queue_.erase(queued);  // stale queue entry: the job moved on meanwhile
@@ -375,10 +404,11 @@ absl::Status Supervisor::Place(const PlacementDecision& decision, std::vector<v1
     run.set_queue_wait_seconds(waited);
     run.set_checkpoint_dir(checkpoints_.RunDirectory(job, id.attempt));
     run.set_world_size(static_cast<int>(decision.ranks.size()));
+    const std::string relayout = chosen != nullptr ? ElasticRelayout(*chosen, &job) : "";
     const std::string reason =
-        absl::StrFormat("placed on %s after %.1f s in the queue%s",
+        absl::StrFormat("placed on %s after %.1f s in the queue%s%s",
                         DescribePlacement(active.placement), waited,
-                        decision.backfilled ? " (backfilled)" : "");
+                        decision.backfilled ? " (backfilled)" : "", relayout);
     MoveRun(job, run, v1::RUN_STATE_STARTING, reason, now, &write);
     active.start_step = run.start_step();
     active.stall_timeout_s = job.spec().restart().stall_timeout_s();

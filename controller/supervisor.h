@@ -240,7 +240,12 @@ class Supervisor {
   struct Queued {
     RunId id;
     JobDemand demand;  // demand.job_id is id.Key(), the Scheduler's allocation key
+    // An elastic job's layouts (common/elastic.h), index = PlacementDecision::layout; empty
+    // for a job that runs only on its spec's layout.
+    std::vector<v1::JobSpec> layouts;
   };
+  // The demand of `spec` as queued: with its elastic layouts, if it has any.
+  Queued QueuedFor(const RunId& id, const v1::JobSpec& spec, int64_t submit_seq) const;
   std::map<std::string, Queued> queue_;  // QUEUED jobs by allocation key (RunId::Key())
   std::map<RunId, ActiveRun> runs_;
   // node id -> run -> world ranks placed there, for every run in runs_ (draining included):
