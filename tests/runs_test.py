@@ -290,6 +290,46 @@ class RunsTest(ClusterJobs, unittest.TestCase):
             self.assertAlmostEqual(float(loss), float(expected[step]),
                                    delta=1e-5 * float(expected[step]), msg="step %d" % step)
 
+    def test_an_elastic_job_shrinks_to_the_free_slots_and_grows_back_on_resume(self):
+        """Issue 15 §2 elastic bounds end to end: dp 2 (4 ranks) with elastic dp 1..2 on a
+        2-slot node runs as dp 1; cancelled after a checkpoint, a second node joins, and the
+        resumed attempt takes dp 2 again, resharding the dp-1 checkpoint."""
+        self.start_worker("node-a")
+        path = spec_text(self.cluster, "elastic", steps=12, every=4)
+        with open(path, "a") as f:
+            f.write("elastic: {data_parallel_size: {min: 1}}\n")
+        with open(path) as f:
+            text = f.read().replace("data_parallel_size: 1 ", "data_parallel_size: 2 ", 1)
+        with open(path, "w") as f:
+            f.write(text)
+        job = self.submit(path)
+        wait_for(lambda: any(c["state"] == "CHECKPOINT_STATE_COMPLETE" and int(c["step"]) >= 4
+                             for c in self.job(job).get("checkpoints", [])),
+                 timeout=240, interval=0.1, what="checkpoint at step 4")
+        got = self.job(job)
+        self.assertEqual(int(got["job"]["spec"]["data_parallel_size"]), 1)
+        self.assertEqual(int(got["runs"][0]["world_size"]), 2)
+        code, out, err = self.cluster.dhpctl("events", job, "-o", "json")
+        self.assertEqual(code, 0, err)
+        placed = [e.get("reason", "") for e in map(json.loads, out.splitlines())
+                  if "elastic" in e.get("reason", "")]
+        self.assertTrue(any("on layout vision 2 (sp) x text 2 x dp 1, collocated (was vision 2 "
+                            "(sp) x text 2 x dp 2, collocated)" in r for r in placed), placed)
+        self.assertEqual(self.cluster.dhpctl("cancel", job)[0], 0)
+        self.wait_state(job, "CANCELLED", timeout=30)
+        self.start_worker("node-b")
+        code, out, err = self.cluster.dhpctl("resume", job)
+        self.assertEqual(code, 0, err)
+        self.wait_state(job, "SUCCEEDED")
+        got = self.job(job)
+        self.assertEqual(int(got["job"]["spec"]["data_parallel_size"]), 2)
+        self.assertEqual(int(got["runs"][1]["world_size"]), 4)
+        self.assertGreaterEqual(int(got["runs"][1]["start_step"]), 4)
+        code, log, err = self.cluster.dhpctl("logs", job, "--attempt", "2", "--rank", "3")
+        self.assertEqual(code, 0, err)
+        self.assertIn("of layout vision 2 (sp) x text 2 x dp 1, collocated into vision 2 (sp) x "
+                      "text 2 x dp 2, collocated", log)
+
     def test_two_jobs_compete_and_the_second_waits_whole(self):
         self.start_worker("node-a", slots=3)  # room for one 2-rank job only
         first = self.submit(spec_text(self.cluster, "first", steps=12, every=0))
