@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "worker/rank/retry_unavailable.h"
 
 namespace dhp {
 
@@ -49,7 +50,7 @@ absl::Status CheckpointWriter::Submit(CheckpointTask task) {
     return status_;
   }
   std::unique_lock<std::mutex> lock(mu_);
-  ended_.wait(lock, [&] { return !status_.ok() || in_flight_ < options_.max_in_flight; });
+  ended_.wait(lock, [&] { return HasRoom(); });
   if (!status_.ok()) return status_;
   queue_.push_back(std::move(q));
   ++in_flight_;
@@ -57,6 +58,16 @@ absl::Status CheckpointWriter::Submit(CheckpointTask task) {
   lock.unlock();
   work_.notify_one();
   return absl::OkStatus();
+}
+
+absl::Status CheckpointWriter::WaitForRoom() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (options_.async) ended_.wait(lock, [&] { return HasRoom(); });
+  return status_;
+}
+
+bool CheckpointWriter::HasRoom() const {
+  return !status_.ok() || in_flight_ < options_.max_in_flight;
 }
 
 absl::Status CheckpointWriter::status() const {
@@ -96,7 +107,6 @@ void CheckpointWriter::Loop() {
     }
     lock.unlock();
     absl::StatusOr<std::string> outcome = Run(q);
-    q = Queued{};  // frees the snapshot before the next task starts
     lock.lock();
     Finish(outcome);
     --in_flight_;
@@ -107,13 +117,41 @@ void CheckpointWriter::Loop() {
 absl::StatusOr<std::string> CheckpointWriter::Run(Queued& q) const {
   const int64_t step = q.task.step;
   absl::StatusOr<v1::ReportCheckpointRequest> req = q.task.write();
+  q.task.write = nullptr;  // frees the snapshot: the report may wait long for the controller
   if (!req.ok()) return AtStep(step, req.status(), "");
-  if (absl::Status s = report_(*req); !s.ok()) return AtStep(step, s, "ReportCheckpoint: ");
+  if (absl::Status s = Report(*req); !s.ok()) return AtStep(step, s, "ReportCheckpoint: ");
   const double since = std::chrono::duration<double>(Clock::now() - q.submitted).count();
   return absl::StrFormat("checkpoint step %d: %s/%s, %d bytes, crc32c %s, write %.3f s, "
                          "reported %.3f s after submit",
                          step, req->path(), req->shard().file(), req->shard().size_bytes(),
                          req->shard().crc32c(), req->write_seconds(), since);
+}
+
+absl::Status CheckpointWriter::Report(const v1::ReportCheckpointRequest& req) const {
+  UntilAnsweredOptions retry;
+  retry.max_backoff = options_.max_backoff;
+  retry.sleep = options_.sleep;
+  retry.note_every = options_.note_every;
+  if (options_.log) {
+    retry.note = [&](std::chrono::milliseconds outage, const absl::Status& last) {
+      options_.log(OutageLine(req.step(), outage, last));
+    };
+  }
+  return RetryUntilAnswered([&] { return report_(req); }, retry);
+}
+
+std::string CheckpointWriter::OutageLine(int64_t step, std::chrono::milliseconds outage,
+                                         const absl::Status& last) const {
+  const std::string head = absl::StrFormat(
+      "checkpoint at step %d: ReportCheckpoint unanswered for %d s (%s); retrying every %.3g s",
+      step, std::chrono::duration_cast<std::chrono::seconds>(outage).count(), last.ToString(),
+      std::chrono::duration<double>(options_.max_backoff).count());
+  if (!options_.async) return head + "; training waits (checkpoint.async_write is off)";
+  const int n = in_flight();
+  return absl::StrFormat("%s; %d of at most %d checkpoints in flight%s", head, n,
+                         options_.max_in_flight,
+                         n >= options_.max_in_flight ? ": the next checkpoint waits"
+                                                     : ", training goes on");
 }
 
 void CheckpointWriter::Finish(const absl::StatusOr<std::string>& outcome) {

@@ -5,24 +5,35 @@
 // The training thread snapshots its state into memory of its own at a step boundary
 // (rank_checkpoint.h SnapshotToHost) and hands Submit a task: a function that writes that
 // snapshot as the shard and returns the ReportCheckpointRequest that describes it. One
-// background thread runs the tasks in submission order: write, then `report` (which retries
-// while the controller is unavailable, within its own budget: job_rank.cc's
-// RetryWhileUnavailable). A task's snapshot is freed when its task ends.
+// background thread runs the tasks in submission order: write, then `report`. A task's
+// snapshot is freed once it is written (its `write` function is dropped), before the report.
 //
+//  - Reports: a report the controller does not answer (UNAVAILABLE, DEADLINE_EXCEEDED:
+//    retry_unavailable.h) is sent again, backing off from 100 ms to options.max_backoff, for as
+//    long as it takes: a controller outage fails no rank. While it lasts, options.log gets a
+//    line once a minute (options.note_every): "checkpoint at step 200: ReportCheckpoint
+//    unanswered for 61 s (UNAVAILABLE: ...); retrying every 10 s; 2 of at most 2 checkpoints in
+//    flight: the next checkpoint waits". Any other answer (FAILED_PRECONDITION, NOT_FOUND,
+//    INVALID_ARGUMENT, ...) is final: a failure, at once.
 //  - Bound: at most `max_in_flight` checkpoints are in flight (submitted, not yet written and
-//    reported). Submit waits for the oldest one to end when the bound is reached: the host
-//    memory of snapshots is at most max_in_flight of them (plus the one being taken).
+//    reported): the only bound on an outage. Submit waits for the oldest one to end when the
+//    bound is reached (training waits at that step boundary); WaitForRoom waits for the same
+//    before the caller takes its snapshot, so that snapshots alive are at most max_in_flight
+//    (fewer while reports wait: a written checkpoint holds none).
 //  - Failures: the first write or report failure is kept, as "checkpoint at step <S>: <cause>"
 //    with the cause's code; status() returns it from then on (the training loop checks it at
 //    every step boundary and fails the rank), Submit returns it instead of queuing, and tasks
 //    still queued are dropped unwritten.
 //  - Drain() waits until nothing is in flight and returns status(); the destructor drains too.
+//    With the controller down, that is until it answers (or the process is killed: see
+//    job_rank.h for what bounds it).
 //  - Synchronous mode (async false, checkpoint.async_write: false): Submit runs the task on the
 //    caller's thread before it returns; same results, no thread, no second copy of the state.
 //
 // Completed checkpoints leave a line each ("checkpoint step 2: <path>/<file>, 123 bytes, crc32c
 // 0a1b2c3d, write 0.012 s, reported 0.015 s after submit") for TakeNotes, so that the caller's
-// log is only ever called from its own thread.
+// log is only ever called from its own thread; only the outage lines go to options.log, from
+// the thread that reports, as they happen (a training thread waiting for the bound cannot).
 //
 // Thread-safety: every method may be called from any thread; normally the training thread
 // calls them and the writer's own thread runs the tasks and `report`.
@@ -54,10 +65,19 @@ struct CheckpointTask {
 struct CheckpointWriterOptions {
   bool async = true;
   int max_in_flight = 2;  // >= 1
+  // Retries of a report the controller does not answer: back-off 100 ms doubling to this.
+  std::chrono::milliseconds max_backoff = std::chrono::seconds(10);
+  // Between retries; null: std::this_thread::sleep_for. Called on the thread that reports.
+  std::function<void(std::chrono::milliseconds)> sleep;
+  // A line while a report goes unanswered, every note_every; called on the thread that
+  // reports (the writer's own, when async), so it must be thread-safe. Null: none.
+  std::chrono::milliseconds note_every = std::chrono::minutes(1);
+  std::function<void(const std::string&)> log;
 };
 
 class CheckpointWriter {
  public:
+  // One attempt at telling the controller (CheckpointWriter retries it).
   using ReportFn = std::function<absl::Status(const v1::ReportCheckpointRequest&)>;
 
   CheckpointWriter(ReportFn report, CheckpointWriterOptions options);
@@ -70,6 +90,9 @@ class CheckpointWriter {
   // are in flight. Returns status(): the first failure so far, this task's included in sync
   // mode.
   absl::Status Submit(CheckpointTask task);
+  // Async: waits until Submit would queue at once (fewer than max_in_flight in flight, or a
+  // failure); sync: does not wait. Returns status(). Call it before taking a snapshot.
+  absl::Status WaitForRoom();
   // The first failure so far; OK if none. Does not wait.
   absl::Status status() const;
   // Waits until every submitted checkpoint is written and reported (or dropped after a
@@ -86,8 +109,15 @@ class CheckpointWriter {
     std::chrono::steady_clock::time_point submitted;
   };
   void Loop();
-  // Writes and reports; the note on success, the annotated failure otherwise.
+  // Writes (then drops q.task.write and with it the snapshot) and reports; the note on
+  // success, the annotated failure otherwise.
   absl::StatusOr<std::string> Run(Queued& q) const;
+  bool HasRoom() const;  // mu_ held
+  // `report_` until the controller answers (RetryUntilAnswered), logging a long outage.
+  absl::Status Report(const v1::ReportCheckpointRequest& req) const;
+  // The line of a report of `step` unanswered for `outage`.
+  std::string OutageLine(int64_t step, std::chrono::milliseconds outage,
+                         const absl::Status& last) const;
   void Finish(const absl::StatusOr<std::string>& outcome);  // mu_ held
 
   const ReportFn report_;

@@ -1,8 +1,9 @@
 // CheckpointWriter with fake write tasks and a fake controller: submitting never waits for a
-// controller that is down (the report is retried in the background and delivered once it is
-// back), at most max_in_flight checkpoints are in flight, a write or report failure is kept
-// and names the step and the cause, destruction drains, and synchronous mode runs the task
-// before Submit returns.
+// controller that is down (the report is retried in the background, however long the outage,
+// with a line now and then, and delivered once it is back), at most max_in_flight checkpoints
+// are in flight (the only bound on an outage), a write failure or a definite answer to a report
+// is kept and names the step and the cause, destruction drains, and synchronous mode runs the
+// task before Submit returns.
 #include "worker/rank/checkpoint_writer.h"
 
 #include <gmock/gmock.h>
@@ -11,12 +12,13 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "worker/rank/retry_unavailable.h"
 
 namespace dhp {
 namespace {
@@ -44,12 +46,14 @@ class Gate {
   bool open_ = false;
 };
 
-// The controller's side: records the steps it accepted; UNAVAILABLE while down.
+// The controller's side: records the steps it accepted; UNAVAILABLE while down (and for the
+// first `down_for_calls` calls), DEADLINE_EXCEEDED while unreachable.
 struct FakeController {
   absl::Status Report(const v1::ReportCheckpointRequest& r) {
     std::lock_guard<std::mutex> lock(mu);
     ++calls;
-    if (down) return absl::UnavailableError("controller restarting");
+    if (down || calls <= down_for_calls) return absl::UnavailableError("controller restarting");
+    if (unreachable) return absl::DeadlineExceededError("Deadline Exceeded");
     if (!reject.ok()) return reject;
     steps.push_back(r.step());
     return absl::OkStatus();
@@ -58,8 +62,18 @@ struct FakeController {
     std::lock_guard<std::mutex> lock(mu);
     return steps;
   }
+  void SetDown(bool d) {
+    std::lock_guard<std::mutex> lock(mu);
+    down = d;
+  }
+  int Calls() {
+    std::lock_guard<std::mutex> lock(mu);
+    return calls;
+  }
   std::mutex mu;
   bool down = false;
+  bool unreachable = false;
+  int down_for_calls = 0;
   absl::Status reject;
   int calls = 0;
   std::vector<int64_t> steps;
@@ -85,43 +99,55 @@ CheckpointTask Task(int64_t step, Gate* gate = nullptr, absl::Status fail = absl
   return t;
 }
 
+// Back-off as in production (100 ms doubling to 10 s), but each back-off sleeps 1 ms: the
+// writer counts what it was asked to sleep, so 30 retries make an outage of about 4.5 min.
 CheckpointWriterOptions Options(bool async, int max_in_flight) {
   CheckpointWriterOptions o;
   o.async = async;
   o.max_in_flight = max_in_flight;
+  o.sleep = [](std::chrono::milliseconds) { std::this_thread::sleep_for(1ms); };
   return o;
 }
+
+CheckpointWriterOptions Options() { return Options(true, 2); }
 
 CheckpointWriter::ReportFn Reporter(FakeController& c) {
   return [&c](const v1::ReportCheckpointRequest& r) { return c.Report(r); };
 }
 
-// As job_rank.cc reports: retried while UNAVAILABLE, for a budget of 300 s (backed off 1 ms).
-CheckpointWriter::ReportFn RetryingReporter(FakeController& c) {
-  return [&c](const v1::ReportCheckpointRequest& r) {
-    return RetryWhileUnavailable([&] { return c.Report(r); }, 300s,
-                                 [](std::chrono::milliseconds) { std::this_thread::sleep_for(1ms); });
-  };
+// The lines the writer logs (from its own thread).
+struct Lines {
+  std::function<void(const std::string&)> Sink() {
+    return [this](const std::string& line) {
+      std::lock_guard<std::mutex> lock(mu);
+      lines.push_back(line);
+    };
+  }
+  std::vector<std::string> Get() {
+    std::lock_guard<std::mutex> lock(mu);
+    return lines;
+  }
+  std::mutex mu;
+  std::vector<std::string> lines;
+};
+
+void WaitForCalls(FakeController& c, int n) {
+  while (c.Calls() < n) std::this_thread::sleep_for(1ms);
 }
 
 TEST(CheckpointWriterTest, AControllerThatIsDownDoesNotHoldUpTrainingAndHearsOfItOnceBack) {
   FakeController controller;
   controller.down = true;
-  CheckpointWriter writer(RetryingReporter(controller), {});
+  CheckpointWriter writer(Reporter(controller), Options());
   const auto t0 = std::chrono::steady_clock::now();
   ASSERT_TRUE(writer.Submit(Task(100)).ok());
   // "Training" goes on: the boundary returned at once, and nothing failed meanwhile.
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
-  while ([&] { std::lock_guard<std::mutex> l(controller.mu); return controller.calls < 3; }()) {
-    std::this_thread::sleep_for(1ms);
-  }
+  WaitForCalls(controller, 3);
   EXPECT_TRUE(writer.status().ok()) << writer.status();
   EXPECT_EQ(writer.in_flight(), 1);
   EXPECT_TRUE(controller.Steps().empty());
-  {
-    std::lock_guard<std::mutex> lock(controller.mu);
-    controller.down = false;
-  }
+  controller.SetDown(false);
   ASSERT_TRUE(writer.Submit(Task(200)).ok());
   EXPECT_TRUE(writer.Drain().ok()) << writer.status();
   EXPECT_EQ(writer.in_flight(), 0);
@@ -179,28 +205,104 @@ TEST(CheckpointWriterTest, AWriteFailureIsKeptNamingTheStepAndLaterCheckpointsAr
   EXPECT_TRUE(controller.Steps().empty());
 }
 
-TEST(CheckpointWriterTest, AReportRefusedOrUnavailableBeyondTheBudgetFailsNamingTheStep) {
+TEST(CheckpointWriterTest, AnOutageFarPastTheOldBudgetFailsNothingAndOnlyTheBoundWaits) {
   FakeController controller;
-  controller.reject = absl::FailedPreconditionError("attempt 1 of job j is no longer current");
-  CheckpointWriter writer(Reporter(controller), {});
-  ASSERT_TRUE(writer.Submit(Task(8)).ok());
-  const absl::Status s = writer.Drain();
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(s.message(),
-            "checkpoint at step 8: ReportCheckpoint: attempt 1 of job j is no longer current");
+  controller.down = true;
+  Lines log;
+  CheckpointWriterOptions o = Options(true, 2);
+  o.log = log.Sink();
+  CheckpointWriter writer(Reporter(controller), o);
+  ASSERT_TRUE(writer.Submit(Task(1)).ok());
+  // Training goes on while step 1's report is retried 40 times: backed off 100 ms .. 10 s, that
+  // is 333 s, past the 300 s (dhp-rank's --timeout) that once failed the rank.
+  int steps = 0;
+  while (controller.Calls() < 40) {
+    ASSERT_TRUE(writer.status().ok()) << "step boundary " << steps << ": " << writer.status();
+    ++steps;
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_GT(steps, 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(writer.Submit(Task(2)).ok());  // a second checkpoint: taken at once
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+  std::atomic<bool> third_snapshot{false}, third_returned{false};
+  std::thread boundary([&] {  // as job_rank.cc: room first, then the snapshot, then Submit
+    EXPECT_TRUE(writer.WaitForRoom().ok());
+    third_snapshot = true;
+    EXPECT_TRUE(writer.Submit(Task(3)).ok());
+    third_returned = true;
+  });
+  std::this_thread::sleep_for(200ms);
+  EXPECT_FALSE(third_snapshot) << "a third snapshot was taken with two checkpoints unreported";
+  EXPECT_FALSE(third_returned);
+  EXPECT_EQ(writer.in_flight(), 2);
+  EXPECT_TRUE(writer.status().ok()) << writer.status();
+  EXPECT_TRUE(controller.Steps().empty());
+  controller.SetDown(false);  // back: the reports go out in order, and the third is taken
+  boundary.join();
+  EXPECT_TRUE(writer.Drain().ok()) << writer.status();
+  EXPECT_THAT(controller.Steps(), ElementsAre(1, 2, 3));
+  // Operators see why, about once a minute of the outage (the first after a minute).
+  const std::vector<std::string> lines = log.Get();
+  ASSERT_GE(lines.size(), 5u);
+  EXPECT_THAT(lines[0], ::testing::MatchesRegex(
+                            "checkpoint at step 1: ReportCheckpoint unanswered for 6[0-9] s "
+                            "\\(UNAVAILABLE: controller restarting\\); retrying every 10 s; 1 of "
+                            "at most 2 checkpoints in flight, training goes on"));
+  EXPECT_THAT(lines, ::testing::Contains(HasSubstr(
+                         "2 of at most 2 checkpoints in flight: the next checkpoint waits")));
+}
 
-  FakeController down;
-  down.down = true;
-  CheckpointWriter gives_up(
-      [&down](const v1::ReportCheckpointRequest& r) {
-        return RetryWhileUnavailable([&] { return down.Report(r); }, 1s,
-                                     [](std::chrono::milliseconds) {});
-      },
-      {});
-  ASSERT_TRUE(gives_up.Submit(Task(9)).ok());
-  const absl::Status u = gives_up.Drain();
-  EXPECT_EQ(u.code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(u.message(), "checkpoint at step 9: ReportCheckpoint: controller restarting");
+TEST(CheckpointWriterTest, AWrittenCheckpointFreesItsSnapshotWhileItsReportWaits) {
+  FakeController controller;
+  controller.down = true;
+  CheckpointWriter writer(Reporter(controller), Options());
+  auto snapshot = std::make_shared<std::vector<float>>(1000);
+  const std::weak_ptr<std::vector<float>> alive = snapshot;
+  CheckpointTask task = Task(11);
+  task.write = [inner = task.write, snapshot]() { return inner(); };
+  snapshot.reset();
+  ASSERT_TRUE(writer.Submit(std::move(task)).ok());
+  WaitForCalls(controller, 3);  // written; the report waits for the controller
+  EXPECT_TRUE(alive.expired()) << "the snapshot of a written checkpoint is still held";
+  EXPECT_EQ(writer.in_flight(), 1);
+  controller.SetDown(false);
+  EXPECT_TRUE(writer.Drain().ok()) << writer.status();
+  EXPECT_THAT(controller.Steps(), ElementsAre(11));
+}
+
+TEST(CheckpointWriterTest, AControllerThatDoesNotAnswerInTimeIsRetriedAsDown) {
+  FakeController controller;
+  controller.unreachable = true;  // DEADLINE_EXCEEDED
+  CheckpointWriter writer(Reporter(controller), Options());
+  ASSERT_TRUE(writer.Submit(Task(9)).ok());
+  WaitForCalls(controller, 40);
+  EXPECT_TRUE(writer.status().ok()) << writer.status();
+  {
+    std::lock_guard<std::mutex> lock(controller.mu);
+    controller.unreachable = false;
+  }
+  EXPECT_TRUE(writer.Drain().ok()) << writer.status();
+  EXPECT_THAT(controller.Steps(), ElementsAre(9));
+}
+
+TEST(CheckpointWriterTest, ADefiniteAnswerFailsAtOnceNamingTheStepEvenAfterAnOutage) {
+  for (const absl::Status& answer :
+       {absl::FailedPreconditionError("attempt 1 of job j is no longer current"),
+        absl::NotFoundError("no job j"),
+        absl::InvalidArgumentError("shard.file: \"../x\" is not a plain file name")}) {
+    FakeController controller;
+    controller.down_for_calls = 3;  // then the answer
+    controller.reject = answer;
+    CheckpointWriter writer(Reporter(controller), Options());
+    ASSERT_TRUE(writer.Submit(Task(8)).ok());
+    const absl::Status s = writer.Drain();
+    EXPECT_EQ(s.code(), answer.code());
+    EXPECT_EQ(s.message(), absl::StrCat("checkpoint at step 8: ReportCheckpoint: ",
+                                        answer.message()));
+    EXPECT_EQ(controller.Calls(), 4) << "retried after the answer " << answer;
+    EXPECT_EQ(writer.Submit(Task(10)), s);
+  }
 }
 
 TEST(CheckpointWriterTest, DestructionWaitsForEveryCheckpointInFlight) {

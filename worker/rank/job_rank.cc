@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <thread>
@@ -42,10 +43,6 @@ namespace dhp {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Checkpoints snapshotted and not yet written and reported, at most (host memory: this many
-// copies of the rank's state; a step boundary that would exceed it waits for the oldest).
-constexpr int kCheckpointsInFlight = 2;
 
 double SecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -145,7 +142,11 @@ class JobRank {
   // The step's metrics (RankStepMetrics) with MFU and, on a GPU, the allocator's counters.
   std::map<std::string, double> StepMetrics(const DistBatch& batch, const DistStepResult& r,
                                             double seconds);
-  void Log(const std::string& line) { options_.log(absl::StrCat(me_, ": ", line)); }
+  // From the training thread, and from the checkpoint writer's (a report's long outage).
+  void Log(const std::string& line) {
+    std::lock_guard<std::mutex> lock(log_mu_);
+    options_.log(absl::StrCat(me_, ": ", line));
+  }
   // How long the last progress report may take to reach the controller before the rank ends.
   std::chrono::milliseconds FlushTimeout() const {
     return std::min<std::chrono::milliseconds>(options_.timeout, std::chrono::seconds(30));
@@ -156,6 +157,7 @@ class JobRank {
   comm::KvClient& kv_;
   RankControl& control_;
   const std::string me_;
+  std::mutex log_mu_;  // guards the calls of options_.log
 
   comm::Layout layout_;
   ModelPreset preset_;  // the spec's preset, or its model directory's config.json
@@ -187,6 +189,11 @@ absl::StatusOr<JobRankResult> JobRank::RunImpl() {
     return absl::InvalidArgumentError(absl::StrCat(
         me_, ": --world-size ", options_.world_size, " does not match the job's layout (",
         layout_.DebugString(), "), which has ", layout_.WorldSize(), " ranks"));
+  }
+  if (options_.checkpoints_in_flight < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(me_, ": checkpoints in flight ", options_.checkpoints_in_flight,
+                     " must be at least 1 (--checkpoints-in-flight)"));
   }
   if (options_.world_rank < 0 || options_.world_rank >= layout_.WorldSize()) {
     return absl::InvalidArgumentError(absl::StrCat(me_, ": world rank out of range 0..",
@@ -447,12 +454,16 @@ absl::Status JobRank::Build() {
   // checkpoint.async_write (specs stored before the field existed: on).
   async_checkpoints_ = !spec.checkpoint().has_async_write() || spec.checkpoint().async_write();
   if (!async_checkpoints_) notes.push_back("checkpoint.async_write is off: steps wait for writes");
+  // Reports are retried for as long as the controller does not answer: only the number of
+  // checkpoints in flight bounds an outage (checkpoint_writer.h).
+  CheckpointWriterOptions wo;
+  wo.async = async_checkpoints_;
+  wo.max_in_flight = options_.checkpoints_in_flight;
+  wo.sleep = options_.sleep;
+  wo.log = [this](const std::string& line) { Log(line); };
   writer_ = std::make_unique<CheckpointWriter>(
-      [this](const v1::ReportCheckpointRequest& req) {
-        return RetryWhileUnavailable([&] { return control_.ReportCheckpoint(req); },
-                                     options_.timeout, options_.sleep);
-      },
-      CheckpointWriterOptions{async_checkpoints_, kCheckpointsInFlight});
+      [this](const v1::ReportCheckpointRequest& req) { return control_.ReportCheckpoint(req); },
+      std::move(wo));
   for (const std::string& n : notes) Log(n);
   return absl::OkStatus();
 }
@@ -576,6 +587,9 @@ absl::Status JobRank::SaveCheckpoint(int64_t step) {
     return absl::OkStatus();
   }
   const std::string where = absl::StrCat(me_, ": checkpoint at step ", step);
+  // At the in-flight bound (e.g. reports waiting for a controller that is down) the boundary
+  // waits here, before its snapshot adds one more copy of the state to host memory.
+  if (absl::Status s = writer_->WaitForRoom(); !s.ok()) return Annotate(s, me_);
   absl::StatusOr<DistTrainer::NamedTensors> state = trainer_->LiveState();
   // Asynchronous: a copy of its own (the next step changes the live tensors); synchronous: the
   // write ends before training goes on, so the live tensors are written as they are.

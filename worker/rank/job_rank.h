@@ -22,16 +22,32 @@
 //      step, when the run has a checkpoint_dir: <checkpoint_dir>/step-<%08d step>/rank-<%05d rank>
 //      .safetensors holding DistTrainer::State() and metadata (below), then
 //      control.ReportCheckpoint{job, attempt, step, world size, dir, shard, write seconds},
-//      retried while UNAVAILABLE or DEADLINE_EXCEEDED for up to options.timeout (the controller
-//      may be restarting). Without a checkpoint_dir a note says checkpoints are off.
+//      retried while the controller does not answer (UNAVAILABLE, DEADLINE_EXCEEDED: down,
+//      restarting or unreachable) for as long as that takes, backing off to 10 s, with a line
+//      in the log once a minute of the outage ("rank <R>: checkpoint at step <S>:
+//      ReportCheckpoint unanswered for 61 s (...); retrying every 10 s; 2 of at most 2
+//      checkpoints in flight: the next checkpoint waits"; checkpoint_writer.h). Any other
+//      answer (FAILED_PRECONDITION, NOT_FOUND, INVALID_ARGUMENT, ...) fails the rank.
+//      Without a checkpoint_dir a note says checkpoints are off.
 //      checkpoint.async_write (default on): the step boundary only snapshots the state to host
 //      memory (rank_checkpoint.h); the write and the report run on a background thread while
-//      training goes on (checkpoint_writer.h), at most 2 checkpoints in flight (a boundary
-//      that would start a third waits for the oldest). A failed write or report fails the rank
-//      at the next step boundary: "rank <R>: checkpoint at step <S>: <cause>". Every end below
-//      (finished, stopped, preempted) first waits until every checkpoint in flight is written
-//      and reported, and so does an error's (bounded by the report's retries). Off: the step
-//      boundary writes and reports, as the writer would, before training goes on.
+//      training goes on (checkpoint_writer.h), at most options.checkpoints_in_flight (default
+//      2) checkpoints in flight: the only bound on a controller outage, as a boundary that
+//      would start one more waits for the oldest to be written and reported. A failed write or
+//      report fails the rank at the next step boundary: "rank <R>: checkpoint at step <S>:
+//      <cause>". Off: the step boundary writes and reports, as the writer would, before
+//      training goes on.
+//      Every end below (finished, stopped, preempted) first waits until every checkpoint in
+//      flight is written and reported, and so does an error's. With the controller down this
+//      wait has no time limit of its own; it ends when the controller answers (within the 10 s
+//      back-off, plus the call's deadline, of its return: the report is taken, or refused,
+//      e.g. FAILED_PRECONDITION when the attempt is no longer current, and the rank fails), or
+//      when the rank is stopped: SIGTERM from an agent that stops (SIGKILL follows after the
+//      job's restart.preemption_grace_s) or from an eviction (SIGKILL after its grace); SIGINT
+//      from the agent, for a rank that the returned controller no longer wants (e.g. its run
+//      failed: restart.stall_timeout_s), ends it at once. An agent keeps its ranks while the
+//      controller is unreachable (worker/agent/agent.h), so a controller that never returns
+//      leaves the rank waiting, as it leaves training waiting at the in-flight bound.
 //   6. After every step the ranks agree (one all-reduce over "world" of two flags) on whether
 //      any rank's control.stop_requested(), and whether any rank was asked for a checkpoint
 //      now (control.checkpoint_requested_at() past the newest checkpoint this attempt wrote or
@@ -129,8 +145,12 @@ struct JobRankOptions {
   // Dense peak TFLOP/s of the rank's device, MFU's denominator. 0: on a GPU the dense BF16
   // peak of its model when known (KnownGpuPeakFlops), on CPU none (no MFU reported).
   double peak_tflops = 0;
-  // Rendezvous, collectives, and how long checkpoint reports are retried.
+  // Rendezvous, collectives, and how long RejectCheckpoint is retried (checkpoint reports are
+  // retried until the controller answers).
   std::chrono::milliseconds timeout = std::chrono::seconds(120);
+  // Checkpoints written or being written and not yet reported, at most (>= 1; async writes
+  // only): each holds a host copy of the rank's state.
+  int checkpoints_in_flight = 2;
   std::string kv_namespace;  // prefix of the process groups' KV keys (tests)
   // Where step lines and notes go; defaults: stdout (flushed per line) and stderr.
   std::function<void(const std::string&)> out;

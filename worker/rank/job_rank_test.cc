@@ -418,6 +418,25 @@ TEST_F(JobRankTest, AControllerThatHangsDoesNotHoldUpTrainingAndGetsEveryReportB
   }
 }
 
+TEST_F(JobRankTest, AControllerDownLongerThanTheTimeoutFailsNoRankAndGetsEveryReportOnceBack) {
+  // 100 UNAVAILABLE answers in a row: backed off (by the no-op sleep) far past the 60 s
+  // --timeout, which once bounded the retries of a report and failed the rank.
+  const JobRun run = RunJob(Describe(Root() + "/outage"), {0, 1}, [](int, FakeControl& c) {
+    c.unavailable_reports = 100;
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    const RankRun& rr = run.ranks[r];
+    ASSERT_TRUE(rr.result.ok()) << "rank " << r << ": " << rr.result.status();
+    EXPECT_EQ(rr.result->end, JobRankEnd::kFinished);
+    EXPECT_EQ(rr.control.report_calls, 102);
+    ASSERT_EQ(rr.control.checkpoints.size(), 2u);
+    EXPECT_EQ(rr.control.checkpoints[0].step(), 2);
+    EXPECT_EQ(rr.control.checkpoints[1].step(), 4);
+    // Operators see why the checkpoint is late.
+    EXPECT_THAT(rr.log, Contains(HasSubstr("checkpoint at step 2: ReportCheckpoint unanswered")));
+  }
+}
+
 TEST_F(JobRankTest, ACheckpointNowAskedOfOneRankIsWrittenByEveryRankAtTheSameStep) {
   JobDescription job = Describe(Root() + "/C");
   job.spec.mutable_checkpoint()->set_every_steps(0);  // none but the last

@@ -2,7 +2,7 @@
 // CPU slot:
 //   dhp-rank --controller HOST:PORT --job J --attempt A --world-rank R --world-size W
 //            --device cpu|cuda:0 --data-root DIR [--token-file F] [--tokenizer F] [--timeout S]
-//            [--peak-tflops T]
+//            [--peak-tflops T] [--checkpoints-in-flight N]
 // It asks the controller for the job (GetJob: the spec, this attempt's run, the checkpoint to
 // resume from), joins the job's process groups through the controller's rendezvous KV, trains
 // (job_rank.h: real data, checkpoints, resume), reports progress (rank_reporter.h) and prints
@@ -95,7 +95,13 @@ int Run(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--build-info", "Print what this binary was compiled with, and exit");
   app.add_option("--timeout", timeout_s,
-                 "Seconds for rendezvous, each collective, and retrying controller calls")
+                 "Seconds for rendezvous, each collective, and retrying GetJob and "
+                 "RejectCheckpoint (checkpoint reports are retried until the controller answers)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--checkpoints-in-flight", o.checkpoints_in_flight,
+                 "Checkpoints written and not yet reported, at most (each holds a host copy of "
+                 "the rank's state); one more waits at its step boundary")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   try {
