@@ -33,7 +33,8 @@ absl::Status Controller::ApplyNodeEvents(const std::vector<v1::Event>& events,
                                          std::vector<v1::Event>* more) {
   std::vector<v1::Event> changes;
   for (const v1::Event& e : events) {
-    if (e.type() == "node.state") changes.push_back(e);
+    // A stopping agent (a heartbeat's `stopping`) takes the node out of scheduling.
+    if (e.type() == "node.state" || e.type() == "node.stopping") changes.push_back(e);
   }
   for (const v1::Event& e : changes) {
     if (e.to_state() == "LOST") {

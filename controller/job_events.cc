@@ -51,6 +51,7 @@ void MoveRun(const v1::Job& job, v1::Run& run, v1::RunState to, const std::strin
   if (to == v1::RUN_STATE_SUCCEEDED || to == v1::RUN_STATE_FAILED ||
       to == v1::RUN_STATE_CANCELLED || to == v1::RUN_STATE_PREEMPTED) {
     *run.mutable_end_time() = MicrosToTimestamp(now_micros);
+    run.clear_checkpoint_requested_at_step();  // an ended run has no ranks to ask
   }
   if (to == v1::RUN_STATE_RUNNING) *run.mutable_start_time() = MicrosToTimestamp(now_micros);
 }

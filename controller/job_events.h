@@ -27,8 +27,9 @@ absl::Status MoveJob(v1::Job& job, v1::JobState to, const std::string& reason,
 absl::Status MoveJobToRunning(v1::Job& job, const std::string& reason, int64_t now_micros,
                               JobWrite* write);
 
-// Moves `run` to `to`, sets its reason (and end time for a final state) and appends a
-// "run.state" event of `job`'s id and the run's attempt.
+// Moves `run` to `to`, sets its reason (and end time for a final state, where a pending
+// checkpoint request is dropped) and appends a "run.state" event of `job`'s id and the run's
+// attempt.
 void MoveRun(const v1::Job& job, v1::Run& run, v1::RunState to, const std::string& reason,
              int64_t now_micros, JobWrite* write);
 

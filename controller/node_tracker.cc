@@ -51,10 +51,8 @@ void NodeTracker::EnsureLoaded() {
   }
 }
 
-absl::Status NodeTracker::SetState(Tracked& t, v1::NodeState state, const std::string& reason,
-                                   std::vector<v1::Event>* events) {
-  std::vector<v1::Event> new_events;
-  v1::Node node = t.node;
+void NodeTracker::MoveState(v1::Node& node, v1::NodeState state, const std::string& reason,
+                            std::vector<v1::Event>* new_events) const {
   if (node.state() != state) {
     v1::Event e;
     e.set_node_id(node.id());
@@ -63,9 +61,22 @@ absl::Status NodeTracker::SetState(Tracked& t, v1::NodeState state, const std::s
     e.set_from_state(node.state() == v1::NODE_STATE_UNSPECIFIED ? "" : ShortName(node.state()));
     e.set_to_state(ShortName(state));
     e.set_reason(reason);
-    new_events.push_back(e);
+    new_events->push_back(e);
   }
   node.set_state(state);
+}
+
+absl::Status NodeTracker::SetState(Tracked& t, v1::NodeState state, const std::string& reason,
+                                   std::vector<v1::Event>* events) {
+  std::vector<v1::Event> new_events;
+  v1::Node node = t.node;
+  MoveState(node, state, reason, &new_events);
+  return Persist(t, std::move(node), new_events, events);
+}
+
+absl::Status NodeTracker::Persist(Tracked& t, v1::Node node,
+                                  const std::vector<v1::Event>& new_events,
+                                  std::vector<v1::Event>* events) {
   *node.mutable_last_heartbeat_time() = MicrosToTimestamp(t.last_beat);
   absl::StatusOr<std::vector<v1::Event>> added = store_.PutNode(node, new_events);
   if (!added.ok()) return added.status();
@@ -94,6 +105,8 @@ absl::Status NodeTracker::Register(const v1::RegisterNodeRequest& req,
   node.clear_cordoned();  // the operator's, never the agent's
   node.clear_cordon_reason();
   node.clear_cordon_time();
+  node.clear_stopping();  // a registering agent is a new process: it is not stopping
+  node.clear_stopping_time();
   if (existing != nodes_.end()) {
     const v1::Node& before = existing->second.node;
     *node.mutable_register_time() = before.register_time();
@@ -101,7 +114,8 @@ absl::Status NodeTracker::Register(const v1::RegisterNodeRequest& req,
     node.set_cordoned(before.cordoned());
     node.set_cordon_reason(before.cordon_reason());
     if (before.has_cordon_time()) *node.mutable_cordon_time() = before.cordon_time();
-    reason = "re-registered";
+    reason = before.stopping() ? "re-registered (a new agent: no longer stopping)"
+                               : "re-registered";
   } else {
     *node.mutable_register_time() = MicrosToTimestamp(now);
     node.set_state(v1::NODE_STATE_UNSPECIFIED);
@@ -130,6 +144,7 @@ absl::Status NodeTracker::Heartbeat(const v1::HeartbeatRequest& req,
   const int64_t now = clock_.NowMicros();
   t.last_beat = now;
   t.heard = true;
+  if (req.stopping() && !t.node.stopping()) return MarkStopping(t, events);
   if (t.node.state() != v1::NODE_STATE_READY) {
     return SetState(t, v1::NODE_STATE_READY, "heartbeat resumed", events);
   }
@@ -139,6 +154,23 @@ absl::Status NodeTracker::Heartbeat(const v1::HeartbeatRequest& req,
     due_.push_back(t.node.id());
   }
   return absl::OkStatus();
+}
+
+absl::Status NodeTracker::MarkStopping(Tracked& t, std::vector<v1::Event>* events) {
+  const int64_t now = clock_.NowMicros();
+  std::vector<v1::Event> new_events;
+  v1::Node node = t.node;
+  MoveState(node, v1::NODE_STATE_READY, "heartbeat resumed", &new_events);
+  node.set_stopping(true);
+  *node.mutable_stopping_time() = MicrosToTimestamp(now);
+  v1::Event e;
+  e.set_node_id(node.id());
+  *e.mutable_time() = MicrosToTimestamp(now);
+  e.set_type("node.stopping");
+  e.set_reason("the agent is shutting down: its ranks checkpoint and exit; no new ranks are "
+               "placed here until an agent registers the node again");
+  new_events.push_back(e);
+  return Persist(t, std::move(node), new_events, events);
 }
 
 absl::StatusOr<v1::Node> NodeTracker::SetCordon(const std::string& node_id, bool cordoned,

@@ -11,6 +11,10 @@
 // controller restart every
 // node gets a fresh grace period (its agent cannot have heartbeated while we were down).
 //
+// A heartbeat with `stopping` (the agent is shutting down) marks the node stopping, once, with
+// a "node.stopping" event: like a cordon, no new ranks go there, but it is the agent's, kept
+// apart from the operator's cordon, and cleared when an agent registers the node again.
+//
 // Thread-safety: not thread-safe; the Controller calls it only on its loop thread.
 #ifndef DHP_CONTROLLER_NODE_TRACKER_H_
 #define DHP_CONTROLLER_NODE_TRACKER_H_
@@ -65,9 +69,17 @@ class NodeTracker {
     bool heard = false;        // it has beaten or registered since this tracker started
   };
   void EnsureLoaded();
+  // Moves `node` to `state`, with a "node.state" event in `new_events` when it changes.
+  void MoveState(v1::Node& node, v1::NodeState state, const std::string& reason,
+                 std::vector<v1::Event>* new_events) const;
   // Persists `t` in `state` (with an event when the state changes) at its newest beat time.
   absl::Status SetState(Tracked& t, v1::NodeState state, const std::string& reason,
                         std::vector<v1::Event>* events);
+  // The agent said it is stopping: stores the node READY and stopping, with its events.
+  absl::Status MarkStopping(Tracked& t, std::vector<v1::Event>* events);
+  // Stores `node` (at `t`'s newest beat time) with `new_events`; then `t` holds it.
+  absl::Status Persist(Tracked& t, v1::Node node, const std::vector<v1::Event>& new_events,
+                       std::vector<v1::Event>* events);
   absl::Status FlushDue(bool all);
 
   Store& store_;

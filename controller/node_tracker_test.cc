@@ -372,6 +372,73 @@ TEST_F(NodeTrackerTest, ACordonIsStoredWithAnEventAndOutlivesReRegistrationAndRe
   EXPECT_TRUE(events.empty());
 }
 
+// A heartbeat that says stopping (the agent got SIGTERM) marks the node stopping, once, with
+// an event; the mark outlives a controller restart, and only a registration (a new agent)
+// clears it. It never touches the operator's cordon, nor the cordon it.
+TEST_F(NodeTrackerTest, AStoppingAgentMarksItsNodeUntilAnAgentRegistersAgain) {
+  std::vector<v1::Event> events;
+  ASSERT_TRUE(Register(NodeRequest("n1"), &events).ok());
+  ASSERT_TRUE(tracker_->SetCordon("n1", true, "kernel upgrade", &events).ok());
+  events.clear();
+  clock_.AdvanceMicros(5 * kSecond);
+  v1::HeartbeatRequest stopping;
+  stopping.set_node_id("n1");
+  stopping.set_stopping(true);
+  ASSERT_TRUE(tracker_->Heartbeat(stopping, &events).ok());
+  const std::string why =
+      "the agent is shutting down: its ranks checkpoint and exit; no new ranks are placed here "
+      "until an agent registers the node again";
+  EXPECT_EQ(Rows(events), (std::vector<EventRow>{{"n1", "node.stopping", "", "", why}}));
+  v1::Node node = *tracker_->Get("n1");
+  EXPECT_TRUE(node.stopping());
+  EXPECT_EQ(TimestampToMicros(node.stopping_time()), clock_.NowMicros());
+  EXPECT_EQ(node.state(), v1::NODE_STATE_READY);  // it still reports its ranks
+  EXPECT_TRUE(node.cordoned());
+  EXPECT_TRUE(store_->GetNode("n1")->stopping());
+  events.clear();  // said again: nothing new
+  ASSERT_TRUE(tracker_->Heartbeat(stopping, &events).ok());
+  ASSERT_TRUE(Heartbeat("n1", &events).ok());  // a beat without it does not clear it
+  EXPECT_TRUE(events.empty());
+  EXPECT_TRUE(tracker_->Get("n1")->stopping());
+  // A controller restart reads it back.
+  tracker_ = std::make_unique<NodeTracker>(*store_, clock_, options_);
+  EXPECT_TRUE(tracker_->Get("n1")->stopping());
+  // A LOST node that comes back stopping is READY and stopping in one write.
+  clock_.AdvanceMicros(60 * kSecond);
+  ASSERT_TRUE(Register(NodeRequest("n2"), &events).ok());
+  clock_.AdvanceMicros(11 * kSecond);
+  Check();
+  ASSERT_EQ(StateOf("n2"), v1::NODE_STATE_LOST);
+  events.clear();
+  stopping.set_node_id("n2");
+  ASSERT_TRUE(tracker_->Heartbeat(stopping, &events).ok());
+  EXPECT_EQ(Rows(events), (std::vector<EventRow>{
+                              {"n2", "node.state", "LOST", "READY", "heartbeat resumed"},
+                              {"n2", "node.stopping", "", "", why}}));
+  EXPECT_EQ(StateOf("n2"), v1::NODE_STATE_READY);
+  EXPECT_TRUE(store_->GetNode("n2")->stopping());
+  // A cordon and an uncordon are the operator's: the agent's mark stays.
+  ASSERT_TRUE(tracker_->SetCordon("n2", true, "", &events).ok());
+  ASSERT_TRUE(tracker_->SetCordon("n2", false, "", &events).ok());
+  EXPECT_TRUE(tracker_->Get("n2")->stopping());
+  // n1's agent exited (LOST since), restarts and registers, even claiming to stop: not stopping.
+  ASSERT_EQ(StateOf("n1"), v1::NODE_STATE_LOST);
+  EXPECT_TRUE(store_->GetNode("n1")->stopping());
+  events.clear();
+  v1::RegisterNodeRequest again = NodeRequest("n1");
+  again.mutable_node()->set_stopping(true);
+  ASSERT_TRUE(Register(again, &events).ok());
+  EXPECT_EQ(Rows(events),
+            (std::vector<EventRow>{{"n1", "node.state", "LOST", "READY",
+                                    "re-registered (a new agent: no longer stopping)"}}));
+  node = *tracker_->Get("n1");
+  EXPECT_FALSE(node.stopping());
+  EXPECT_FALSE(node.has_stopping_time());
+  EXPECT_TRUE(node.cordoned());  // the operator's cordon stays
+  EXPECT_EQ(node.cordon_reason(), "kernel upgrade");
+  EXPECT_FALSE(store_->GetNode("n1")->stopping());
+}
+
 TEST_F(NodeTrackerTest, ABadCordonRequestNamesTheFieldAndChangesNothing) {
   std::vector<v1::Event> events;
   ASSERT_TRUE(Register(NodeRequest("n1"), &events).ok());

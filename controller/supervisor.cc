@@ -172,6 +172,9 @@ absl::Status Supervisor::Recover() {
       }
       run.start_step = loaded->run.start_step();
       run.max_step = loaded->run.last_step();
+      if (loaded->run.has_checkpoint_requested_at_step()) {  // CheckpointJob, not yet answered
+        run.checkpoint_at = loaded->run.checkpoint_requested_at_step();
+      }
       run.last_advance_micros = now;  // fresh stall and launch periods after a restart
       run.placed_micros = now;
       run.stall_timeout_s = job.spec().restart().stall_timeout_s();
@@ -292,7 +295,8 @@ void Supervisor::OnNodeChanged(const v1::Node& node) {
   } else if (cap.slots > 0) {
     cap.memory_bytes_per_slot = res.memory_bytes() / cap.slots;
   }
-  cap.schedulable = node.state() == v1::NODE_STATE_READY && !node.cordoned();
+  cap.schedulable =
+      node.state() == v1::NODE_STATE_READY && !node.cordoned() && !node.stopping();
   scheduler_.UpsertNode(cap);
   if (node.state() == v1::NODE_STATE_READY) {
     lost_nodes_.erase(node.id());

@@ -84,8 +84,9 @@ struct ActiveRun {
   bool draining = false;             // ended: its ranks must go; slots held until they have
   bool cancelling = false;           // drained -> the job becomes CANCELLED
   // Checkpoint now (CheckpointJob): the ranks are told to write a checkpoint at the first step
-  // boundary at or after this step, until a shard of such a step is reported. In memory: a
-  // controller restart forgets a request not yet answered by a shard.
+  // boundary at or after this step, until a shard of such a step is reported. Stored too
+  // (Run.checkpoint_requested_at_step, until such a checkpoint is COMPLETE or the run ends), so
+  // that Recover asks again after a controller restart.
   std::optional<int64_t> checkpoint_at;
   // Preempt (a drain of a node holding its ranks): the ranks are told to checkpoint at their
   // next step boundary and exit kRankExitPreempted; a run still not ended at the deadline is
@@ -130,8 +131,8 @@ class Supervisor {
   absl::Status PreemptRunsOn(const std::string& node_id, const std::string& why,
                              std::vector<std::string>* job_ids, std::vector<v1::Event>* events);
 
-  // Node inventory: a registration, a state change or a cordon of a node (cordoned and LOST
-  // nodes get no new ranks).
+  // Node inventory: a registration, a state change, a cordon or a stopping agent of a node
+  // (cordoned, stopping and LOST nodes get no new ranks).
   void OnNodeChanged(const v1::Node& node);
   // A node went LOST: every run with ranks on it fails; draining runs stop waiting for it.
   absl::Status OnNodeLost(const std::string& node_id, std::vector<v1::Event>* events);

@@ -29,7 +29,9 @@ absl::Status Supervisor::RequestCheckpoint(const std::string& job_id,
   // loses no step.
   if (!joined) run->checkpoint_at = std::max(run->max_step, run->start_step + 1);
   const int64_t at = *run->checkpoint_at;
-  absl::Status s = Transition(run->id, events, [&](v1::Job& j, v1::Run&, int64_t now, JobWrite& w) {
+  absl::Status s = Transition(run->id, events, [&](v1::Job& j, v1::Run& r, int64_t now,
+                                                   JobWrite& w) {
+    r.set_checkpoint_requested_at_step(at);  // asked again after a controller restart
     w.events.push_back(JobEvent(j, now, "checkpoint", "", "REQUESTED",
                                 absl::StrCat("checkpoint requested by user",
                                              joined ? " (joins the pending request)" : "",

@@ -68,6 +68,53 @@ TEST_F(SupervisorTest, CheckpointNowIsAnsweredToEveryRankUntilAShardOfThatStepOr
   EXPECT_EQ(requested, 2);
 }
 
+// A checkpoint-now request is stored with the run: a restarted controller (a new Supervisor
+// recovered from the same store) still asks the ranks for it, until a checkpoint of that step or
+// later is COMPLETE; a run that ends drops it.
+TEST_F(SupervisorTest, ACheckpointRequestSurvivesAControllerRestartUntilItIsComplete) {
+  AddNode("n1", 2);
+  const v1::Job job = Submit("checkpoint-restart");
+  StartRunning(job);
+  auto restart = [&] {
+    sup_ = std::make_unique<Supervisor>(*store_, clock_, SupervisorOptions{kRoot});
+    ASSERT_TRUE(sup_->Recover().ok());
+  };
+  ASSERT_TRUE(Progress(job, 1, 0, 4).ok());
+  ASSERT_EQ(RequestCheckpoint(job).value_or(-1), 4);
+  EXPECT_EQ(Run(job.id(), 1).checkpoint_requested_at_step(), 4);
+  restart();
+  for (int rank : {0, 1}) {
+    ASSERT_TRUE(Progress(job, 1, rank, 5).ok());
+    EXPECT_TRUE(last_progress_.checkpoint()) << "rank " << rank;
+    EXPECT_EQ(last_progress_.checkpoint_at_step(), 4);
+  }
+  // The ranks agree and write at step 5: the first shard answers them, but the stored request
+  // stays until the checkpoint is COMPLETE (asking again after a restart is harmless: a rank
+  // writes only when asked past its newest checkpoint).
+  ASSERT_TRUE(Shard(job, 1, 0, 5).ok());
+  ASSERT_TRUE(Progress(job, 1, 0, 5).ok());
+  EXPECT_FALSE(last_progress_.checkpoint());
+  EXPECT_EQ(Run(job.id(), 1).checkpoint_requested_at_step(), 4);
+  absl::StatusOr<v1::Checkpoint> done = Shard(job, 1, 1, 5);
+  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_EQ(done->state(), v1::CHECKPOINT_STATE_COMPLETE);
+  EXPECT_FALSE(Run(job.id(), 1).has_checkpoint_requested_at_step());
+  restart();
+  ASSERT_TRUE(Progress(job, 1, 0, 6).ok());
+  EXPECT_FALSE(last_progress_.checkpoint());
+
+  // Asked again, then cancelled: the ended run keeps no request.
+  ASSERT_EQ(RequestCheckpoint(job).value_or(-1), 6);
+  EXPECT_EQ(Run(job.id(), 1).checkpoint_requested_at_step(), 6);
+  Cancel(job);
+  v1::RankStatus r0 = Status(job, 1, 0, false, 0, 15), r1 = Status(job, 1, 1, false, 0, 15);
+  r0.set_stopped_by_agent(true);
+  r1.set_stopped_by_agent(true);
+  Beat("n1", {r0, r1});
+  ASSERT_EQ(Run(job.id(), 1).state(), v1::RUN_STATE_CANCELLED);
+  EXPECT_FALSE(Run(job.id(), 1).has_checkpoint_requested_at_step());
+}
+
 class DrainTest : public SupervisorTest {
  protected:
   // DrainNode as the Controller runs it: the node stored cordoned, the Supervisor told, then

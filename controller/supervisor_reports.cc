@@ -237,6 +237,21 @@ absl::Status Supervisor::OnCheckpointShard(const v1::ReportCheckpointRequest& re
       req.step() >= *run->checkpoint_at) {
     run->checkpoint_at.reset();
   }
+  // The stored request goes once such a checkpoint is COMPLETE. A failure to write that leaves
+  // it stored: after a restart the ranks would be asked for a step they have saved (a no-op).
+  const v1::Checkpoint& done = resp->checkpoint();
+  if (s.ok() && done.state() == v1::CHECKPOINT_STATE_COMPLETE &&
+      loaded->run.has_checkpoint_requested_at_step() &&
+      done.step() >= loaded->run.checkpoint_requested_at_step()) {
+    absl::Status cleared = Transition(id, events, [&](v1::Job&, v1::Run& r, int64_t, JobWrite&) {
+      if (done.step() >= r.checkpoint_requested_at_step()) r.clear_checkpoint_requested_at_step();
+      return absl::OkStatus();
+    });
+    if (!cleared.ok()) {
+      DHP_LOG(WARNING) << "job " << id.job_id << ": clearing the answered checkpoint request: "
+                       << cleared;
+    }
+  }
   return s;
 }
 

@@ -7,7 +7,8 @@ and its dhp-rank processes train the tiny job on loopback with no periodic check
   - a SIGTERM to one rank (a Kubernetes eviction) or to the agent (which passes it on to its
     ranks) makes every rank checkpoint at the step boundary where it arrived and exit 75; the
     run ends PREEMPTED and the next attempt starts from that step, without spending a restart
-    (max_restarts is 0 here, so a counted one would fail the job);
+    (max_restarts is 0 here, so a counted one would fail the job); a SIGTERM'd agent's node is
+    stopping (no new ranks) until the agent registers again;
   - `dhpctl drain NODE` does the same for the job with ranks on the node: the run ends
     PREEMPTED at the step boundary where the ranks heard of it, and the next attempt starts
     there on the other node (the drained one is cordoned until `dhpctl uncordon`);
@@ -143,8 +144,15 @@ class PreemptionTest(runs_test.ClusterJobs, unittest.TestCase):
         agent.send_signal(signal.SIGTERM)  # e.g. systemctl stop, a node drain by Kubernetes
         agent.wait(timeout=30)
         saved = self.check_preempted_at_the_signal(job, signalled_rank=0)
+        # The agent said it was stopping: its node gets no new ranks until an agent registers.
+        node = self.cluster.dhpctl_json("nodes")["nodes"][0]
+        self.assertTrue(node.get("stopping"), node)
+        self.assertFalse(node.get("cordoned", False))
+        self.assertIn(",STOPPING", self.cluster.dhpctl("nodes")[1])
+        self.assertEqual(self.state(job), "QUEUED")
         self.start_worker("node-a")
         self.wait_step(job, saved + 2)
+        self.assertFalse(self.cluster.dhpctl_json("nodes")["nodes"][0].get("stopping", False))
         self.assertEqual(int(self.job(job)["job"]["current_attempt"]), 2)
         self.assertEqual(self.cluster.dhpctl("cancel", job)[0], 0)
         self.wait_state(job, "CANCELLED")

@@ -258,7 +258,8 @@ std::string NodesTable(const std::vector<v1::Node>& nodes, int64_t now_micros) {
   for (const v1::Node& n : nodes) {
     std::string gpus = std::to_string(n.resources().gpus_size());
     if (n.resources().gpus_size() > 0) gpus += " x " + n.resources().gpus(0).name();
-    const std::string state = ShortName(n.state()) + (n.cordoned() ? ",CORDONED" : "");
+    const std::string state = ShortName(n.state()) + (n.cordoned() ? ",CORDONED" : "") +
+                              (n.stopping() ? ",STOPPING" : "");
     rows.push_back({n.id(), state, gpus, std::to_string(n.resources().cpu_slots()),
                     Bytes(n.resources().memory_bytes()),
                     Age(Micros(n.last_heartbeat_time()), now_micros) + " ago", n.address()});

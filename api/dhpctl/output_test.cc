@@ -91,6 +91,11 @@ TEST(OutputTest, ACordonedNodeAndWhatADrainAsked) {
   EXPECT_EQ(NodesTable({n}, kNow),
             "NODE   STATE           GPUS  CPU_SLOTS  MEMORY  HEARTBEAT  ADDRESS\n"
             "cpu-1  READY,CORDONED  0     4          0 B     1s ago     \n");
+  n.set_stopping(true);  // and its agent is shutting down
+  EXPECT_EQ(NodesTable({n}, kNow),
+            "NODE   STATE                    GPUS  CPU_SLOTS  MEMORY  HEARTBEAT  ADDRESS\n"
+            "cpu-1  READY,CORDONED,STOPPING  0     4          0 B     1s ago     \n");
+  n.set_stopping(false);
   v1::DrainNodeResponse resp;
   *resp.mutable_node() = n;
   EXPECT_EQ(DrainSummary(resp),

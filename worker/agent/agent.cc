@@ -39,6 +39,11 @@ void Agent::Stop() {
   cv_.notify_all();
 }
 
+bool Agent::Stopped() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stopped_;
+}
+
 bool Agent::WaitFor(int ms) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, std::chrono::milliseconds(ms), [this] { return stopped_; });
@@ -66,6 +71,7 @@ bool Agent::Register(int* heartbeat_ms) {
 Agent::Beat Agent::Heartbeat() {
   v1::HeartbeatRequest hb;
   hb.set_node_id(options_.node.id());
+  hb.set_stopping(Stopped());  // from Stop on: the controller places nothing new here
   bool exits = false;
   for (v1::RankStatus& s : launcher_.Statuses()) {
     exits = exits || s.state() == v1::RANK_PROCESS_STATE_EXITED;
@@ -80,6 +86,7 @@ Agent::Beat Agent::Heartbeat() {
       DHP_LOG(INFO) << "heartbeat ok again after " << heartbeat_failures_ << " failures";
     }
     heartbeat_failures_ = 0;
+    if (hb.stopping()) return Beat::kOk;  // Shutdown stops every rank; none may start
     launcher_.Reconcile({resp->ranks().begin(), resp->ranks().end()});
     shipper_.Track(launcher_.Logs());
     return Beat::kOk;
@@ -127,14 +134,13 @@ int Agent::Run() {
   std::thread shipping([this] { ShipLogsLoop(); });
   int registrations = 0;
   int backoff = options_.retry_initial_ms;
-  int heartbeat_ms = 0;
   bool need_register = true;
   SteadyClock::time_point next = SteadyClock::now();  // the next register or heartbeat
   while (WaitFor(std::min(options_.tick_ms, MillisUntil(next)))) {
     PollRanks();
     if (SteadyClock::now() < next) continue;
     if (need_register) {
-      if (Register(&heartbeat_ms)) {
+      if (Register(&heartbeat_ms_)) {
         ++registrations;
         need_register = false;
         backoff = options_.retry_initial_ms;  // and heartbeat at once: report the ranks
@@ -148,7 +154,7 @@ int Agent::Run() {
       registered_ = false;
       need_register = true;
     } else {
-      next = SteadyClock::now() + std::chrono::milliseconds(heartbeat_ms);
+      next = SteadyClock::now() + std::chrono::milliseconds(heartbeat_ms_);
     }
   }
   shipping.join();
@@ -163,19 +169,26 @@ void Agent::Shutdown() {
                   << "(else --stop-grace-ms " << options_.ranks.stop_grace_ms << " ms)";
   }
   launcher_.StopAll();
+  // While the ranks checkpoint and exit, heartbeats (stopping) keep the node from being LOST
+  // and new ranks off it, and report each exit; the first goes at once. After a failed one the
+  // next waits at least retry_max_ms: a hung controller costs a deadline per try, not per tick.
+  SteadyClock::time_point next_beat = SteadyClock::now();
   while (true) {
-    launcher_.Poll();
+    PollRanks();
     if (launcher_.AllExited()) break;
+    if (registered_ && SteadyClock::now() >= next_beat) {
+      const int wait_ms = Heartbeat() == Beat::kOk ? heartbeat_ms_
+                                                   : std::max(heartbeat_ms_, options_.retry_max_ms);
+      next_beat = SteadyClock::now() + std::chrono::milliseconds(wait_ms);
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(options_.tick_ms, 20)));
   }
   shipper_.Track(launcher_.Logs());
   if (shipper_.tracked() > 0) ShipLogs();  // best effort: the last output of the ranks
-  if (launcher_.tracked() == 0 || !registered_) return;
-  v1::HeartbeatRequest hb;  // report the exits; the controller's answer no longer matters
-  hb.set_node_id(options_.node.id());
-  for (v1::RankStatus& s : launcher_.Statuses()) *hb.add_ranks() = std::move(s);
-  absl::StatusOr<v1::HeartbeatResponse> resp = client_.Heartbeat(hb);
-  if (!resp.ok()) DHP_LOG(WARNING) << "final heartbeat failed: " << resp.status();
+  if (!registered_) return;
+  // The final report: the exits, and (stopping) that this agent is leaving. Bounded by the
+  // client's deadline; the controller's answer no longer matters.
+  if (Heartbeat() != Beat::kOk) DHP_LOG(WARNING) << "final heartbeat (stopping) failed";
 }
 
 }  // namespace dhp::worker

@@ -7,8 +7,10 @@
 // tick reaps exits and escalates stops. A second thread ships the rank logs (LogShipper) every
 // log_ship_ms. When the controller has forgotten the node (NOT_FOUND) the agent registers again;
 // while it is unreachable the agent retries with backoff and keeps its ranks running, so a
-// controller restart kills no job. Stop ends the loop, stops every rank (waiting up to the grace
-// period), ships the last output and reports the exits once more. An agent that starts after
+// controller restart kills no job. Stop ends the loop and stops every rank (waiting up to the
+// grace period), heartbeating meanwhile, ships the last output and reports the exits once more;
+// every heartbeat from Stop on says `stopping`, so that the controller places no new ranks on
+// the node while it leaves (each is bounded by the client's deadline). An agent that starts after
 // one that died (SIGKILL, OOM, a node upgrade) first adopts the rank logs its predecessor's ranks
 // left under the log directory (FindRankLogs, at most adopt_logs_max_age_s old), so their last
 // lines, often the reason they ended, still reach the controller.
@@ -63,6 +65,7 @@ class Agent {
   void Shutdown();
   // Waits up to `ms`; false when stopped (at once or meanwhile).
   bool WaitFor(int ms);
+  bool Stopped();
 
   api::DhpClient& client_;
   const AgentOptions options_;
@@ -70,6 +73,7 @@ class Agent {
   LogShipper shipper_;     // thread-safe
   std::atomic<bool> registered_{false};
   int heartbeat_failures_ = 0;  // in a row (Run's thread only)
+  int heartbeat_ms_ = 0;        // as the controller asked at registration (Run's thread only)
   // The last ShipLogs result: ShipLogs runs on the shipping thread and before a heartbeat that
   // reports an exit.
   std::atomic<bool> shipping_ok_{true};

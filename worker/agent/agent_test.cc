@@ -49,6 +49,7 @@ class FakeController : public v1::WorkerService::Service {
     std::lock_guard<std::mutex> lock(mu);
     if (nodes.count(req->node_id()) == 0) return {grpc::StatusCode::NOT_FOUND, "unknown node"};
     last_heartbeat = *req;
+    heartbeats.push_back(*req);
     for (const v1::RankStatus& r : req->ranks()) {
       const RankKey key{r.job_id(), r.attempt(), r.world_rank()};
       if (r.state() == v1::RANK_PROCESS_STATE_EXITED && log_at_exit.count(key) == 0) {
@@ -56,6 +57,9 @@ class FakeController : public v1::WorkerService::Service {
       }
     }
     for (const v1::RankLaunch& l : desired) *resp->add_ranks() = l;
+    if (req->stopping()) {
+      for (const v1::RankLaunch& l : desired_while_stopping) *resp->add_ranks() = l;
+    }
     return grpc::Status::OK;
   }
   grpc::Status AppendLogs(grpc::ServerContext*, const v1::AppendLogsRequest* req,
@@ -88,7 +92,9 @@ class FakeController : public v1::WorkerService::Service {
   std::set<std::string> nodes;
   int registrations = 0;
   std::vector<v1::RankLaunch> desired;
+  std::vector<v1::RankLaunch> desired_while_stopping;  // added to answers that say stopping
   v1::HeartbeatRequest last_heartbeat;
+  std::vector<v1::HeartbeatRequest> heartbeats;  // every one, in order
   std::map<RankKey, std::string> logs;
   std::map<RankKey, std::string> log_at_exit;  // what logs held when the exit was first reported
 };
@@ -259,6 +265,40 @@ TEST_F(AgentTest, StopTerminatesTheRanksAndReportsTheirExit) {
   EXPECT_EQ(last->state(), v1::RANK_PROCESS_STATE_EXITED);
   EXPECT_EQ(last->signal(), SIGTERM);
   EXPECT_TRUE(last->stopped_by_agent());
+}
+
+// A SIGTERM'd agent (Stop) says so with every heartbeat from then on: while its ranks
+// checkpoint and exit (this one takes half a second and exits 75, as dhp-rank does when
+// preempted), and in the final report of their exits. It starts nothing the answers ask for.
+TEST_F(AgentTest, EveryHeartbeatAfterStopSaysStoppingWhileTheRanksCheckpointAndExit) {
+  std::ofstream(options_.ranks.rank_binary, std::ios::trunc)
+      << "#!/bin/sh\ntrap 'sleep 0.5; exit 75' TERM\necho ready\nsleep 30 &\nwait $!\n";
+  fake_.desired = {Launch(3, 0, 2)};
+  fake_.desired_while_stopping = {Launch(3, 1, 2)};
+  StartAgent();
+  ASSERT_TRUE(Eventually([&] { return ReportedRunning(3, 0); }));
+  StopAgent();
+
+  std::lock_guard<std::mutex> lock(fake_.mu);
+  const std::vector<v1::HeartbeatRequest>& beats = fake_.heartbeats;
+  size_t first = 0;  // the first that says stopping; all before it were sent before Stop
+  while (first < beats.size() && !beats[first].stopping()) ++first;
+  ASSERT_LT(first, beats.size()) << "no heartbeat said stopping";
+  EXPECT_GT(first, 0u);
+  bool reported_running = false;  // a heartbeat while the rank was still checkpointing
+  for (size_t i = first; i < beats.size(); ++i) {
+    EXPECT_TRUE(beats[i].stopping()) << "heartbeat " << i << " of " << beats.size();
+    for (const v1::RankStatus& s : beats[i].ranks()) {
+      EXPECT_EQ(s.world_rank(), 0) << "a rank was started after Stop";
+      reported_running = reported_running || s.state() == v1::RANK_PROCESS_STATE_RUNNING;
+    }
+  }
+  EXPECT_TRUE(reported_running);
+  const v1::HeartbeatRequest& last = beats.back();
+  ASSERT_EQ(last.ranks_size(), 1);
+  EXPECT_EQ(last.ranks(0).state(), v1::RANK_PROCESS_STATE_EXITED);
+  EXPECT_EQ(last.ranks(0).exit_code(), 75);
+  EXPECT_TRUE(last.ranks(0).stopped_by_agent());
 }
 
 }  // namespace
