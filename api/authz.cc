@@ -67,6 +67,8 @@ RequestScope ScopeOf(const v1::GetJobRequest& req) { return JobScope(req.job_id(
 RequestScope ScopeOf(const v1::CancelJobRequest& req) { return JobScope(req.job_id()); }
 RequestScope ScopeOf(const v1::ResumeJobRequest& req) { return JobScope(req.job_id()); }
 RequestScope ScopeOf(const v1::CheckpointJobRequest& req) { return JobScope(req.job_id()); }
+RequestScope ScopeOf(const v1::ExportCheckpointRequest& req) { return JobScope(req.job_id()); }
+RequestScope ScopeOf(const v1::ListExportsRequest& req) { return JobScope(req.job_id()); }
 RequestScope ScopeOf(const v1::GetLogsRequest& req) { return JobScope(req.job_id()); }
 RequestScope ScopeOf(const v1::WatchJobRequest& req) {
   // The all-jobs stream (no job id) is filtered for users instead.

@@ -5,8 +5,9 @@
 //   admin    anything
 //   viewer   kRead: every job, node and event
 //   user     kRead and kOwnJob for the jobs they own (ListJobs and the all-jobs event stream
-//            show only those; GetJob, GetLogs, WatchJob, CancelJob and ResumeJob of another's
-//            job are PERMISSION_DENIED); kSubmit, the job owned by them
+//            show only those; GetJob, GetLogs, WatchJob, CancelJob, ResumeJob, ExportCheckpoint
+//            and GetExport of another's job are PERMISSION_DENIED); kSubmit, the job owned by
+//            them
 //   node     kNode for its own node id (RegisterNode's node.id or hostname, Heartbeat's and
 //            AppendLogs' node_id)
 //   rank     kRank for its own job and attempt (KV scope, progress, checkpoints), and kRead
@@ -74,6 +75,8 @@ RequestScope ScopeOf(const v1::GetJobRequest& req);
 RequestScope ScopeOf(const v1::CancelJobRequest& req);
 RequestScope ScopeOf(const v1::ResumeJobRequest& req);
 RequestScope ScopeOf(const v1::CheckpointJobRequest& req);
+RequestScope ScopeOf(const v1::ExportCheckpointRequest& req);
+RequestScope ScopeOf(const v1::ListExportsRequest& req);
 RequestScope ScopeOf(const v1::DrainNodeRequest& req);
 RequestScope ScopeOf(const v1::UncordonNodeRequest& req);
 RequestScope ScopeOf(const v1::GetLogsRequest& req);
@@ -106,6 +109,14 @@ absl::Status Authorizer::Call(std::string_view authorization, std::string_view m
     absl::Status s = (service_.*call)(req, resp);
     if constexpr (std::is_same_v<Resp, v1::HeartbeatResponse>) {
       if (s.ok()) AddRankTokens(resp);
+    }
+    if constexpr (std::is_same_v<Resp, v1::GetExportResponse>) {
+      // The request names only the export: a user may see it once it is known to be of
+      // their own job.
+      if (s.ok() && who->role == Role::kUser) {
+        s = CheckOwner(*who, method, resp->export_().job_id());
+        if (!s.ok()) resp->Clear();
+      }
     }
     return s;
   }

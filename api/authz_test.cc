@@ -297,3 +297,38 @@ TEST_F(AuthzTest, EveryMethodOfTheTableHasAnAccess) {
 
 }  // namespace
 }  // namespace dhp::api
+
+namespace dhp::api {
+namespace {
+
+TEST_F(AuthzTest, ExportsAreTheirJobOwners) {
+  v1::ExportCheckpointRequest exp;
+  exp.set_job_id("j-bob");
+  EXPECT_EQ(As("alice-secret", "ExportCheckpoint", &DhpService::ExportCheckpoint, exp).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(As("bob-secret", "ExportCheckpoint", &DhpService::ExportCheckpoint, exp).ok());
+  EXPECT_EQ(As("vera-secret", "ExportCheckpoint", &DhpService::ExportCheckpoint, exp).code(),
+            absl::StatusCode::kPermissionDenied);  // writes files: not for viewers
+
+  // GetExport names only the export: the answer's job decides, and a refusal leaks nothing.
+  service_.job_of_export = {{"x-bob", "j-bob"}};
+  v1::GetExportRequest get;
+  get.set_id("x-bob");
+  v1::GetExportResponse resp;
+  absl::Status s = authz_.Call("Bearer alice-secret", "GetExport", &DhpService::GetExport, get,
+                               &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_NE(s.message().find("does not own job j-bob"), std::string::npos) << s;
+  EXPECT_FALSE(resp.has_export_());
+  EXPECT_TRUE(As("bob-secret", "GetExport", &DhpService::GetExport, get).ok());
+  EXPECT_TRUE(As("vera-secret", "GetExport", &DhpService::GetExport, get).ok());
+
+  v1::ListExportsRequest list;
+  list.set_job_id("j-bob");
+  EXPECT_EQ(As("alice-secret", "ListExports", &DhpService::ListExports, list).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(As("bob-secret", "ListExports", &DhpService::ListExports, list).ok());
+}
+
+}  // namespace
+}  // namespace dhp::api

@@ -17,6 +17,7 @@ namespace dhp::api {
 class FakeOwnersService : public DhpService {
  public:
   std::map<std::string, std::string> owner_of;  // job id -> owner
+  std::map<std::string, std::string> job_of_export;  // export id -> job id
   bool record_names = true;                      // off in benchmarks: count only
   int64_t calls = 0;
   std::vector<std::string> names;  // the methods called, in order (when record_names)
@@ -51,6 +52,13 @@ class FakeOwnersService : public DhpService {
     if (it == owner_of.end()) return absl::NotFoundError("job " + req.job_id());
     resp->mutable_job()->set_id(req.job_id());
     resp->mutable_job()->set_owner(it->second);
+    return absl::OkStatus();
+  }
+  absl::Status Answer(const v1::GetExportRequest& req, v1::GetExportResponse* resp) {
+    auto it = job_of_export.find(req.id());
+    if (it == job_of_export.end()) return absl::NotFoundError("export " + req.id());
+    resp->mutable_export_()->set_id(req.id());
+    resp->mutable_export_()->set_job_id(it->second);
     return absl::OkStatus();
   }
   absl::Status Answer(const v1::SubmitJobRequest& req, v1::SubmitJobResponse*) {

@@ -13,7 +13,7 @@
 // DHP_UNARY_METHODS(X) calls X(Service, Method, Access, Verb, Path, Summary) once per unary
 // method, where Service is the gRPC service (JobService, NodeService, WorkerService), Access a
 // member of api::Access, Verb the REST verb (GET or POST) and Path its REST path ({id} is the
-// job id under /v1/jobs/ and the node id under /v1/nodes/). WatchJob, the one streaming
+// job id under /v1/jobs/, the node id under /v1/nodes/ and the export id under /v1/exports/). WatchJob, the one streaming
 // method, is DHP_STREAM_METHOD(X) with the same arguments; its second REST route, GET
 // /v1/events (every job's events), is added by the gateway.
 #ifndef DHP_API_METHODS_H_
@@ -44,6 +44,10 @@ enum class Access {
   X(JobService, CheckpointJob, kOwnJob, POST, "/v1/jobs/{id}:checkpoint",                        \
     "Checkpoint a running job at its next step boundary")                                         \
   X(JobService, GetLogs, kRead, GET, "/v1/jobs/{id}/logs", "Rank output of an attempt")          \
+  X(JobService, ExportCheckpoint, kOwnJob, POST, "/v1/jobs/{id}:export",                         \
+    "Export a checkpoint as a Hugging Face model directory, written by the controller")           \
+  X(JobService, ListExports, kRead, GET, "/v1/jobs/{id}/exports", "A job's exports, newest first") \
+  X(JobService, GetExport, kRead, GET, "/v1/exports/{id}", "An export and its state")            \
   X(WorkerService, ReportProgress, kRank, POST, "/v1/jobs/{id}/progress",                        \
     "Worker-facing: a rank's progress")                                                           \
   X(WorkerService, ReportCheckpoint, kRank, POST, "/v1/jobs/{id}/checkpoints",                   \

@@ -340,7 +340,9 @@ void RestGateway::Router::Add(http::verb method, absl::string_view pattern, std:
   op.rpc = std::move(name);
   op.summary = std::move(summary);
   if (absl::StrContains(pattern, "{id}")) {
-    op.id_field = absl::StartsWith(pattern, "/v1/nodes/") ? "node_id" : "job_id";
+    op.id_field = absl::StartsWith(pattern, "/v1/nodes/")     ? "node_id"
+                  : absl::StartsWith(pattern, "/v1/exports/") ? "id"
+                                                              : "job_id";
   }
   if (const google::protobuf::MethodDescriptor* rpc = FindRpc(op.rpc)) {
     if (method == http::verb::post) op.body = rpc->input_type();
@@ -419,6 +421,18 @@ void RestGateway::Router::AddRoutes() {
        {"offset", Q::kInt64List, "Per rank, in the order of rank: start at this byte", 0},
        {"max_bytes", Q::kInt32, "At most this many bytes per rank", 0}},
       [this](Call& c) { GetLogs(c); }};
+  own["GetExport"] = {{}, [this](Call& c) {
+                        Unary(c, &DhpService::GetExport, [&](v1::GetExportRequest& r) {
+                          r.set_id(c.id);
+                          return absl::OkStatus();
+                        });
+                      }};
+  own["ListExports"] = {{}, [this](Call& c) {
+                          Unary(c, &DhpService::ListExports, [&](v1::ListExportsRequest& r) {
+                            r.set_job_id(c.id);
+                            return absl::OkStatus();
+                          });
+                        }};
   own["ListNodes"] = {{}, [this](Call& c) {
                         Unary(c, &DhpService::ListNodes,
                               [](v1::ListNodesRequest&) { return absl::OkStatus(); });
@@ -437,6 +451,9 @@ void RestGateway::Router::AddRoutes() {
     } else if (route.op.rpc == "RegisterNode") {
       route.op.provides_id_field = "node_id";
       route.op.provides_id_pointer = "/node_id";
+    } else if (route.op.rpc == "ExportCheckpoint") {
+      route.op.provides_id_field = "id";
+      route.op.provides_id_pointer = "/export/id";
     }
   }
   Add(V::get, "/v1/events", "WatchJob", "The events of all jobs and nodes", {after, follow},

@@ -23,6 +23,10 @@
 //                                                {"text_degree": 2, "data_parallel_size": 2,
 //                                                "placement": "PLACEMENT_SEPARATE"}
 //   POST /v1/jobs/{id}:checkpoint    CheckpointJob
+//   POST /v1/jobs/{id}:export        ExportCheckpoint  optional body {"checkpoint_id": N,
+//                                                "dtype": "fp32"}
+//   GET  /v1/jobs/{id}/exports       ListExports
+//   GET  /v1/exports/{id}            GetExport
 //   GET  /v1/jobs/{id}/events        WatchJob    ?after=N &follow=true
 //   GET  /v1/events                  WatchJob    all jobs and nodes; ?after=N &follow=true
 //   GET  /v1/jobs/{id}/logs          GetLogs     ?attempt=N (0 or absent: the current one)

@@ -211,14 +211,22 @@ TEST_F(RestGatewayTest, OpenApiDocumentIsTheRouteTable) {
   EXPECT_TRUE(Observed("OpenApi", 200));
   const nlohmann::json doc = nlohmann::json::parse(res.body());
   EXPECT_EQ(doc["openapi"], "3.0.3");
-  EXPECT_EQ(doc["paths"].size(), 26u);  // 27 routes: GET and POST /v1/jobs share a path
+  EXPECT_EQ(doc["paths"].size(), 29u);  // 30 routes: GET and POST /v1/jobs share a path
   std::set<std::string> ids;
   for (const auto& [path, item] : doc["paths"].items()) {
     for (const auto& [method, op] : item.items()) ids.insert(op["operationId"]);
   }
-  EXPECT_EQ(ids.size(), 27u);
+  EXPECT_EQ(ids.size(), 30u);
   EXPECT_TRUE(ids.count("WatchJob") && ids.count("WatchEvents") && ids.count("KvDelete") &&
               ids.count("CheckpointJob") && ids.count("DrainNode") && ids.count("UncordonNode"));
+  EXPECT_TRUE(ids.count("ExportCheckpoint") && ids.count("GetExport") &&
+              ids.count("ListExports"));
+  // GetExport's {id} is the export's id, which ExportCheckpoint's answer links to.
+  EXPECT_EQ(doc["paths"]["/v1/exports/{id}"]["get"]["parameters"][0]["description"],
+            "Fills the request's id.");
+  EXPECT_TRUE(doc["paths"]["/v1/jobs/{id}:export"]["post"]["responses"]["200"]["links"].contains(
+      "GetExport"))
+      << doc["paths"]["/v1/jobs/{id}:export"].dump();
   // The query parameters are the ones the router accepts.
   std::vector<std::string> names;
   for (const auto& p : doc["paths"]["/v1/jobs/{id}/logs"]["get"]["parameters"]) {
@@ -326,6 +334,47 @@ TEST_F(RestGatewayTest, CancelResumeAndPathIdsOverrideBody) {
   EXPECT_EQ(service_.Last<v1::UncordonNodeRequest>().node_id(), "n-3");
   EXPECT_TRUE(Observed("DrainNode", 200));
   EXPECT_TRUE(Observed("UncordonNode", 200));
+}
+
+TEST_F(RestGatewayTest, ExportRoutes) {
+  // The job id comes from the path, the rest from the optional body.
+  Response res = client_->Post("/v1/jobs/j-11:export",
+                               R"({"job_id": "other", "checkpoint_id": "7", "dtype": "fp32"})");
+  EXPECT_EQ(res.result_int(), 200) << res.body();
+  v1::ExportCheckpointRequest req = service_.Last<v1::ExportCheckpointRequest>();
+  EXPECT_EQ(req.job_id(), "j-11");
+  EXPECT_EQ(req.checkpoint_id(), 7);
+  EXPECT_EQ(req.dtype(), "fp32");
+  EXPECT_NE(res.body().find("\"export\":{\"id\":\"x-1\""), std::string::npos) << res.body();
+  EXPECT_NE(res.body().find("EXPORT_STATE_RUNNING"), std::string::npos) << res.body();
+  res = client_->Post("/v1/jobs/j-12:export");  // no body: the newest COMPLETE, bf16
+  EXPECT_EQ(res.result_int(), 200) << res.body();
+  EXPECT_EQ(service_.Last<v1::ExportCheckpointRequest>().job_id(), "j-12");
+  EXPECT_EQ(service_.Last<v1::ExportCheckpointRequest>().checkpoint_id(), 0);
+  EXPECT_TRUE(Observed("ExportCheckpoint", 200));
+
+  res = client_->Get("/v1/exports/x-5");
+  EXPECT_EQ(res.result_int(), 200) << res.body();
+  EXPECT_EQ(service_.Last<v1::GetExportRequest>().id(), "x-5");
+  EXPECT_NE(res.body().find("EXPORT_STATE_SUCCEEDED"), std::string::npos) << res.body();
+  EXPECT_TRUE(Observed("GetExport", 200));
+
+  res = client_->Get("/v1/jobs/j-13/exports");
+  EXPECT_EQ(res.result_int(), 200) << res.body();
+  EXPECT_EQ(service_.Last<v1::ListExportsRequest>().job_id(), "j-13");
+  EXPECT_LT(res.body().find("x-2"), res.body().find("x-1")) << res.body();
+
+  // Bad bodies are refused before the service: a number that is not an int64, an unknown
+  // key, a wrong type.
+  const int before = service_.calls();
+  for (const char* body : {R"({"checkpoint_id": "99999999999999999999"})",
+                           R"({"dtype": "bf16", "bogus": 1})", R"({"dtype": 5})"}) {
+    res = client_->Post("/v1/jobs/j-1:export", body);
+    EXPECT_EQ(res.result_int(), 400) << body << " -> " << res.body();
+  }
+  res = client_->Post("/v1/exports/x-5");  // GET only
+  EXPECT_EQ(res.result_int(), 405) << res.body();
+  EXPECT_EQ(service_.calls(), before);
 }
 
 TEST_F(RestGatewayTest, UnknownKeyInBodyIs400NamingTheKey) {

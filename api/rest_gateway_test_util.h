@@ -94,6 +94,24 @@ class FakeService : public DhpService {
     resp->set_at_step(12);
     return Record(req);
   }
+  absl::Status ExportCheckpoint(const v1::ExportCheckpointRequest& req,
+                                v1::ExportCheckpointResponse* resp) override {
+    resp->mutable_export_()->set_id("x-1");
+    resp->mutable_export_()->set_job_id(req.job_id());
+    resp->mutable_export_()->set_state(v1::EXPORT_STATE_RUNNING);
+    return Record(req);
+  }
+  absl::Status GetExport(const v1::GetExportRequest& req, v1::GetExportResponse* resp) override {
+    resp->mutable_export_()->set_id(req.id());
+    resp->mutable_export_()->set_state(v1::EXPORT_STATE_SUCCEEDED);
+    return Record(req);
+  }
+  absl::Status ListExports(const v1::ListExportsRequest& req,
+                           v1::ListExportsResponse* resp) override {
+    resp->add_exports()->set_id("x-2");
+    resp->add_exports()->set_id("x-1");
+    return Record(req);
+  }
   absl::Status WatchJob(const v1::WatchJobRequest& req, EventSink& sink) override {
     Record(req).IgnoreError();
     if (!error.ok()) return error;

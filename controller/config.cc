@@ -62,6 +62,7 @@ v1::ControllerConfig DefaultControllerConfig() {
   c.mutable_heartbeat()->set_interval_ms(2000);
   c.mutable_heartbeat()->set_timeout_ms(10000);
   c.mutable_retention()->set_days(90);
+  c.mutable_export_()->set_max_concurrent(1);
   return c;
 }
 
@@ -111,6 +112,12 @@ absl::Status ValidateControllerConfig(const v1::ControllerConfig& config) {
                absl::StrCat(c.retention().days(), " must be in 0..36500 (0 keeps everything)"));
   }
   if (c.data_dir().empty()) errors.Add("data_dir", "must not be empty");
+  if (const int n = c.export_().max_concurrent(); n < 1 || n > 64) {
+    errors.Add("export.max_concurrent", absl::StrCat(n, " must be in 1..64"));
+  }
+  if (c.export_().has_root() && c.export_().root().empty()) {
+    errors.Add("export.root", "must not be empty (unset: <data_dir>/exports)");
+  }
   if (!c.auth().token_file().empty()) CheckTokenFile(c.auth().token_file(), errors);
   if (absl::StatusOr<api::TokenAuth> auth = api::TokenAuth::Create(AuthSettingsOf(c));
       !auth.ok()) {
@@ -146,6 +153,7 @@ v1::ControllerConfig MergeControllerConfig(const v1::ControllerConfig& file,
   if (c.db().empty()) c.set_db(c.data_dir() + "/dhp.db");
   if (c.checkpoint_root().empty()) c.set_checkpoint_root(c.data_dir() + "/checkpoints");
   if (c.log_dir().empty()) c.set_log_dir(c.data_dir() + "/logs");
+  if (c.export_().root().empty()) c.mutable_export_()->set_root(c.data_dir() + "/exports");
   return c;
 }
 
@@ -177,6 +185,21 @@ void AddControllerFlags(CLI::App& app, ControllerCommandLine* command_line) {
        "(checkpoint_root; default: <data-dir>/checkpoints)");
   text("--log-dir", [](auto* c, const std::string& v) { c->set_log_dir(v); },
        "Rank logs shipped by the workers (log_dir; default: <data-dir>/logs)");
+  text("--export-root", [](auto* c, const std::string& v) { c->mutable_export_()->set_root(v); },
+       "Exports (ExportCheckpoint) are written to <root>/<export id> (export.root; default: "
+       "<data-dir>/exports)");
+  text("--export-dhp-ckpt",
+       [](auto* c, const std::string& v) { c->mutable_export_()->set_dhp_ckpt(v); },
+       "The dhp-ckpt executable exports run (export.dhp_ckpt; default: beside "
+       "dhp-controller, else on PATH)");
+  number("--export-max-concurrent",
+         [](auto* c, int v) { c->mutable_export_()->set_max_concurrent(v); },
+         "Exports run at once at most; later ones wait (export.max_concurrent)")
+      ->default_str(std::to_string(d.export_().max_concurrent()));
+  text("--export-data-root",
+       [](auto* c, const std::string& v) { c->mutable_export_()->set_data_root(v); },
+       "Where a relative model.weights_path starts, for the tokenizer and preprocessor files "
+       "of exports (export.data_root; dhp-ckpt's --data-root)");
   text("--bind", [](auto* c, const std::string& v) { c->mutable_listen()->set_bind(v); },
        "Address to listen on (listen.bind). The default serves this host only; use 0.0.0.0 "
        "to expose the API to the network")

@@ -86,6 +86,9 @@ TEST(ControllerConfigTest, DefaultsAreTheFlagDefaults) {
   EXPECT_EQ(c->db(), "/var/lib/dhp/dhp.db");
   EXPECT_EQ(c->checkpoint_root(), "/var/lib/dhp/checkpoints");
   EXPECT_EQ(c->log_dir(), "/var/lib/dhp/logs");
+  EXPECT_EQ(c->export_().root(), "/var/lib/dhp/exports");
+  EXPECT_EQ(c->export_().max_concurrent(), 1);
+  EXPECT_FALSE(c->export_().has_dhp_ckpt());
   EXPECT_EQ(c->heartbeat().interval_ms(), 2000);
   EXPECT_EQ(c->heartbeat().timeout_ms(), 10000);
   EXPECT_FALSE(c->auth().has_token_file());
@@ -118,6 +121,8 @@ TEST(ControllerConfigTest, BadValuesAreNamedWithTheRule) {
       {"listen: {grpc_max_threads: 8}", "listen.grpc_max_threads: 8 must be in 16..65536"},
       {"retention: {days: -1}", "retention.days: -1 must be in 0..36500 (0 keeps everything)"},
       {"data_dir: ''", "data_dir: must not be empty"},
+      {"export: {max_concurrent: 0}", "export.max_concurrent: 0 must be in 1..64"},
+      {"export: {root: ''}", "export.root: must not be empty (unset: <data_dir>/exports)"},
       {"listen: {tls: {cert_file: " + token + "}}",
        "listen.tls: TLS certificate (cert_file) and key (key_file) go together: set both or "
        "neither"},

@@ -64,7 +64,9 @@ Controller::Controller(Store& store, const Clock& clock, MetricsExposition& metr
       run_metrics_(metrics),
       work_(boost::asio::make_work_guard(io_)),
       heartbeat_timer_(io_),
-      retention_timer_(io_) {
+      retention_timer_(io_),
+      exports_(store, clock, options.exports,
+               [this](std::function<void()> fn) { boost::asio::post(io_, std::move(fn)); }) {
   for (const auto& [table, count] : store_.CountQuarantined()) {
     quarantined_total_.Add({{"table", table}});  // every table's series, from 0
   }
@@ -91,6 +93,8 @@ void Controller::Start() {
   if (!recovered.ok()) DHP_LOG(ERROR) << "recovering runs from the store: " << recovered;
   absl::Status redrained = OnLoop([this] { return PreemptOnCordonedNodes(); });
   if (!redrained.ok()) DHP_LOG(ERROR) << "asking runs on drained nodes again: " << redrained;
+  absl::Status exported = OnLoop([this] { return exports_.Recover(); });
+  if (!exported.ok()) DHP_LOG(ERROR) << "failing the exports of the last run: " << exported;
   absl::Status loaded = OnLoop([this] { return kv_.Load(); });
   if (!loaded.ok()) DHP_LOG(ERROR) << "loading the rendezvous keys from the store: " << loaded;
   boost::asio::post(io_, [this] { ScheduleHeartbeatCheck(); });
@@ -118,6 +122,7 @@ void Controller::Stop() {
     std::lock_guard<std::mutex> lock(dispatch_mu_);
     dispatch_closed_ = true;
   }
+  exports_.Stop();  // children killed, records left RUNNING (failed at the next start)
   io_.restart();
   io_.poll();
   files_.Stop();
@@ -362,6 +367,21 @@ absl::Status Controller::WatchJob(const v1::WatchJobRequest& req, api::EventSink
       return last_event_id_ <= seen_last;
     }());
   }
+}
+
+absl::Status Controller::ExportCheckpoint(const v1::ExportCheckpointRequest& req,
+                                          v1::ExportCheckpointResponse* resp) {
+  if (absl::Status s = CheckExportRequest(req); !s.ok()) return s;
+  return OnLoop([&] { return exports_.Create(req, resp); });
+}
+
+absl::Status Controller::GetExport(const v1::GetExportRequest& req, v1::GetExportResponse* resp) {
+  return OnLoop([&] { return exports_.Get(req, resp); });
+}
+
+absl::Status Controller::ListExports(const v1::ListExportsRequest& req,
+                                     v1::ListExportsResponse* resp) {
+  return OnLoop([&] { return exports_.List(req, resp); });
 }
 
 namespace {

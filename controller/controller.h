@@ -24,6 +24,7 @@
 #include "common/clock.h"
 #include "common/metrics_exposition.h"
 #include "common/spec_validate.h"
+#include "controller/export_manager.h"
 #include "controller/job_manager.h"
 #include "controller/log_store.h"
 #include "controller/node_tracker.h"
@@ -45,6 +46,7 @@ struct ControllerOptions {
   int64_t retention_s = 90 * 24 * 3600;
   int retention_sweep_ms = 3600 * 1000;  // how often the sweeper looks
   std::string log_root;            // rank logs (LogStore); empty: GetLogs/AppendLogs refused
+  ExportOptions exports;           // ExportCheckpoint (controller/export_manager.h)
 };
 
 class Controller : public api::DhpService {
@@ -76,6 +78,11 @@ class Controller : public api::DhpService {
                              v1::CheckpointJobResponse* resp) override;
   absl::Status WatchJob(const v1::WatchJobRequest& req, api::EventSink& sink) override;
   absl::Status GetLogs(const v1::GetLogsRequest& req, v1::GetLogsResponse* resp) override;
+  absl::Status ExportCheckpoint(const v1::ExportCheckpointRequest& req,
+                                v1::ExportCheckpointResponse* resp) override;
+  absl::Status GetExport(const v1::GetExportRequest& req, v1::GetExportResponse* resp) override;
+  absl::Status ListExports(const v1::ListExportsRequest& req,
+                           v1::ListExportsResponse* resp) override;
   absl::Status ListNodes(const v1::ListNodesRequest& req, v1::ListNodesResponse* resp) override;
   absl::Status DrainNode(const v1::DrainNodeRequest& req, v1::DrainNodeResponse* resp) override;
   absl::Status UncordonNode(const v1::UncordonNodeRequest& req,
@@ -152,6 +159,7 @@ class Controller : public api::DhpService {
   boost::asio::steady_timer retention_timer_;
   std::thread loop_;
   std::thread::id loop_id_;
+  ExportManager exports_;  // its runner threads post onto io_; stopped before io_ goes
   std::atomic<bool> stopped_{false};
   std::mutex dispatch_mu_;        // orders Dispatch against Stop's last run of queued calls
   bool dispatch_closed_ = false;  // guarded by dispatch_mu_

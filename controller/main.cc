@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -25,6 +26,7 @@
 #include "common/proto_yaml.h"
 #include "controller/config.h"
 #include "controller/controller.h"
+#include "controller/export_manager.h"
 #include "controller/store.h"
 
 namespace {
@@ -37,6 +39,13 @@ bool WritePortFile(const std::string& path, int grpc_port, int http_port) {
     if (!out) return false;
   }
   return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+// The directory of this executable (/proc/self/exe), or "" when unknown.
+std::string SelfDir() {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "" : exe.parent_path().string();
 }
 
 int Fail(const std::string& message) {
@@ -120,6 +129,22 @@ int main(int argc, char** argv) {
   options.nodes.heartbeat_timeout_ms = config.heartbeat().timeout_ms();
   options.retention_s = int64_t{config.retention().days()} * 24 * 3600;
   options.log_root = config.log_dir();
+  options.exports.root = std::filesystem::absolute(config.export_().root()).string();
+  options.exports.max_concurrent = config.export_().max_concurrent();
+  options.exports.data_root = config.export_().data_root();
+  {
+    const char* path_env = std::getenv("PATH");
+    absl::StatusOr<std::string> tool = dhp::controller::FindExportTool(
+        config.export_().dhp_ckpt(), SelfDir(), path_env == nullptr ? "" : path_env);
+    if (tool.ok()) {
+      options.exports.dhp_ckpt = std::filesystem::absolute(*tool).string();
+    } else if (!config.export_().dhp_ckpt().empty()) {
+      return Fail(std::string(tool.status().message()));
+    } else {
+      options.exports.dhp_ckpt_error = std::string(tool.status().message());
+      DHP_LOG(WARNING) << "exports are off: " << tool.status().message();
+    }
+  }
   dhp::controller::Controller controller(**store, clock, metrics, options);
   controller.Start();
 

@@ -122,6 +122,17 @@ const Migration kMigrations[] = {
         PRIMARY KEY (job_id, attempt, request_id)
       );
     )sql"},
+    {5, "exports: checkpoints exported as Hugging Face model directories", R"sql(
+      CREATE TABLE exports (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,  -- creation order
+        id TEXT NOT NULL UNIQUE,
+        job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+        state INTEGER NOT NULL,
+        proto BLOB NOT NULL                     -- dhp.v1.Export
+      );
+      CREATE INDEX exports_by_job ON exports(job_id, seq);
+      CREATE INDEX exports_by_state ON exports(state);
+    )sql"},
 };
 
 int64_t Micros(const google::protobuf::Timestamp& t) {

@@ -157,6 +157,15 @@ class Store {
   // controller stopped before it deleted them), then returns the rest, by (job id, attempt).
   absl::StatusOr<std::vector<StoredKvScope>> LoadKv();
 
+  // Exports (store_exports.cc): ExportCheckpoint's records. PutExport inserts or replaces by
+  // id (NOT_FOUND when its job is not stored); they go with their job (DeleteJob, retention).
+  absl::Status PutExport(const v1::Export& e);
+  absl::StatusOr<v1::Export> GetExport(const std::string& id);  // NOT_FOUND names the id
+  absl::StatusOr<std::vector<v1::Export>> ListExports(const std::string& job_id);  // newest first
+  // Every export in one of `states`, oldest first.
+  absl::StatusOr<std::vector<v1::Export>> ListExportsInStates(
+      const std::vector<v1::ExportState>& states);
+
   // Quarantine (see above). The listener is called once per row moved, on the calling thread,
   // after the move has committed; empty: none.
   void set_quarantine_listener(std::function<void(const QuarantinedRow&)> listener);

@@ -96,9 +96,12 @@ def logits_of(model):
 class HfExportTest(unittest.TestCase):
     def setUp(self):
         self.cluster = Cluster(BINS, heartbeat_timeout_ms=5000, heartbeat_interval_ms=200)
-        self.cluster.start_controller()
         self.tmp = self.cluster.tmp.name
         self.root = os.path.join(self.tmp, "root")  # the agent's --data-root
+        # Exports on the controller (dhpctl export --on-controller) run this dhp-ckpt, with the
+        # agents' data root for the model directory's tokenizer and preprocessor files.
+        self.cluster.start_controller(extra_args=["--export-dhp-ckpt", DHP_CKPT,
+                                                  "--export-data-root", self.root])
         self.out = os.path.join(self.tmp, "out")
         os.makedirs(self.out)
         subprocess.run([GEN_SHAPES, "--out", os.path.join(self.root, "data", "shapes"),
@@ -264,6 +267,36 @@ class HfExportTest(unittest.TestCase):
         self.assertEqual(code, 1, out + err)
         self.assertIn("is not empty", err)
         self.assertFalse(os.path.exists(via + "2"))
+
+        # dhpctl export --on-controller: the controller runs dhp-ckpt where the checkpoint
+        # lives, into <data dir>/exports/<id>; byte for byte a local export with the same
+        # options (dhp-ckpt's default shard size, fp32).
+        local = os.path.join(self.out, "via-dhpctl-local")
+        code, out, err = self.cluster.dhpctl("export", job, "--out", local, "--dtype", "fp32",
+                                             "--dhp-ckpt", DHP_CKPT, *root, timeout=120)
+        self.assertEqual(code, 0, out + err)
+        code, out, err = self.cluster.dhpctl("export", job, "--on-controller", "--dtype", "fp32",
+                                             "--wait", "-o", "json", timeout=180)
+        self.assertEqual(code, 0, out + err + self.cluster.controller_log()[-3000:])
+        exported = json.loads(out)["export"]
+        self.assertEqual(exported["state"], "EXPORT_STATE_SUCCEEDED", exported)
+        self.assertEqual((exported["job_id"], exported["dtype"]), (job, "fp32"))
+        served = exported["out_dir"]
+        self.assertEqual(os.path.dirname(served),
+                         os.path.abspath(os.path.join(self.cluster.data_dir, "exports")))
+        self.assertEqual(sorted(os.listdir(served)), sorted(os.listdir(local)))
+        self.assertIn("tokenizer.json", os.listdir(served))
+        for name in os.listdir(local):
+            self.assertTrue(filecmp.cmp(os.path.join(local, name), os.path.join(served, name),
+                                        shallow=False), name)
+        code, out, err = self.cluster.dhpctl("export-status", exported["id"])
+        self.assertEqual(code, 0, out + err)
+        self.assertIn("SUCCEEDED -> " + served, out)
+        code, out, err = self.cluster.dhpctl("exports", job)
+        self.assertEqual(code, 0, out + err)
+        self.assertIn(exported["id"], out)
+        code, out, err = self.cluster.dhpctl("export", job, "--on-controller", "--dtype", "fp64")
+        self.assertEqual(code, 2, out + err)  # refused by dhpctl's own check
 
         print("\nexport of a SP 2 x TP 2 checkpoint (step %d, %d tensors, %d shards of <= 200 KB)"
               "\n  transformers from_pretrained: no missing/unexpected keys (copied and preset "

@@ -12,18 +12,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "api/dhpctl/output.h"
+#include "common/find_tool.h"
 #include "common/proto_enum.h"
 
 extern char** environ;
 
 namespace dhp::dhpctl {
 namespace {
-
-bool IsExecutableFile(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-         ::access(path.c_str(), X_OK) == 0;
-}
 
 // "3 checkpoints: 1 (step 50, COMPLETE), ..." for messages.
 std::string Listing(const v1::GetJobResponse& job) {
@@ -75,25 +71,12 @@ absl::StatusOr<v1::Checkpoint> PickCheckpoint(const v1::GetJobResponse& job,
 
 absl::StatusOr<std::string> FindDhpCkpt(const std::string& given, const std::string& self_dir,
                                         const std::string& path_env) {
-  if (!given.empty()) {
-    if (IsExecutableFile(given)) return given;
-    return absl::NotFoundError(
-        absl::StrCat("--dhp-ckpt ", given, " is not an executable file"));
-  }
-  std::vector<std::string> looked;
-  if (!self_dir.empty()) {
-    const std::string beside = self_dir + "/dhp-ckpt";
-    if (IsExecutableFile(beside)) return beside;
-    looked.push_back(self_dir);
-  }
-  for (absl::string_view dir : absl::StrSplit(path_env, ':', absl::SkipEmpty())) {
-    const std::string candidate = absl::StrCat(dir, "/dhp-ckpt");
-    if (IsExecutableFile(candidate)) return candidate;
-  }
-  looked.push_back("PATH");
+  absl::StatusOr<std::string> found = FindTool("dhp-ckpt", given, self_dir, path_env);
+  if (found.ok()) return found;
+  if (!given.empty()) return absl::NotFoundError(absl::StrCat("--dhp-ckpt ", found.status().message()));
   return absl::NotFoundError(absl::StrCat(
       "dhp-ckpt (the LibTorch tool that re-assembles checkpoints) is not in ",
-      absl::StrJoin(looked, " nor on "), ": pass --dhp-ckpt PATH"));
+      found.status().message(), ": pass --dhp-ckpt PATH"));
 }
 
 std::string SelfDir() {
@@ -114,6 +97,39 @@ std::vector<std::string> DhpCkptArgs(const std::string& dhp_ckpt, const v1::Chec
   }
   if (!flags.data_root.empty()) argv.insert(argv.end(), {"--data-root", flags.data_root});
   return argv;
+}
+
+absl::Status CheckOnControllerFlags(const std::vector<std::string>& local_flags_given) {
+  if (local_flags_given.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      absl::StrJoin(local_flags_given, ", "),
+      local_flags_given.size() == 1 ? " is" : " are",
+      " for a local export only: with --on-controller the controller writes the export into "
+      "its export.root with its own dhp-ckpt (drop them, or leave out --on-controller)"));
+}
+
+std::string ExportSummary(const v1::Export& e) {
+  std::string line = absl::StrCat("export ", e.id(), " of checkpoint ", e.checkpoint_id(),
+                                  " (step ", e.step(), ") of job ", e.job_id(), " as ",
+                                  e.dtype(), ": ", ShortName(e.state()), " -> ", e.out_dir(),
+                                  "\n");
+  if (ExportFinal(e.state()) && !e.message().empty()) absl::StrAppend(&line, e.message(), "\n");
+  return line;
+}
+
+bool ExportFinal(v1::ExportState state) {
+  return state == v1::EXPORT_STATE_SUCCEEDED || state == v1::EXPORT_STATE_FAILED;
+}
+
+int ExportExit(v1::ExportState state) { return state == v1::EXPORT_STATE_FAILED ? 1 : 0; }
+
+std::string ExportsTable(const v1::ListExportsResponse& resp) {
+  std::vector<std::vector<std::string>> rows;
+  for (const v1::Export& e : resp.exports()) {
+    rows.push_back({e.id(), ShortName(e.state()), std::to_string(e.checkpoint_id()),
+                    std::to_string(e.step()), e.dtype(), e.out_dir()});
+  }
+  return RenderTable({"ID", "STATE", "CHECKPOINT", "STEP", "DTYPE", "OUT"}, rows);
 }
 
 absl::StatusOr<int> RunAndWait(const std::vector<std::string>& argv) {

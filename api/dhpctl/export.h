@@ -53,6 +53,25 @@ std::vector<std::string> DhpCkptArgs(const std::string& dhp_ckpt, const v1::Chec
 // signal when killed). INTERNAL when it cannot be started.
 absl::StatusOr<int> RunAndWait(const std::vector<std::string>& argv);
 
+// ---- on the controller (`dhpctl export JOB --on-controller`, ExportCheckpoint) ------------
+
+// The local-only flags given with --on-controller, which the controller decides itself:
+// INVALID_ARGUMENT naming them ("--out, --dhp-ckpt"); OK when none is.
+absl::Status CheckOnControllerFlags(const std::vector<std::string>& local_flags_given);
+
+// One line about an export: "export x-1 of checkpoint 3 (step 20) of job j-1 as bf16: RUNNING
+// -> /var/lib/dhp/exports/x-1", with the message on a second line when FAILED or SUCCEEDED.
+std::string ExportSummary(const v1::Export& e);
+
+// True once the export is SUCCEEDED or FAILED.
+bool ExportFinal(v1::ExportState state);
+
+// dhpctl's exit code for an export: 0 SUCCEEDED, 1 FAILED, 0 while not final.
+int ExportExit(v1::ExportState state);
+
+// `dhpctl exports JOB`: a table ID STATE CHECKPOINT STEP DTYPE OUT, newest first.
+std::string ExportsTable(const v1::ListExportsResponse& resp);
+
 }  // namespace dhp::dhpctl
 
 #endif  // DHP_API_DHPCTL_EXPORT_H_

@@ -122,5 +122,43 @@ TEST(DhpCkptArgsTest, CommandLineAndExitCode) {
   EXPECT_FALSE(SelfDir().empty());
 }
 
+TEST(OnControllerExportTest, LocalFlagsAreRefusedByName) {
+  EXPECT_TRUE(CheckOnControllerFlags({}).ok());
+  absl::Status s = CheckOnControllerFlags({"--out", "--dhp-ckpt"});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message().rfind("--out, --dhp-ckpt are for a local export only", 0), 0u) << s;
+}
+
+TEST(OnControllerExportTest, SummaryAndExitFollowTheState) {
+  v1::Export e;
+  e.set_id("x-1");
+  e.set_job_id("j-1");
+  e.set_checkpoint_id(3);
+  e.set_step(20);
+  e.set_dtype("bf16");
+  e.set_out_dir("/d/exports/x-1");
+  e.set_state(v1::EXPORT_STATE_RUNNING);
+  e.set_message("ignored while running");
+  EXPECT_EQ(ExportSummary(e),
+            "export x-1 of checkpoint 3 (step 20) of job j-1 as bf16: RUNNING -> /d/exports/x-1\n");
+  EXPECT_FALSE(ExportFinal(e.state()));
+  EXPECT_EQ(ExportExit(e.state()), 0);
+  e.set_state(v1::EXPORT_STATE_FAILED);
+  e.set_message("dhp-ckpt exited with code 1: damaged");
+  EXPECT_EQ(ExportSummary(e),
+            "export x-1 of checkpoint 3 (step 20) of job j-1 as bf16: FAILED -> /d/exports/x-1\n"
+            "dhp-ckpt exited with code 1: damaged\n");
+  EXPECT_TRUE(ExportFinal(e.state()));
+  EXPECT_EQ(ExportExit(e.state()), 1);
+  EXPECT_EQ(ExportExit(v1::EXPORT_STATE_SUCCEEDED), 0);
+
+  v1::ListExportsResponse list;
+  *list.add_exports() = e;
+  const std::string table = ExportsTable(list);
+  EXPECT_NE(table.find("ID"), std::string::npos) << table;
+  EXPECT_NE(table.find("x-1"), std::string::npos) << table;
+  EXPECT_NE(table.find("FAILED"), std::string::npos) << table;
+}
+
 }  // namespace
 }  // namespace dhp::dhpctl

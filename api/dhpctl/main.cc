@@ -10,6 +10,8 @@
 //   dhpctl checkpoints JOB
 //   dhpctl export JOB [--checkpoint ID] --out DIR [--dtype keep|fp32|bf16|fp16]
 //          [--max-shard-size 5GB] [--data-root DIR] [--dhp-ckpt PATH]
+//   dhpctl export JOB --on-controller [--checkpoint ID] [--dtype bf16|fp32|fp16|keep] [--wait]
+//   dhpctl export-status EXPORT [--wait] | exports JOB
 //   dhpctl top JOB [--interval 1s] [--once]
 //   dhpctl plan -f spec.yaml [--gpu h100-80gb] [--gpus-per-node 8]
 //
@@ -20,7 +22,10 @@
 // `top` redraws a live view of the job's ranks (api/dhpctl/top.h) until the job is final or
 // Ctrl-C (exit 0); --once prints one snapshot.
 // `export` resolves the checkpoint through the API and runs dhp-ckpt on it (api/dhpctl/export.h);
-// it exits with dhp-ckpt's code.
+// it exits with dhp-ckpt's code. With --on-controller the controller writes it instead
+// (ExportCheckpoint, where the checkpoint lives) into its export.root; dhpctl prints the
+// export's id and, with --wait, polls it (GetExport) until it is final: exit 0 SUCCEEDED, 1
+// FAILED. `export-status` shows (or waits for) one export, `exports` a job's.
 // `plan` needs no controller: the memory planner's per-rank breakdown of the spec's layout and
 // its alternatives against a GPU (api/dhpctl/plan.h); exit 0 when the spec's layout fits, 1 when
 // it does not.
@@ -330,6 +335,27 @@ int Export(api::DhpClient& client, const std::string& job_id, std::optional<int6
   return *code;
 }
 
+// An export on the controller: printed as it is, or with `wait` polled every second until it
+// is SUCCEEDED (exit 0) or FAILED (exit 1), the first state on stderr.
+int FollowExport(api::DhpClient& client, v1::Export e, bool wait, const Globals& g) {
+  if (wait && !ExportFinal(e.state())) {
+    CatchInterrupts();
+    std::cerr << "dhpctl: " << ExportSummary(e);
+    while (!ExportFinal(e.state())) {
+      if (!SleepUnlessInterrupted(1000)) return kInterrupted;
+      v1::GetExportRequest req;
+      req.set_id(e.id());
+      absl::StatusOr<v1::GetExportResponse> resp = client.GetExport(req);
+      if (!resp.ok()) return Report(resp.status(), g.server);
+      e = resp->export_();
+    }
+  }
+  v1::GetExportResponse out;
+  *out.mutable_export_() = e;
+  Print(out, g, ExportSummary(e));
+  return ExportExit(e.state());
+}
+
 bool ReadFile(const std::string& path, std::string* out) {
   std::ifstream in(path == "-" ? "/dev/stdin" : path);
   if (!in) return false;
@@ -437,18 +463,41 @@ int main(int argc, char** argv) {
   export_cmd->add_option("job", job_id, "Job id")->required();
   export_cmd->add_option("--checkpoint", export_checkpoint,
                          "Checkpoint ID (dhpctl checkpoints JOB); default: the newest COMPLETE");
-  export_cmd->add_option("--out", export_flags.out_dir,
-                         "The model directory to create (must not exist or be empty)")
-      ->required();
-  export_cmd->add_option("--dtype", export_flags.dtype, "Weights' dtype (keep: as trained)")
-      ->check(CLI::IsMember({"keep", "fp32", "bf16", "fp16"}))
-      ->capture_default_str();
-  export_cmd->add_option("--max-shard-size", export_flags.max_shard_size,
-                         "Tensor bytes per weight file (dhp-ckpt's default: 5GB)");
-  export_cmd->add_option("--data-root", export_flags.data_root,
-                         "Where a relative model.weights_path starts (the agents' --data-root)");
-  export_cmd->add_option("--dhp-ckpt", dhp_ckpt,
-                         "The dhp-ckpt binary (default: next to dhpctl, else on PATH)");
+  CLI::Option* out_opt = export_cmd->add_option(
+      "--out", export_flags.out_dir,
+      "The model directory to create (must not exist or be empty); required unless "
+      "--on-controller");
+  CLI::Option* dtype_opt =
+      export_cmd
+          ->add_option("--dtype", export_flags.dtype,
+                       "Weights' dtype (keep: as trained; with --on-controller the default is "
+                       "bf16)")
+          ->check(CLI::IsMember({"keep", "fp32", "bf16", "fp16"}))
+          ->capture_default_str();
+  CLI::Option* shard_opt = export_cmd->add_option(
+      "--max-shard-size", export_flags.max_shard_size,
+      "Tensor bytes per weight file (dhp-ckpt's default: 5GB)");
+  CLI::Option* data_root_opt = export_cmd->add_option(
+      "--data-root", export_flags.data_root,
+      "Where a relative model.weights_path starts (the agents' --data-root)");
+  CLI::Option* dhp_ckpt_opt = export_cmd->add_option(
+      "--dhp-ckpt", dhp_ckpt, "The dhp-ckpt binary (default: next to dhpctl, else on PATH)");
+  bool on_controller = false, export_wait = false;
+  export_cmd->add_flag("--on-controller", on_controller,
+                       "Let the controller write the export into its export.root, where the "
+                       "checkpoint lives (ExportCheckpoint); prints the export's id");
+  export_cmd->add_flag("--wait", export_wait,
+                       "With --on-controller: wait until the export is done (exit 0 when it "
+                       "SUCCEEDED, 1 when it FAILED)");
+  std::string export_id;
+  CLI::App* export_status = app.add_subcommand(
+      "export-status", "Show an export made with dhpctl export --on-controller");
+  export_status->add_option("export", export_id, "Export id (x-...)")->required();
+  export_status->add_flag("--wait", export_wait,
+                          "Wait until it is done (exit 0 when it SUCCEEDED, 1 when it FAILED)");
+  CLI::App* exports_cmd = app.add_subcommand(
+      "exports", "List a job's exports made on the controller, newest first");
+  exports_cmd->add_option("job", job_id, "Job id")->required();
   std::string top_interval = "1s";
   bool top_once = false;
   CLI::App* top = app.add_subcommand(
@@ -640,10 +689,50 @@ int main(int argc, char** argv) {
     *only.mutable_checkpoints() = resp->checkpoints();
     return Print(only, g, CheckpointsTable(*resp));
   }
+  if (export_cmd->parsed() && on_controller) {
+    std::vector<std::string> local;
+    for (CLI::Option* o : {out_opt, shard_opt, data_root_opt, dhp_ckpt_opt}) {
+      if (o->count() > 0) local.push_back(o->get_name());
+    }
+    if (absl::Status s = CheckOnControllerFlags(local); !s.ok()) {
+      std::cerr << "dhpctl: " << s.message() << "\n";
+      return 2;
+    }
+    v1::ExportCheckpointRequest req;
+    req.set_job_id(job_id);
+    if (export_checkpoint > 0) req.set_checkpoint_id(export_checkpoint);
+    if (dtype_opt->count() > 0) req.set_dtype(export_flags.dtype);
+    absl::StatusOr<v1::ExportCheckpointResponse> resp = client.ExportCheckpoint(req);
+    if (!resp.ok()) return Report(resp.status(), g.server);
+    return FollowExport(client, resp->export_(), export_wait, g);
+  }
   if (export_cmd->parsed()) {
+    if (export_flags.out_dir.empty()) {
+      std::cerr << "dhpctl: export needs --out DIR (or --on-controller, to let the controller "
+                   "write it)\n";
+      return 2;
+    }
+    if (export_wait) {
+      std::cerr << "dhpctl: --wait is for --on-controller (a local export always waits)\n";
+      return 2;
+    }
     std::optional<int64_t> id;
     if (export_checkpoint >= 0) id = export_checkpoint;
     return Export(client, job_id, id, dhp_ckpt, export_flags, g);
+  }
+  if (export_status->parsed()) {
+    v1::GetExportRequest req;
+    req.set_id(export_id);
+    absl::StatusOr<v1::GetExportResponse> resp = client.GetExport(req);
+    if (!resp.ok()) return Report(resp.status(), g.server);
+    return FollowExport(client, resp->export_(), export_wait, g);
+  }
+  if (exports_cmd->parsed()) {
+    v1::ListExportsRequest req;
+    req.set_job_id(job_id);
+    absl::StatusOr<v1::ListExportsResponse> resp = client.ListExports(req);
+    if (!resp.ok()) return Report(resp.status(), g.server);
+    return Print(*resp, g, ExportsTable(*resp));
   }
   if (top->parsed()) {
     std::optional<int> interval_ms = ParseInterval(top_interval);

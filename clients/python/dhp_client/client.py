@@ -187,6 +187,26 @@ class Client:
         request = service_pb2.CheckpointJobRequest(job_id=job_id)
         return self._call(self._jobs.CheckpointJob, request)
 
+    def export(self, job_id: str, *, checkpoint_id: int = 0,
+               dtype: str = "") -> service_pb2.ExportCheckpointResponse:
+        """Asks the controller to write a checkpoint (``checkpoint_id``, 0: the newest
+        COMPLETE one) as a Hugging Face model directory into its export root, where the
+        checkpoint lives. ``dtype`` is bf16 (the default), fp32, fp16 or keep. Returns at once:
+        follow the response's ``export.id`` with get_export until SUCCEEDED or FAILED."""
+        request = service_pb2.ExportCheckpointRequest(job_id=job_id, checkpoint_id=checkpoint_id,
+                                                      dtype=dtype)
+        return self._call(self._jobs.ExportCheckpoint, request)
+
+    def get_export(self, export_id: str) -> job_pb2.Export:
+        """An export made with export(): its state, out_dir and message."""
+        request = service_pb2.GetExportRequest(id=export_id)
+        return getattr(self._call(self._jobs.GetExport, request), "export")
+
+    def list_exports(self, job_id: str) -> List[job_pb2.Export]:
+        """A job's exports, newest first."""
+        request = service_pb2.ListExportsRequest(job_id=job_id)
+        return list(self._call(self._jobs.ListExports, request).exports)
+
     def watch(self, job_id: str = "", *, after: int = 0,
               follow: bool = True) -> Iterator[job_pb2.Event]:
         """Events of a job (of all jobs and nodes when ``job_id`` is empty) after event id
