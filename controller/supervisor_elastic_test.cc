@@ -22,21 +22,9 @@ std::string ElasticSpec(const std::string& name) {
 
 class SupervisorElasticTest : public SupervisorTest {
  protected:
-  v1::Job SubmitText(const std::string& text) {
-    v1::SubmitJobRequest req;
-    req.set_spec_text(text);
-    absl::StatusOr<v1::JobSpec> spec = jobs_->ValidateSubmission(req);
-    EXPECT_TRUE(spec.ok()) << spec.status();
-    absl::Status admitted = sup_->CheckAdmission(*spec);
-    EXPECT_TRUE(admitted.ok()) << admitted;
-    v1::SubmitJobResponse resp;
-    std::vector<v1::Event> events;
-    EXPECT_TRUE(jobs_->SubmitValidated(*spec, false, &resp, &events).ok());
-    sup_->OnJobQueued(resp.job());
-    clock_.AdvanceMicros(1000);
-    return resp.job();
+  std::string Layout(const std::string& id) {
+    return LayoutForSpec(Stored(id).spec()).DebugString();
   }
-  std::string Layout(const std::string& id) { return LayoutForSpec(Stored(id).spec()).DebugString(); }
 };
 
 TEST_F(SupervisorElasticTest, AnAttemptRunsOnTheLargestLayoutThatFitsAndGrowsBackLater) {

@@ -54,11 +54,17 @@ class SupervisorTest : public ::testing::Test {
 
   v1::Job Submit(const std::string& name, int max_restarts = 1, int priority = 0,
                  int launch_timeout_s = 120, int preemption_grace_s = 120) {
+    return SubmitText(Spec(name, max_restarts, priority, launch_timeout_s, preemption_grace_s));
+  }
+
+  // Validates, admits, stores and queues a spec, as the Controller does for SubmitJob.
+  v1::Job SubmitText(const std::string& text) {
     v1::SubmitJobRequest req;
-    req.set_spec_text(Spec(name, max_restarts, priority, launch_timeout_s, preemption_grace_s));
+    req.set_spec_text(text);
     absl::StatusOr<v1::JobSpec> spec = jobs_->ValidateSubmission(req);
     EXPECT_TRUE(spec.ok()) << spec.status();
-    EXPECT_TRUE(sup_->CheckAdmission(*spec).ok());
+    absl::Status admitted = sup_->CheckAdmission(*spec);
+    EXPECT_TRUE(admitted.ok()) << admitted;
     v1::SubmitJobResponse resp;
     std::vector<v1::Event> events;
     EXPECT_TRUE(jobs_->SubmitValidated(*spec, false, &resp, &events).ok());
