@@ -241,7 +241,7 @@ TEST(ProtoYamlTest, UnknownKeyNamesPathAndKnownKeys) {
             "image_root, weight");
   EXPECT_EQ(SpecError("nme: x"),
             "nme: unknown key; known keys: name, labels, priority, model, vision, text, "
-            "data_parallel_size, placement, training, data, checkpoint, restart");
+            "data_parallel_size, placement, training, data, checkpoint, restart, elastic");
 }
 
 TEST(ProtoYamlTest, RootPrefixesPaths) {
@@ -307,7 +307,7 @@ TEST(ProtoYamlTest, DuplicateKeys) {
 TEST(ProtoYamlTest, SeveralErrorsAreReportedTogether) {
   EXPECT_EQ(SpecError("nme: x\nvision: {degree: two, dtype: fp64}\n"),
             "nme: unknown key; known keys: name, labels, priority, model, vision, text, "
-            "data_parallel_size, placement, training, data, checkpoint, restart; "
+            "data_parallel_size, placement, training, data, checkpoint, restart, elastic; "
             "vision.degree: expected an integer, got \"two\"; "
             "vision.dtype: expected one of fp32, bf16, fp16, got \"fp64\"");
 }
