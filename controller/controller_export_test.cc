@@ -15,7 +15,7 @@
 
 #include "common/clock.h"
 #include "common/metrics_exposition.h"
-#include "controller/controller.h"
+#include "controller/controller_test_fixture.h"
 #include "controller/store.h"
 #include "gtest/gtest.h"
 
@@ -31,14 +31,16 @@ std::string ReadAll(const std::string& path) {
   return s.str();
 }
 
-class ControllerExportTest : public ::testing::Test {
+class ControllerExportTest : public ControllerFixture {
  protected:
   void SetUp() override {
+    ControllerFixture::SetUp();
     dir_ = ::testing::TempDir() + "/export-" +
            ::testing::UnitTest::GetInstance()->current_test_info()->name() + "-" +
            std::to_string(getpid());
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
+    path_ = dir_ + "/dhp.db";
     options_.heartbeat_check_ms = 50;
     options_.exports.root = dir_ + "/exports";
     options_.exports.dhp_ckpt = dir_ + "/dhp-ckpt";
@@ -68,30 +70,11 @@ class ControllerExportTest : public ::testing::Test {
     newer_complete_ = AddCheckpoint(20, v1::CHECKPOINT_STATE_COMPLETE);
     partial_ = AddCheckpoint(30, v1::CHECKPOINT_STATE_PARTIAL);
   }
-  void TearDown() override {
-    if (controller_) controller_->Stop();
-  }
-
   void Script(const std::string& text) {
     std::ofstream(options_.exports.dhp_ckpt) << text;
     ::chmod(options_.exports.dhp_ckpt.c_str(), 0755);
   }
   void Mode(const std::string& mode) { std::ofstream(dir_ + "/mode") << mode << "\n"; }
-
-  void StartController() {
-    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(dir_ + "/dhp.db");
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
-    metrics_ = std::make_unique<MetricsExposition>();
-    controller_ = std::make_unique<Controller>(*store_, clock_, *metrics_, options_);
-    controller_->Start();
-  }
-  void StopController() {
-    controller_->Stop();
-    controller_.reset();
-    store_.reset();
-    metrics_.reset();
-  }
 
   int64_t AddCheckpoint(int64_t step, v1::CheckpointState state) {
     v1::Checkpoint c;
@@ -139,11 +122,6 @@ class ControllerExportTest : public ::testing::Test {
   }
 
   std::string dir_;
-  ControllerOptions options_;
-  SystemClock clock_;
-  std::unique_ptr<Store> store_;
-  std::unique_ptr<MetricsExposition> metrics_;
-  std::unique_ptr<Controller> controller_;
   int64_t complete_ = 0, newer_complete_ = 0, partial_ = 0;
 };
 

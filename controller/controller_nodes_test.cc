@@ -6,38 +6,19 @@
 
 #include "common/clock.h"
 #include "common/metrics_exposition.h"
-#include "controller/controller.h"
+#include "controller/controller_test_fixture.h"
 #include "controller/store.h"
 #include "gtest/gtest.h"
 
 namespace dhp::controller {
 namespace {
 
-constexpr char kSpec[] =
-    "name: one-rank\n"
-    "model: {preset: tiny}\n"
-    "training: {max_steps: 10}\n"
-    "data: {datasets: [s], registry: {s: {annotation_path: a.jsonl}}}\n";
-
-class ControllerNodesTest : public ::testing::Test {
+class ControllerNodesTest : public ControllerFixture {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(":memory:");
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
-    metrics_ = std::make_unique<MetricsExposition>();
-    controller_ = std::make_unique<Controller>(*store_, clock_, *metrics_, ControllerOptions());
-    controller_->Start();
-  }
-  void TearDown() override { controller_->Stop(); }
-
-  void Register(const std::string& id) {
-    v1::RegisterNodeRequest req;
-    req.mutable_node()->set_id(id);
-    req.mutable_node()->mutable_resources()->set_cpu_slots(2);
-    v1::RegisterNodeResponse resp;
-    absl::Status s = controller_->RegisterNode(req, &resp);
-    ASSERT_TRUE(s.ok()) << s;
+    ControllerFixture::SetUp();
+    options_ = ControllerOptions();
+    StartController();
   }
   // One heartbeat of `id` (reporting no ranks); returns how many ranks it is told to run.
   int Beat(const std::string& id, bool stopping = false) {
@@ -49,13 +30,6 @@ class ControllerNodesTest : public ::testing::Test {
     EXPECT_TRUE(s.ok()) << s;
     return resp.ranks_size();
   }
-  void Submit() {
-    v1::SubmitJobRequest req;
-    req.set_spec_text(kSpec);
-    v1::SubmitJobResponse resp;
-    absl::Status s = controller_->SubmitJob(req, &resp);
-    ASSERT_TRUE(s.ok()) << s;
-  }
   v1::Node Listed(const std::string& id) {
     v1::ListNodesResponse resp;
     EXPECT_TRUE(controller_->ListNodes(v1::ListNodesRequest(), &resp).ok());
@@ -65,16 +39,11 @@ class ControllerNodesTest : public ::testing::Test {
     ADD_FAILURE() << "node " << id << " not listed";
     return v1::Node();
   }
-
-  SystemClock clock_;
-  std::unique_ptr<MetricsExposition> metrics_;  // outlives the controller
-  std::unique_ptr<Store> store_;                // outlives the controller
-  std::unique_ptr<Controller> controller_;
 };
 
 TEST_F(ControllerNodesTest, AStoppingAgentsNodeGetsNoNewRanksUntilItRegistersAgain) {
-  Register("n1");
-  Register("n2");
+  ASSERT_TRUE(Register("n1").ok());
+  ASSERT_TRUE(Register("n2").ok());
   ASSERT_EQ(Beat("n1", /*stopping=*/true), 0);  // n1's agent got SIGTERM
   const v1::Node stopping = Listed("n1");
   EXPECT_TRUE(stopping.stopping());
@@ -86,7 +55,7 @@ TEST_F(ControllerNodesTest, AStoppingAgentsNodeGetsNoNewRanksUntilItRegistersAga
   EXPECT_EQ(Beat("n1", true), 0);
   EXPECT_EQ(Beat("n2"), 2);
   // A new agent on n1 registers: it is not stopping, and the waiting job goes there.
-  Register("n1");
+  ASSERT_TRUE(Register("n1").ok());
   EXPECT_FALSE(Listed("n1").stopping());
   EXPECT_EQ(Beat("n1"), 1);
 }

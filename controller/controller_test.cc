@@ -1,22 +1,19 @@
-// Tests the Controller as the API sees it: a real loop thread over a Store in a temporary file,
-// the system clock and a metrics registry. Watch streams (replay, follow, cancellation), the
-// rendezvous KV's job-attempt scoping, a resume on a new layout (admitted against the cluster,
+// Tests the Controller as the API sees it (controller_test_fixture.h: a real loop thread over a
+// Store in a temporary file): admission, the rendezvous KV's job-attempt scoping, a resume on a new layout (admitted against the cluster,
 // placed as that layout), metrics, health, the heartbeat timer, shutdown, and state surviving a
 // restart.
-#include "controller/controller.h"
+#include "controller/controller_test_fixture.h"
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <future>
 #include <memory>
-#include <mutex>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -33,54 +30,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr char kSpec[] =
-    "name: demo\n"
-    "model: {preset: tiny}\n"
-    "training: {max_steps: 10}\n"
-    "data: {datasets: [s], registry: {s: {annotation_path: a.jsonl}}}\n";
-
-// (type, from, to, reason) of an event.
-using EventRow = std::tuple<std::string, std::string, std::string, std::string>;
-std::vector<EventRow> Rows(const std::vector<v1::Event>& events) {
-  std::vector<EventRow> rows;
-  for (const v1::Event& e : events) {
-    rows.push_back({e.type(), e.from_state(), e.to_state(), e.reason()});
-  }
-  return rows;
-}
-
-// Collects events; can refuse writes after `write_limit` events, or report a vanished client.
-class CollectingSink : public api::EventSink {
- public:
-  explicit CollectingSink(size_t write_limit = SIZE_MAX) : write_limit_(write_limit) {}
-
-  bool Write(const v1::Event& event) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    events_.push_back(event);
-    cv_.notify_all();
-    return events_.size() < write_limit_;
-  }
-  bool IsCancelled() const override { return cancelled_.load(); }
-
-  void Cancel() { cancelled_ = true; }
-  // True once at least `n` events arrived (waits up to 10 s).
-  bool WaitFor(size_t n) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, 10s, [&] { return events_.size() >= n; });
-  }
-  std::vector<v1::Event> events() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return events_;
-  }
-
- private:
-  const size_t write_limit_;
-  std::atomic<bool> cancelled_{false};
-  std::mutex mu_;  // guards events_
-  std::condition_variable cv_;
-  std::vector<v1::Event> events_;
-};
-
 bool HasLine(const std::string& text, const std::string& line) {
   std::istringstream in(text);
   for (std::string l; std::getline(in, l);) {
@@ -89,190 +38,14 @@ bool HasLine(const std::string& text, const std::string& line) {
   return false;
 }
 
-class ControllerTest : public ::testing::Test {
+class ControllerTest : public ControllerFixture {
  protected:
   void SetUp() override {
-    path_ = ::testing::TempDir() + "/" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name() + "-" +
-            std::to_string(getpid()) + ".db";
-    for (const char* suffix : {"", "-wal", "-shm"}) std::remove((path_ + suffix).c_str());
-    options_.heartbeat_check_ms = 20;
+    ControllerFixture::SetUp();
     StartController();
   }
-  void TearDown() override {
-    if (controller_) controller_->Stop();
-  }
-
-  void StartController() {
-    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path_);
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
-    metrics_ = std::make_unique<MetricsExposition>();
-    controller_ = std::make_unique<Controller>(*store_, clock_, *metrics_, options_);
-    controller_->Start();
-  }
-  // Stops the controller and closes the store (a controller restart keeps only the file).
-  // The registry goes too: a controller registers its families once per registry.
-  void StopController() {
-    controller_->Stop();
-    controller_.reset();
-    store_.reset();
-    metrics_.reset();
-  }
-
-  v1::Job Submit() {
-    v1::SubmitJobRequest req;
-    req.set_spec_text(kSpec);
-    v1::SubmitJobResponse resp;
-    absl::Status s = controller_->SubmitJob(req, &resp);
-    EXPECT_TRUE(s.ok()) << s;
-    return resp.job();
-  }
-  absl::Status Cancel(const std::string& id) {
-    v1::CancelJobRequest req;
-    req.set_job_id(id);
-    v1::CancelJobResponse resp;
-    return controller_->CancelJob(req, &resp);
-  }
-  absl::Status Register(const std::string& id) {
-    v1::RegisterNodeRequest req;
-    req.mutable_node()->set_id(id);
-    req.mutable_node()->mutable_resources()->set_cpu_slots(2);
-    v1::RegisterNodeResponse resp;
-    return controller_->RegisterNode(req, &resp);
-  }
-  std::future<absl::Status> WatchAsync(const std::string& job_id, bool follow,
-                                       CollectingSink& sink) {
-    v1::WatchJobRequest req;
-    req.set_job_id(job_id);
-    req.set_follow(follow);
-    return std::async(std::launch::async,
-                      [this, req, &sink] { return controller_->WatchJob(req, sink); });
-  }
-  // The watch's result; a watch that does not return within 10 s fails the test and is ended
-  // by stopping the controller (so the test cannot hang).
-  absl::Status Await(std::future<absl::Status>& watch) {
-    if (watch.wait_for(10s) != std::future_status::ready) {
-      ADD_FAILURE() << "WatchJob did not return";
-      controller_->Stop();
-    }
-    return watch.get();
-  }
-  std::vector<v1::Event> Replay(const std::string& job_id, int64_t after = 0) {
-    v1::WatchJobRequest req;
-    req.set_job_id(job_id);
-    req.set_after_event_id(after);
-    CollectingSink sink;
-    absl::Status s = controller_->WatchJob(req, sink);
-    EXPECT_TRUE(s.ok()) << s;
-    return sink.events();
-  }
-
-  std::string path_;
-  ControllerOptions options_;
-  SystemClock clock_;
-  std::unique_ptr<MetricsExposition> metrics_;  // outlives the controller (holds a collector)
-  std::unique_ptr<Store> store_;              // outlives the controller
-  std::unique_ptr<Controller> controller_;
 };
 
-TEST_F(ControllerTest, WatchWithoutFollowReplaysTheHistory) {
-  const v1::Job a = Submit();
-  const v1::Job b = Submit();
-  ASSERT_TRUE(Cancel(a.id()).ok());
-
-  std::vector<v1::Event> events = Replay(a.id());
-  EXPECT_EQ(Rows(events), (std::vector<EventRow>{
-                              {"job.state", "", "QUEUED", "submitted"},
-                              {"job.state", "QUEUED", "CANCELLED", "cancelled by user"},
-                              {"run.state", "PENDING", "CANCELLED", "cancelled by user"},
-                          }));
-  ASSERT_EQ(events.size(), 3u);
-  for (const v1::Event& e : events) EXPECT_EQ(e.job_id(), a.id());
-  std::vector<EventRow> rest = Rows(events);
-  rest.erase(rest.begin());
-  EXPECT_EQ(Rows(Replay(a.id(), events[0].id())), rest);
-
-  std::vector<v1::Event> all = Replay("");
-  ASSERT_EQ(all.size(), 4u);
-  EXPECT_EQ(all[1].job_id(), b.id());
-  for (size_t i = 0; i < all.size(); ++i) EXPECT_EQ(all[i].id(), static_cast<int64_t>(i + 1));
-
-  v1::WatchJobRequest req;
-  req.set_job_id("j-missing");
-  CollectingSink sink;
-  absl::Status s = controller_->WatchJob(req, sink);
-  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(s.message(), "job j-missing not found");
-}
-
-// Found by schemathesis (GET /v1/events?after=-1 was a 200).
-TEST_F(ControllerTest, WatchRefusesANegativeAfter) {
-  v1::WatchJobRequest req;
-  req.set_after_event_id(-1);
-  CollectingSink sink;
-  const absl::Status s = controller_->WatchJob(req, sink);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.message(),
-            "after_event_id: -1 is negative; event ids start at 1 (0: from the first)");
-  EXPECT_TRUE(sink.events().empty());
-}
-
-TEST_F(ControllerTest, WatchStopsWhenTheSinkRefusesAWrite) {
-  const v1::Job job = Submit();
-  ASSERT_TRUE(Cancel(job.id()).ok());
-  CollectingSink sink(/*write_limit=*/1);
-  v1::WatchJobRequest req;
-  req.set_job_id(job.id());
-  req.set_follow(true);
-  EXPECT_TRUE(controller_->WatchJob(req, sink).ok());
-  EXPECT_EQ(sink.events().size(), 1u);
-}
-
-TEST_F(ControllerTest, FollowingAJobStreamsEventsAndEndsWhenItIsFinal) {
-  const v1::Job job = Submit();
-  CollectingSink sink;
-  std::future<absl::Status> watch = WatchAsync(job.id(), /*follow=*/true, sink);
-  ASSERT_TRUE(sink.WaitFor(1));  // the history
-  EXPECT_EQ(watch.wait_for(100ms), std::future_status::timeout);  // still following
-
-  ASSERT_TRUE(Cancel(job.id()).ok());
-  EXPECT_TRUE(Await(watch).ok());
-  EXPECT_EQ(Rows(sink.events()), (std::vector<EventRow>{
-                                     {"job.state", "", "QUEUED", "submitted"},
-                                     {"job.state", "QUEUED", "CANCELLED", "cancelled by user"},
-                                     {"run.state", "PENDING", "CANCELLED", "cancelled by user"},
-                                 }));
-}
-
-TEST_F(ControllerTest, FollowingEverythingReturnsWhenTheClientGoesAway) {
-  CollectingSink sink;
-  std::future<absl::Status> watch = WatchAsync("", /*follow=*/true, sink);
-  const v1::Job job = Submit();
-  ASSERT_TRUE(sink.WaitFor(1));
-  ASSERT_TRUE(Register("n1").ok());
-  ASSERT_TRUE(sink.WaitFor(2));
-  EXPECT_EQ(watch.wait_for(100ms), std::future_status::timeout);
-
-  const auto start = std::chrono::steady_clock::now();
-  sink.Cancel();
-  EXPECT_TRUE(Await(watch).ok());
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);  // polls IsCancelled twice a second
-  std::vector<v1::Event> events = sink.events();
-  ASSERT_EQ(events.size(), 4u);
-  EXPECT_EQ(events[0].job_id(), job.id());
-  EXPECT_EQ(Rows({events[0]})[0], EventRow("job.state", "", "QUEUED", "submitted"));
-  EXPECT_EQ(events[1].node_id(), "n1");
-  EXPECT_EQ(Rows({events[1]})[0], EventRow("node.state", "", "READY", "registered"));
-  // The new node's slots let the scheduler place the job at once.
-  EXPECT_EQ(events[2].type() + " " + events[2].to_state(), "run.state STARTING");
-  EXPECT_EQ(events[3].type() + " " + events[3].to_state(), "job.state SCHEDULED");
-  EXPECT_EQ(events[3].job_id(), job.id());
-}
-
-// Admission with the memory planner: a job whose ranks need more memory than any registered GPU
-// has is refused at submit with the per-rank breakdown, and nothing of it is stored; on GPUs that
-// hold it, it is placed.
 TEST_F(ControllerTest, AJobThatCanNeverFitTheGpusIsRefusedWithItsMemoryBreakdown) {
   auto register_gpus = [&](const std::string& id, int64_t mib) {
     v1::RegisterNodeRequest req;
@@ -688,7 +461,7 @@ TEST_F(ControllerTest, AfterStopEveryCallIsUnavailableAndReturnsAtOnce) {
   };
   expect_unavailable(controller_->Health(), "Health");
   v1::SubmitJobRequest submit;
-  submit.set_spec_text(kSpec);
+  submit.set_spec_text(kTinySpec);
   v1::SubmitJobResponse submitted;
   expect_unavailable(controller_->SubmitJob(submit, &submitted), "SubmitJob");
   v1::GetJobRequest get;
@@ -709,22 +482,6 @@ TEST_F(ControllerTest, AfterStopEveryCallIsUnavailableAndReturnsAtOnce) {
   expect_unavailable(controller_->WatchJob(watch, sink), "WatchJob");
   EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
   controller_->Stop();  // idempotent
-}
-
-TEST_F(ControllerTest, StopEndsOpenWatchStreams) {
-  const v1::Job job = Submit();
-  CollectingSink job_sink, all_sink;
-  std::future<absl::Status> job_watch = WatchAsync(job.id(), /*follow=*/true, job_sink);
-  std::future<absl::Status> all_watch = WatchAsync("", /*follow=*/true, all_sink);
-  ASSERT_TRUE(job_sink.WaitFor(1));
-  ASSERT_TRUE(all_sink.WaitFor(1));
-  controller_->Stop();
-  for (std::future<absl::Status>* watch : {&job_watch, &all_watch}) {
-    ASSERT_EQ(watch->wait_for(2s), std::future_status::ready);
-    absl::Status s = watch->get();
-    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
-    EXPECT_EQ(s.message(), "the controller is shutting down");
-  }
 }
 
 TEST_F(ControllerTest, StateSurvivesARestart) {
