@@ -45,12 +45,14 @@
 #include <iostream>
 #include <mutex>
 #include <optional>
+#include <utility>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
 #include "api/auth.h"
 #include "api/client.h"
 #include "api/dhpctl/export.h"
@@ -454,14 +456,14 @@ int main(int argc, char** argv) {
       "checkpoints", "List a job's checkpoints with their state, shards and write time");
   checkpoints->add_option("job", job_id, "Job id")->required();
   ExportFlags export_flags;
-  int64_t export_checkpoint = -1;
+  std::string export_checkpoint_text;
   std::string dhp_ckpt;
   CLI::App* export_cmd = app.add_subcommand(
       "export",
       "Export a job's checkpoint as a Hugging Face model directory (runs dhp-ckpt here; the "
       "checkpoint's directory must be readable from this machine)");
   export_cmd->add_option("job", job_id, "Job id")->required();
-  export_cmd->add_option("--checkpoint", export_checkpoint,
+  export_cmd->add_option("--checkpoint", export_checkpoint_text,
                          "Checkpoint ID (dhpctl checkpoints JOB); default: the newest COMPLETE");
   CLI::Option* out_opt = export_cmd->add_option(
       "--out", export_flags.out_dir,
@@ -523,6 +525,23 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  }
+  // Ids and reasons travel in proto strings, which gRPC cannot send unless they are UTF-8.
+  for (const auto& [what, text] : {std::pair<const char*, const std::string*>{"job id", &job_id},
+                                   {"node id", &node_id},
+                                   {"export id", &export_id},
+                                   {"--reason", &reason}}) {
+    if (const std::string bad = Utf8Error(*text); !bad.empty()) {
+      std::cerr << "dhpctl: " << what << ": " << bad << "\n";
+      return 2;
+    }
+  }
+  int64_t export_checkpoint = -1;  // none named: the newest COMPLETE
+  if (!export_checkpoint_text.empty() &&
+      (!absl::SimpleAtoi(export_checkpoint_text, &export_checkpoint) || export_checkpoint < 1)) {
+    std::cerr << "dhpctl: --checkpoint " << EscapeInvalidUtf8(export_checkpoint_text.substr(0, 40))
+              << ": not a checkpoint id (a positive integer; dhpctl checkpoints JOB lists them)\n";
+    return 2;
   }
 
   if (plan->parsed()) {  // offline: before any credential or connection

@@ -103,7 +103,7 @@ int Run(int argc, char** argv) {
                  "Checkpoints written and not yet reported, at most (each holds a host copy of "
                  "the rank's state); one more waits at its step boundary")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 64));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
