@@ -103,7 +103,12 @@ void Controller::Start() {
 
 void Controller::Stop() {
   if (loop_.joinable() && !stopped_) {  // heartbeat times not yet written, so none goes back
-    absl::Status flushed = OnLoop([this] { return nodes_.Flush(); });
+    absl::Status flushed = OnLoop([this] {
+      std::vector<v1::Event> events;
+      absl::Status saved = supervisor_.SaveProgress(&events, /*all=*/true);
+      if (!saved.ok()) DHP_LOG(WARNING) << "writing step figures at shutdown: " << saved;
+      return nodes_.Flush();
+    });
     if (!flushed.ok()) DHP_LOG(WARNING) << "writing heartbeat times at shutdown: " << flushed;
   }
   if (stopped_.exchange(true)) return;
@@ -221,7 +226,8 @@ void Controller::ScheduleHeartbeatCheck() {
     absl::Status s = nodes_.CheckHeartbeats(&events);
     if (s.ok()) s = ApplyNodeEvents(events, &events);
     if (s.ok()) s = supervisor_.CheckStalls(&events);
-    if (!s.ok()) DHP_LOG(ERROR) << "heartbeat and stall check failed: " << s;
+    if (s.ok()) s = supervisor_.SaveProgress(&events);
+    if (!s.ok()) DHP_LOG(ERROR) << "heartbeat, stall and progress check failed: " << s;
     Settle(events);
     ScheduleHeartbeatCheck();
   });
@@ -285,13 +291,23 @@ absl::Status Controller::SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJo
 absl::Status Controller::GetJob(const v1::GetJobRequest& req, v1::GetJobResponse* resp) {
   return OnLoop([&] {
     absl::Status s = jobs_.Get(req, resp);
-    if (s.ok()) supervisor_.DescribeRanks(resp->job(), resp);
+    if (!s.ok()) return s;
+    v1::Run* current = nullptr;
+    for (v1::Run& run : *resp->mutable_runs()) {
+      if (run.attempt() == resp->job().current_attempt()) current = &run;
+    }
+    supervisor_.OverlayProgress(*resp->mutable_job(), current);
+    supervisor_.DescribeRanks(resp->job(), resp);
     return s;
   });
 }
 
 absl::Status Controller::ListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp) {
-  return OnLoop([&] { return jobs_.List(req, resp); });
+  return OnLoop([&] {
+    absl::Status s = jobs_.List(req, resp);
+    for (v1::Job& job : *resp->mutable_jobs()) supervisor_.OverlayProgress(job, nullptr);
+    return s;
+  });
 }
 
 absl::Status Controller::CancelJob(const v1::CancelJobRequest& req, v1::CancelJobResponse* resp) {
@@ -302,6 +318,7 @@ absl::Status Controller::CancelJob(const v1::CancelJobRequest& req, v1::CancelJo
     if (s.ok()) {
       absl::StatusOr<v1::Job> now = store_.GetJob(req.job_id());
       if (now.ok()) *resp->mutable_job() = *now;
+      supervisor_.OverlayProgress(*resp->mutable_job(), nullptr);
     }
     Settle(events);
     return s;

@@ -288,6 +288,25 @@ int Store::schema_version() const {
 // ---- jobs -----------------------------------------------------------------------------------
 
 absl::StatusOr<std::vector<v1::Event>> Store::Commit(const JobWrite& write) {
+  DHP_ASSIGN_OR_RETURN(Transaction tx, db_->Begin());
+  DHP_ASSIGN_OR_RETURN(std::vector<v1::Event> events, WriteJob(write));
+  DHP_RETURN_IF_ERROR(tx.Commit());
+  return events;
+}
+
+absl::StatusOr<std::vector<v1::Event>> Store::CommitAll(const std::vector<JobWrite>& writes) {
+  std::vector<v1::Event> events;
+  if (writes.empty()) return events;
+  DHP_ASSIGN_OR_RETURN(Transaction tx, db_->Begin());
+  for (const JobWrite& write : writes) {
+    DHP_ASSIGN_OR_RETURN(std::vector<v1::Event> added, WriteJob(write));
+    events.insert(events.end(), added.begin(), added.end());
+  }
+  DHP_RETURN_IF_ERROR(tx.Commit());
+  return events;
+}
+
+absl::StatusOr<std::vector<v1::Event>> Store::WriteJob(const JobWrite& write) {
   const v1::Job& job = write.job;
   if (job.id().empty()) {
     return absl::InvalidArgumentError("JobWrite.job.id is empty; every job needs an id");
@@ -303,7 +322,6 @@ absl::StatusOr<std::vector<v1::Event>> Store::Commit(const JobWrite& write) {
         CheckStorable(run, absl::StrCat("run attempt ", run.attempt(), " of job ", job.id())));
   }
 
-  DHP_ASSIGN_OR_RETURN(Transaction tx, db_->Begin());
   const std::string proto = job.SerializeAsString();
   if (write.create) {
     DHP_ASSIGN_OR_RETURN(bool exists, JobExists(*db_, job.id()));
@@ -366,10 +384,7 @@ absl::StatusOr<std::vector<v1::Event>> Store::Commit(const JobWrite& write) {
     DHP_RETURN_IF_ERROR(upsert->Run());
   }
 
-  DHP_ASSIGN_OR_RETURN(std::vector<v1::Event> events,
-                       AppendEvents(*db_, write.events, job.id(), ""));
-  DHP_RETURN_IF_ERROR(tx.Commit());
-  return events;
+  return AppendEvents(*db_, write.events, job.id(), "");
 }
 
 absl::StatusOr<v1::Job> Store::GetJob(const std::string& job_id) {

@@ -109,6 +109,9 @@ class Store {
 
   // Applies the change in one transaction. Returns the appended events with their ids.
   absl::StatusOr<std::vector<v1::Event>> Commit(const JobWrite& write);
+  // Applies all the changes in one transaction (all or none: the first that fails rolls the
+  // others back too), e.g. the progress of many runs in one tick. Returns the appended events.
+  absl::StatusOr<std::vector<v1::Event>> CommitAll(const std::vector<JobWrite>& writes);
 
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id);  // NOT_FOUND names the id
   absl::StatusOr<JobPage> ListJobs(const JobQuery& query);
@@ -175,6 +178,8 @@ class Store {
  private:
   explicit Store(std::unique_ptr<SqliteDb> db);
   absl::Status Migrate();
+  // One JobWrite's rows, inside the caller's transaction.
+  absl::StatusOr<std::vector<v1::Event>> WriteJob(const JobWrite& write);
 
   // Moves each row to the quarantine table (store_quarantine.cc). True when every row was
   // moved (or was already gone); a row that cannot be moved is logged once and left in place.

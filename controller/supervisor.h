@@ -48,6 +48,10 @@ namespace dhp::controller {
 struct SupervisorOptions {
   std::string checkpoint_root;  // absolute; runs write under <root>/<directory>/<job>/attempt-<a>
   int max_waiting_messages = 100;  // queued jobs per pass whose "why waiting" message is kept
+  // A running run's step figures are written at most this often (SaveProgress), all runs due in
+  // one transaction; reads in between see them from memory (OverlayProgress). Reaching RUNNING,
+  // the last step and every transition are written at once.
+  int64_t progress_save_micros = 30000000;
 };
 
 // One rank of an active run, as its agent and the rank itself last reported.
@@ -79,6 +83,7 @@ struct ActiveRun {
   int64_t last_advance_micros = 0;  // when max_step last grew (or the run was placed)
   int64_t placed_micros = 0;        // when it was placed (or recovered after a restart)
   int64_t last_persist_micros = 0;
+  bool progress_unsaved = false;    // step figures newer than the store's (SaveProgress)
   int stall_timeout_s = 600;
   int launch_timeout_s = 120;       // every rank must be reported launched by then
   bool draining = false;             // ended: its ranks must go; slots held until they have
@@ -157,6 +162,14 @@ class Supervisor {
   // ranks their agents have not reported launched within the launch timeout; stops preempted
   // runs whose ranks have not stopped within restart.preemption_grace_s.
   absl::Status CheckStalls(std::vector<v1::Event>* events);
+  // Periodic: writes the step figures of the running runs not saved for progress_save_micros,
+  // in one transaction (at most 2,000 runs per call; the rest in the next). `all`: every
+  // unsaved one, whenever saved last (at shutdown).
+  absl::Status SaveProgress(std::vector<v1::Event>* events, bool all = false);
+  // The job's step figures and "training: ..." message, and its current run's (when given),
+  // as the ranks last reported them when newer than the stored ones. Every read of a job that
+  // may be running goes through this.
+  void OverlayProgress(v1::Job& job, v1::Run* current_run) const;
 
   // Checkpoint bookkeeping: the caller takes its manifests to write and directories to delete.
   CheckpointTracker& checkpoints() { return checkpoints_; }

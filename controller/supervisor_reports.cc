@@ -16,7 +16,8 @@
 namespace dhp::controller {
 namespace {
 
-constexpr int64_t kPersistEveryMicros = 1000000;
+// SaveProgress writes at most this many runs per tick, so that the loop is never held long.
+constexpr size_t kMaxSavedPerTick = 2000;
 // A rank whose reporter has been silent this long is named as not reporting (its reporter
 // re-sends every 2 s even while a step hangs).
 constexpr int64_t kSilentMicros = 5000000;
@@ -33,14 +34,17 @@ absl::Status Supervisor::OnProgress(const v1::ReportProgressRequest& req,
   if (req.step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("step: ", req.step(), " must not be negative"));
   }
-  absl::StatusOr<v1::Job> job = store_.GetJob(req.job_id());
-  if (!job.ok()) return job.status();
-  if (req.attempt() != job->current_attempt()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("attempt ", req.attempt(), " of job ", req.job_id(),
-                     " is not current; the job is on attempt ", job->current_attempt()));
-  }
   ActiveRun* run = FindRun(RunId{req.job_id(), req.attempt()});
+  // An active run that is not draining is its job's current attempt: no need to read the job.
+  if (run == nullptr || run->draining) {
+    absl::StatusOr<v1::Job> job = store_.GetJob(req.job_id());
+    if (!job.ok()) return job.status();
+    if (req.attempt() != job->current_attempt()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("attempt ", req.attempt(), " of job ", req.job_id(),
+                       " is not current; the job is on attempt ", job->current_attempt()));
+    }
+  }
   if (run == nullptr) {
     resp->set_stop(true);
     return absl::OkStatus();
@@ -79,9 +83,9 @@ absl::Status Supervisor::OnProgress(const v1::ReportProgressRequest& req,
     run->last_advance_micros = now;
   }
   const bool to_running = run->job_state != v1::JOB_STATE_RUNNING && req.step() > run->start_step;
-  const bool due = now - run->last_persist_micros >= kPersistEveryMicros ||
-                   (run->total_steps > 0 && run->max_step >= run->total_steps);
-  if (to_running || (advanced && due)) return PersistProgress(*run, to_running, events);
+  const bool last = run->total_steps > 0 && run->max_step >= run->total_steps;
+  if (to_running || (advanced && last)) return PersistProgress(*run, to_running, events);
+  if (advanced) run->progress_unsaved = true;  // SaveProgress writes it with others
   return absl::OkStatus();
 }
 
@@ -102,6 +106,16 @@ void RecordSteps(const ActiveRun& run, v1::Job& job, v1::Run& stored) {
   stored.set_last_loss(run.loss);
 }
 
+namespace {
+
+// A running job's message and step figures from its active run (not the update time).
+void ApplyProgress(const ActiveRun& run, v1::Job& job, v1::Run& stored) {
+  if (job.state() == v1::JOB_STATE_RUNNING) job.set_message(TrainingLine(run));
+  RecordSteps(run, job, stored);
+}
+
+}  // namespace
+
 absl::Status Supervisor::PersistProgress(ActiveRun& run, bool to_running,
                                          std::vector<v1::Event>* events) {
   absl::Status s = Transition(run.id, events, [&](v1::Job& job, v1::Run& stored, int64_t now,
@@ -112,14 +126,55 @@ absl::Status Supervisor::PersistProgress(ActiveRun& run, bool to_running,
       }
       MoveRun(job, stored, v1::RUN_STATE_RUNNING, "training", now, &write);
     }
-    if (!to_running && job.state() == v1::JOB_STATE_RUNNING) job.set_message(TrainingLine(run));
-    RecordSteps(run, job, stored);
+    ApplyProgress(run, job, stored);
     *job.mutable_update_time() = MicrosToTimestamp(now);
     run.last_persist_micros = now;
+    run.progress_unsaved = false;
     return absl::OkStatus();
   });
   if (s.ok() && to_running) run.job_state = v1::JOB_STATE_RUNNING;
   return s;
+}
+
+absl::Status Supervisor::SaveProgress(std::vector<v1::Event>* events, bool all) {
+  DHP_CHECK_ON_THREAD(loop_);
+  const int64_t now = clock_.NowMicros();
+  std::vector<JobWrite> writes;
+  std::vector<ActiveRun*> saved;
+  for (auto& [id, run] : runs_) {
+    if (!run.progress_unsaved || run.draining ||
+        (!all && now - run.last_persist_micros < options_.progress_save_micros)) {
+      continue;
+    }
+    absl::StatusOr<Loaded> loaded = Load(id);
+    if (!loaded.ok()) {  // ended meanwhile by another path: its transition wrote the figures
+      run.progress_unsaved = false;
+      continue;
+    }
+    ApplyProgress(run, loaded->job, loaded->run);
+    *loaded->job.mutable_update_time() = MicrosToTimestamp(now);
+    JobWrite& write = writes.emplace_back();
+    write.job = std::move(loaded->job);
+    write.runs.push_back(std::move(loaded->run));
+    saved.push_back(&run);
+    if (!all && writes.size() >= kMaxSavedPerTick) break;
+  }
+  absl::StatusOr<std::vector<v1::Event>> added = store_.CommitAll(writes);
+  if (!added.ok()) return added.status();
+  events->insert(events->end(), added->begin(), added->end());
+  for (ActiveRun* run : saved) {
+    run->progress_unsaved = false;
+    run->last_persist_micros = now;
+  }
+  return absl::OkStatus();
+}
+
+void Supervisor::OverlayProgress(v1::Job& job, v1::Run* current_run) const {
+  DHP_CHECK_ON_THREAD(loop_);
+  auto it = runs_.find(RunId{job.id(), job.current_attempt()});
+  if (it == runs_.end() || !it->second.progress_unsaved) return;
+  v1::Run ignored;
+  ApplyProgress(it->second, job, current_run != nullptr ? *current_run : ignored);
 }
 
 void Supervisor::DescribeRanks(const v1::Job& job, v1::GetJobResponse* resp) const {

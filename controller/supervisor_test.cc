@@ -181,12 +181,24 @@ TEST_F(SupervisorTest, StepFiguresAreExactAtTransitionsAndTheRunningMessageIsCur
   const v1::Job job = Submit("figures");
   StartRunning(job);
   EXPECT_EQ(Stored(job.id()).message(), "training: step 1 of 10 done");
-  ASSERT_TRUE(Progress(job, 1, 0, 2).ok());  // within a second of the last write: not stored
+  ASSERT_TRUE(Progress(job, 1, 0, 2).ok());  // not stored: SaveProgress writes it later
   EXPECT_EQ(Stored(job.id()).latest_step(), 1);
-  clock_.AdvanceMicros(1000000);
+  v1::Job read = Stored(job.id());
+  v1::Run run = Run(job.id(), 1);
+  sup_->OverlayProgress(read, &run);  // what every read of the job shows meanwhile
+  EXPECT_EQ(read.latest_step(), 2);
+  EXPECT_EQ(read.message(), "training: step 2 of 10 done");
+  EXPECT_EQ(run.last_step(), 2);
+  std::vector<v1::Event> events;
+  ASSERT_TRUE(sup_->SaveProgress(&events).ok());  // written less than 30 s ago: not yet
+  EXPECT_EQ(Stored(job.id()).latest_step(), 1);
+  clock_.AdvanceMicros(30000000);
   ASSERT_TRUE(Progress(job, 1, 0, 3).ok());
+  ASSERT_TRUE(sup_->SaveProgress(&events).ok());
   EXPECT_EQ(Stored(job.id()).latest_step(), 3);
   EXPECT_EQ(Stored(job.id()).message(), "training: step 3 of 10 done");
+  EXPECT_EQ(Run(job.id(), 1).last_step(), 3);
+  EXPECT_TRUE(events.empty());
   ASSERT_TRUE(Progress(job, 1, 0, 4).ok());  // not stored yet when the user cancels
 
   Cancel(job);
@@ -202,6 +214,34 @@ TEST_F(SupervisorTest, StepFiguresAreExactAtTransitionsAndTheRunningMessageIsCur
   EXPECT_EQ(stored.latest_step(), 5);
   EXPECT_DOUBLE_EQ(stored.latest_loss(), 5.0 - 4 * 0.1);  // rank 0's last loss (rank 1 sends none)
   EXPECT_EQ(Run(job.id(), 1).last_step(), 5);
+}
+
+TEST_F(SupervisorTest, SaveProgressWritesTheDueRunsTogetherAndTheLastStepAtOnce) {
+  AddNode("n1", 2);
+  AddNode("n2", 2);
+  const v1::Job a = Submit("a"), b = Submit("b");
+  Schedule();
+  for (const auto& [job, node] : {std::pair{a, "n1"}, std::pair{b, "n2"}}) {
+    ASSERT_EQ(Beat(node).size(), 2u);
+    Beat(node, {Status(job, 1, 0, true), Status(job, 1, 1, true)});
+    ASSERT_TRUE(Progress(job, 1, 0, 1).ok());  // reaching RUNNING is written at once
+    ASSERT_EQ(Stored(job.id()).state(), v1::JOB_STATE_RUNNING);
+  }
+  clock_.AdvanceMicros(30000000);
+  ASSERT_TRUE(Progress(a, 1, 0, 4).ok());
+  ASSERT_TRUE(Progress(b, 1, 0, 6).ok());
+  EXPECT_EQ(Stored(a.id()).latest_step(), 1);
+  std::vector<v1::Event> events;
+  ASSERT_TRUE(sup_->SaveProgress(&events).ok());
+  EXPECT_EQ(Stored(a.id()).latest_step(), 4);
+  EXPECT_EQ(Stored(b.id()).latest_step(), 6);
+  EXPECT_DOUBLE_EQ(Stored(b.id()).latest_loss(), 5.0 - 6 * 0.1);
+  ASSERT_TRUE(Progress(a, 1, 0, 10).ok());  // the last step (total 10): written at once
+  EXPECT_EQ(Stored(a.id()).latest_step(), 10);
+  EXPECT_EQ(Stored(a.id()).message(), "training: step 10 of 10 done");
+  ASSERT_TRUE(Progress(b, 1, 0, 7).ok());  // at shutdown: everything unsaved, due or not
+  ASSERT_TRUE(sup_->SaveProgress(&events, /*all=*/true).ok());
+  EXPECT_EQ(Stored(b.id()).latest_step(), 7);
 }
 
 TEST_F(SupervisorTest, AnAgentThatRestartedEndsTheAttemptAtOnceWithoutARestartCounted) {
