@@ -36,9 +36,7 @@ at::Tensor CheckpointTensorSource::Slice(const std::string& name, int64_t dim, i
   const SafetensorsFile* file = nullptr;
   const StTensorInfo& info = Info(name, &file);
   CheckSliceBounds(name, info.shape, dim, start, length);
-  at::ScalarType stored = at::kFloat;
-  TORCH_CHECK_VALUE(StDtypeToScalarType(info.dtype, &stored), name, ": dtype ",
-                    StDtypeName(info.dtype), " has no LibTorch type");
+  TORCH_CHECK_VALUE(IsParameterDtype(info.dtype), ParameterDtypeProblem(name, info.dtype));
   return ReadTensorSlice(*file, info, dim, start, length).to(options_);
 }
 
@@ -53,11 +51,13 @@ absl::Status CheckCheckpointCovers(const CheckpointDir& ckpt,
       report.missing.push_back(p.name);
       continue;
     }
-    const std::vector<int64_t>& have = file->tensors().at(p.name).shape;
-    if (have != p.shape) {
+    const StTensorInfo& have = file->tensors().at(p.name);
+    if (have.shape != p.shape) {
       report.wrong_shape.push_back(absl::StrCat(p.name, ": checkpoint [",
-                                                absl::StrJoin(have, ", "), "], model [",
+                                                absl::StrJoin(have.shape, ", "), "], model [",
                                                 absl::StrJoin(p.shape, ", "), "]"));
+    } else if (!IsParameterDtype(have.dtype)) {
+      report.wrong_dtype.push_back(absl::StrCat(p.name, ": stored as ", StDtypeName(have.dtype)));
     }
   }
   for (const std::string& name : ckpt.names()) {

@@ -5,7 +5,8 @@
 // slice itself plus its conversion to the target dtype/device.
 //
 // CheckCheckpointCovers is the strict check done before anything is built: every parameter of
-// the model is in the checkpoint with its full shape, and the checkpoint has nothing else.
+// the model is in the checkpoint with its full shape and a parameter dtype (F32, F16 or BF16:
+// IsParameterDtype), and the checkpoint has nothing else.
 //
 // Thread-safety: immutable after construction; Slice may be called from several threads.
 #ifndef DHP_WORKER_MODEL_CHECKPOINT_SOURCE_H_
@@ -27,7 +28,9 @@ namespace dhp {
 
 class CheckpointTensorSource : public TensorSource {
  public:
-  // Slices come as `options` (dtype, device); stored F16/BF16/F32 are converted.
+  // Slices come as `options` (dtype, device); stored F16/BF16/F32 are converted. A tensor
+  // stored in another dtype (an integer, BOOL, F64) is never converted: Slice throws
+  // (ValueError, "name: stored as I64; a parameter must be F32, F16 or BF16").
   CheckpointTensorSource(std::unique_ptr<CheckpointDir> dir, at::TensorOptions options);
 
   std::vector<int64_t> Shape(const std::string& name) const override;
@@ -44,8 +47,9 @@ class CheckpointTensorSource : public TensorSource {
   at::TensorOptions options_;
 };
 
-// OK when `ckpt` holds exactly the tensors of `shapes` with those shapes; otherwise
-// InvalidArgument listing what is missing, unexpected or of another shape (LoadReport::Summary).
+// OK when `ckpt` holds exactly the tensors of `shapes` with those shapes, each stored as F32,
+// F16 or BF16; otherwise InvalidArgument listing what is missing, unexpected, of another shape
+// or of another dtype (LoadReport::Summary).
 absl::Status CheckCheckpointCovers(const CheckpointDir& ckpt,
                                    const std::vector<ParamShape>& shapes);
 

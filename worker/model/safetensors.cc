@@ -146,6 +146,16 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   return f;
 }
 
+void SafetensorsFile::Release(size_t begin, size_t end) const {
+  if (begin >= end) return;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  uint8_t* base = static_cast<uint8_t*>(map_);
+  const size_t offset = static_cast<size_t>(data_ - base);  // the header's bytes
+  const size_t from = (offset + begin) / page * page;
+  const size_t to = std::min(map_size_, (offset + end + page - 1) / page * page);
+  madvise(base + from, to - from, MADV_DONTNEED);  // advice: a failure costs only memory
+}
+
 SafetensorsFile::~SafetensorsFile() {
   if (map_ != nullptr) munmap(map_, map_size_);
 }

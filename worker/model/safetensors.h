@@ -50,6 +50,13 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // The bytes of a tensor listed in tensors(), valid while this object lives.
   const uint8_t* data(const StTensorInfo& info) const { return data_ + info.begin; }
+  // Unmaps bytes [begin, end) of the data section from this process (widened to whole pages):
+  // they leave its resident memory but stay in the page cache, and a later read maps them
+  // again. A reader calls it once it has copied a tensor's bytes out (weights.h does), so that
+  // the mapped checkpoint adds at most the tensor being copied to resident memory, not every
+  // page read so far. Safe while other threads read the same bytes: the mapping is read-only,
+  // so a page dropped under a reader is mapped again, unchanged.
+  void Release(size_t begin, size_t end) const;
 
  private:
   SafetensorsFile() = default;

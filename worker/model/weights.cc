@@ -7,6 +7,8 @@
 namespace dhp {
 namespace {
 
+constexpr char kParameterDtypes[] = "F32, F16 or BF16";  // IsParameterDtype
+
 bool ToScalarTypeImpl(StDtype d, at::ScalarType* out) {
   switch (d) {
     case StDtype::kF32: *out = at::kFloat; return true;
@@ -58,8 +60,19 @@ std::string LoadReport::Summary() const {
   AppendNames(out, "missing", missing, &first);
   AppendNames(out, "unexpected", unexpected, &first);
   AppendNames(out, "with the wrong shape", wrong_shape, &first);
+  AppendNames(out, "of another dtype", wrong_dtype, &first);
+  if (!wrong_dtype.empty()) out << "; a parameter must be " << kParameterDtypes;
   if (first) out << loaded << " tensors loaded";
   return out.str();
+}
+
+bool IsParameterDtype(StDtype dtype) {
+  return dtype == StDtype::kF32 || dtype == StDtype::kF16 || dtype == StDtype::kBF16;
+}
+
+std::string ParameterDtypeProblem(const std::string& name, StDtype dtype) {
+  if (IsParameterDtype(dtype)) return "";
+  return name + ": stored as " + StDtypeName(dtype) + "; a parameter must be " + kParameterDtypes;
 }
 
 at::Tensor ReadTensor(const SafetensorsFile& file, const StTensorInfo& info) {
@@ -67,6 +80,7 @@ at::Tensor ReadTensor(const SafetensorsFile& file, const StTensorInfo& info) {
   ToScalarTypeImpl(info.dtype, &type);
   at::Tensor out = at::empty(info.shape, at::TensorOptions().dtype(type));
   std::memcpy(out.data_ptr(), file.data(info), info.end - info.begin);
+  file.Release(info.begin, info.end);
   return out;
 }
 
@@ -89,6 +103,13 @@ at::Tensor ReadTensorSlice(const SafetensorsFile& file, const StTensorInfo& info
   for (int64_t o = 0; o < outer; ++o) {
     std::memcpy(dst + o * run, src + static_cast<size_t>((o * extent + start) * inner) * esize,
                 run);
+  }
+  // The span from the first run to the end of the last one was read (every page of it when the
+  // runs are shorter than a page).
+  if (outer > 0 && run > 0) {
+    file.Release(info.begin + static_cast<size_t>(start * inner) * esize,
+                 info.begin + static_cast<size_t>(((outer - 1) * extent + start + length) *
+                                                  inner) * esize);
   }
   return out;
 }
@@ -113,6 +134,10 @@ absl::StatusOr<LoadReport> LoadWeights(const CheckpointDir& ckpt, const NamedTen
     if (at::IntArrayRef(info.shape) != tensor.sizes()) {
       report.wrong_shape.push_back(name + ": checkpoint " + ShapeText(info.shape) + ", model " +
                                    ShapeText(tensor.sizes()));
+      continue;
+    }
+    if (!IsParameterDtype(info.dtype)) {
+      report.wrong_dtype.push_back(name + ": stored as " + StDtypeName(info.dtype));
       continue;
     }
     plan.push_back({&tensor, {file, info}});

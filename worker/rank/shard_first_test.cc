@@ -2,7 +2,8 @@
 // Gloo: for TP 1/2/4 and both placements, the re-assembled parameters equal the single-rank
 // model of the same seed (CreateModelForSpec) or the same multi-file checkpoint, bit for bit;
 // each rank reads only the tensors of its roles, and a text rank only 1/T of the text bytes
-// (plus the replicated norms).
+// (plus the replicated norms). A checkpoint of another model, or with an integer tensor where a
+// parameter belongs, is refused before anything is built.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -202,6 +203,48 @@ TEST(ShardFirstTest, ACheckpointOfAnotherModelIsRefusedNamingTheTensors) {
   EXPECT_NE(s.message().find("extra.weight"), std::string::npos) << s;
   EXPECT_NE(s.message().find("model.embed_tokens.weight: checkpoint [3, 4]"), std::string::npos)
       << s;
+}
+
+TEST(ShardFirstTest, AnIntegerTensorWhereAParameterBelongsIsRefusedBeforeAnythingIsBuilt) {
+  const std::string dir = testing::TempDir() + "/shard_first_int";
+  ASSERT_EQ(system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()), 0);
+  const InitTensorSource init(QwenParamShapes(Tiny()), 13, 0.02);
+  NamedTensors tensors;  // the tiny model, its token embedding stored as I64 (as token ids are)
+  for (const ParamShape& p : QwenParamShapes(Tiny())) {
+    const at::Tensor t = init.Whole(p.name);
+    tensors.emplace_back(p.name, p.name == "model.embed_tokens.weight" ? t.to(at::kLong) : t);
+  }
+  ASSERT_TRUE(SaveWeights(dir + "/model.safetensors", tensors).ok());
+  const std::string problem = "checkpoint does not match the model: 1 of another dtype "
+                              "(model.embed_tokens.weight: stored as I64); a parameter must be "
+                              "F32, F16 or BF16";
+  v1::JobSpec spec;
+  spec.mutable_model()->set_weights_path(dir);
+  std::vector<std::string> notes;
+  absl::StatusOr<std::unique_ptr<TensorSource>> source =
+      CreateModelSource(spec, Tiny(), "", at::TensorOptions().dtype(at::kFloat), &notes);
+  ASSERT_FALSE(source.ok());
+  EXPECT_EQ(source.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(source.status().message(), "model.weights_path " + dir + ": " + problem);
+  EXPECT_TRUE(notes.empty());  // no source, so no rank reads or builds anything
+  // The single-rank load (dhp-train) refuses it the same way.
+  absl::StatusOr<Qwen2_5_VL> model =
+      CreateModelForSpec(spec, Tiny(), "", at::Device(at::kCPU), &notes);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().message(), "model.weights_path " + dir + ": " + problem);
+  EXPECT_TRUE(notes.empty());
+  // A source made without the check still never converts it; the float tensors read as before.
+  absl::StatusOr<std::unique_ptr<CheckpointDir>> ckpt = CheckpointDir::Open(dir);
+  ASSERT_TRUE(ckpt.ok());
+  CheckpointTensorSource unchecked(*std::move(ckpt), at::TensorOptions().dtype(at::kFloat));
+  try {
+    unchecked.Slice("model.embed_tokens.weight", 0, 0, 2);
+    ADD_FAILURE() << "an I64 tensor was converted into a parameter";
+  } catch (const c10::Error& e) {
+    EXPECT_EQ(e.msg(), "model.embed_tokens.weight: stored as I64; a parameter must be F32, F16 "
+                       "or BF16");
+  }
+  EXPECT_TRUE(at::equal(unchecked.Whole("model.norm.weight"), init.Whole("model.norm.weight")));
 }
 
 }  // namespace
