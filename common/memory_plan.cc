@@ -62,8 +62,28 @@ struct Dims {
   bool kv_replicated = false;
   int at = 2;  // text dtype bytes
   bool tckpt = false;
+  // Gradient accumulation: micro-batches per replica and step, and the gradients' bytes per
+  // element (fp32 when a reduced-precision stage accumulates more than one micro-batch).
+  int64_t micro = 1;
+  int gv = 2, gt = 2;
   PlanShapes s;
 };
+
+// Micro-batches per replica and step of a normalised spec (1 when micro_batch_size is unset).
+int64_t MicroBatches(const v1::JobSpec& spec, int dp) {
+  const v1::TrainingSpec& t = spec.training();
+  const int64_t share = dp >= 1 ? t.batch_size() / dp : 0;
+  return t.micro_batch_size() < 1 ? 1 : std::max<int64_t>(1, share / t.micro_batch_size());
+}
+
+// The gradient line's detail, e.g. "688.8M x 4 B (fp32: 4 micro-batches of bf16 gradients
+// summed in fp32)".
+std::string GradDetail(const std::string& params, int grad_bytes, int dtype_bytes,
+                       const std::string& dtype, int64_t micro) {
+  if (grad_bytes == dtype_bytes) return absl::StrCat(params, " x ", grad_bytes, " B (", dtype, ")");
+  return absl::StrCat(params, " x 4 B (fp32: ", micro, " micro-batches of ", dtype,
+                      " gradients summed in fp32)");
+}
 
 absl::Status CheckSpec(const v1::JobSpec& spec, const ModelPreset& p) {
   const VisionConfig& v = p.vision;
@@ -150,6 +170,10 @@ Dims MakeDims(const v1::JobSpec& spec, const ModelPreset& p, const comm::Layout&
   d.kv_replicated = t.num_kv_heads % d.tt != 0;
   d.at = DtypeBytes(spec.text().dtype());
   d.tckpt = spec.text().activation_checkpointing();
+  // A reduced-precision stage sums micro-batches in fp32 (worker/rank/stage.h).
+  d.micro = MicroBatches(spec, d.dp);
+  d.gv = d.micro > 1 ? 4 : d.av;
+  d.gt = d.micro > 1 ? 4 : d.at;
 
   PlanShapes& s = d.s;
   s.text_tokens = spec.data().max_seq_len();
@@ -378,8 +402,8 @@ absl::StatusOr<MemoryPlan> PlanMemory(const v1::JobSpec& spec, const ModelPreset
                                            : std::string("whole tower on every vision rank");
       lines.push_back({"vision parameters", Mul(pv, d.av),
                        absl::StrCat(Millions(pv), " x ", d.av, " B (", vdt, "), ", held)});
-      lines.push_back({"vision gradients", Mul(pv, d.av),
-                       absl::StrCat(Millions(pv), " x ", d.av, " B (", vdt, ")")});
+      lines.push_back({"vision gradients", Mul(pv, d.gv),
+                       GradDetail(Millions(pv), d.gv, d.av, vdt, d.micro)});
       const std::string zp =
           absl::StrCat("ZeRO-1 partition ceil(", pv, " / ", zero_group, ") = ", part);
       lines.push_back({"vision fp32 master", Mul(part, 4), zp + " x 4 B"});
@@ -395,8 +419,8 @@ absl::StatusOr<MemoryPlan> PlanMemory(const v1::JobSpec& spec, const ModelPreset
           d.tt == 1 ? std::string("whole decoder") : absl::StrCat("shard of text tensor x", d.tt);
       lines.push_back({"text parameters", Mul(pt, d.at),
                        absl::StrCat(Millions(pt), " x ", d.at, " B (", tdt, "), ", shard)});
-      lines.push_back({"text gradients", Mul(pt, d.at),
-                       absl::StrCat(Millions(pt), " x ", d.at, " B (", tdt, ")")});
+      lines.push_back({"text gradients", Mul(pt, d.gt),
+                       GradDetail(Millions(pt), d.gt, d.at, tdt, d.micro)});
       const int64_t master = d.at == 4 ? 0 : Mul(pt, 4);
       lines.push_back({"text fp32 master", master,
                        d.at == 4 ? std::string("none: fp32 parameters are the master")
@@ -431,7 +455,7 @@ absl::StatusOr<MemoryPlan> PlanMemory(const v1::JobSpec& spec, const ModelPreset
         parts.push_back("text TP all-reduce");
       }
       if (d.dp > 1) {
-        comm = Add({comm, std::min<int64_t>(64 * kMiB, Mul(pt, d.at))});
+        comm = Add({comm, std::min<int64_t>(64 * kMiB, Mul(pt, d.gt))});
         parts.push_back("text DP bucket");
       }
       if (d.kv_replicated && d.tt > 1) {

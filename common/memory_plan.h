@@ -21,7 +21,11 @@
 //     share is counted (the largest); norms replicated. Master (bf16/fp16 only) and both Adam
 //     moments are held per shard, not partitioned over dp.
 //   dtypes  a stage's dtype (bf16/fp16: 2 bytes, fp32: 4) is its parameters', gradients' and
-//     activations' dtype; master weights and moments are fp32.
+//     activations' dtype; master weights and moments are fp32. With gradient accumulation
+//     (training.micro_batch_size below the replica's share: more than one micro-batch per step)
+//     a bf16/fp16 stage's gradients are fp32 (summed over the micro-batches in fp32,
+//     worker/rank/stage.h fp32_grad_accumulation): 4 bytes instead of 2; its transient bf16
+//     gradient, one parameter's at a time, is not counted.
 //   activations  per replica and step one packed sequence of S = data.max_seq_len tokens; image
 //     tokens are at most S (M = S), so N = M * spatial_merge^2 patches, and one image has at most
 //     data.max_pixels / patch^2 patches (the full-attention segment). Ulysses: a rank holds

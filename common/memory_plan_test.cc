@@ -119,6 +119,31 @@ TEST(MemoryPlanTest, ThirtyTwoBillionConfigBytesPerRank) {
   EXPECT_EQ(plan.shapes.vision_rank_patches, 4096);
 }
 
+TEST(MemoryPlanTest, GradientAccumulationHoldsBf16GradientsInFp32) {
+  // The 32B config takes its 16 samples in one micro-batch: bf16 gradients (above). In 4
+  // micro-batches of 4 they are summed in fp32 (worker/rank/stage.h): 4 B per parameter.
+  v1::JobSpec spec = Load("configs/qwen2_5_vl_32b-sp8-tp8.yaml");
+  ASSERT_EQ(spec.training().micro_batch_size(), 16);
+  const RankKindMemory one = Plan(spec).kinds[0];
+  spec.mutable_training()->set_micro_batch_size(4);
+  const RankKindMemory four = Plan(spec).kinds[0];
+  EXPECT_EQ(four.Bytes("text gradients"), 4096062464 * 4);      // 16.4 GB (8.2 GB in bf16)
+  EXPECT_EQ(four.Bytes("vision gradients"), int64_t{688841984} * 4);  // 2.8 GB (1.4 GB)
+  EXPECT_EQ(four.Bytes("text parameters"), one.Bytes("text parameters"));
+  EXPECT_EQ(four.Bytes("vision parameters"), one.Bytes("vision parameters"));
+  const int64_t extra = (4096062464 + int64_t{688841984}) * 2;  // 9.6 GB
+  int64_t lines = 0;  // every line but the overhead
+  for (const MemoryLine& l : one.lines) lines += l.item == "runtime overhead" ? 0 : l.bytes;
+  EXPECT_EQ(four.total - one.total,
+            extra + static_cast<int64_t>(static_cast<double>(lines + extra) * kRuntimeFraction) -
+                static_cast<int64_t>(static_cast<double>(lines) * kRuntimeFraction));
+  // fp32 stages hold fp32 gradients either way.
+  spec = Load("configs/tiny-cpu.yaml");
+  const int64_t fp32 = Plan(spec).kinds[0].Bytes("text gradients");
+  spec.mutable_training()->set_micro_batch_size(1);  // 4 micro-batches of 1
+  EXPECT_EQ(Plan(spec).kinds[0].Bytes("text gradients"), fp32);
+}
+
 TEST(MemoryPlanTest, SevenBillionConfigShardsOverBothReplicas) {
   const MemoryPlan plan = Plan(Load("configs/qwen2_5_vl_7b-sp4-tp4.yaml"));
   ASSERT_EQ(plan.kinds.size(), 1u);

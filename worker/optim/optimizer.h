@@ -19,8 +19,9 @@
 //
 // Mixed precision: a parameter in a reduced-precision dtype (bf16, fp16) gets an fp32 master
 // copy, made from its value at construction, and fp32 moments. Step updates the master from the
-// gradient converted to fp32, one tensor at a time (the transient fp32 gradient is one tensor's),
-// and writes the master back into the parameter, rounded to its dtype. fp32 parameters are their
+// gradient converted to fp32, one tensor at a time (the transient fp32 gradient is one tensor's;
+// none when the gradient is fp32 already, as when micro-batches were accumulated in fp32), and
+// writes the master back into the parameter, rounded to its dtype. fp32 parameters are their
 // own master. Memory per reduced-precision parameter element: 2 (parameter) + 2 (gradient) +
 // 4 (master) + 8 (moments) = 16 bytes.
 //

@@ -52,9 +52,10 @@ absl::Status FinishTpGradients(torch::nn::Module& module, const ShardLayout& lay
       const ParamShard& shard = it->second;
       const at::Tensor& p = entry.value();
       Item item{p, &shard, FullShape(p, shard)};
-      at::Tensor full = at::zeros(item.full_shape, p.options().dtype(reduce_dtype.value_or(
-                                                       p.scalar_type())));
-      full.narrow(shard.dim, shard.ranges[me].start, shard.ranges[me].length).copy_(GradOrZeros(p));
+      const at::Tensor grad = GradOrZeros(p);  // fp32 when accumulated in fp32 (stage.h)
+      at::Tensor full = at::zeros(item.full_shape, grad.options().dtype(reduce_dtype.value_or(
+                                                       grad.scalar_type())));
+      full.narrow(shard.dim, shard.ranges[me].start, shard.ranges[me].length).copy_(grad);
       padded.push_back(full.view(-1));
       items.push_back(std::move(item));
     }
@@ -87,16 +88,19 @@ absl::Status AllReduceDataParallelGrads(torch::nn::Module& module, comm::Communi
     }
     size_t begin = 0;
     while (begin < params.size()) {
-      // A bucket: consecutive parameters of one dtype and device, up to bucket_bytes (at least
-      // one parameter).
+      // A bucket: consecutive gradients of one dtype and device (a gradient may be fp32 on a
+      // bf16 parameter: rank/stage.h), up to bucket_bytes (at least one parameter).
       size_t end = begin;
       int64_t bytes = 0;
-      while (end < params.size() &&
-             (end == begin ||
-              (params[end].scalar_type() == params[begin].scalar_type() &&
-               params[end].device() == params[begin].device() &&
-               bytes + params[end].numel() * params[end].element_size() <= bucket_bytes))) {
-        bytes += params[end].numel() * params[end].element_size();
+      const at::Tensor& first = params[begin].grad();
+      while (end < params.size()) {
+        const at::Tensor& g = params[end].grad();
+        const int64_t g_bytes = g.numel() * static_cast<int64_t>(g.element_size());
+        if (end > begin && (g.scalar_type() != first.scalar_type() ||
+                            g.device() != first.device() || bytes + g_bytes > bucket_bytes)) {
+          break;
+        }
+        bytes += g_bytes;
         ++end;
       }
       std::vector<at::Tensor> flat;

@@ -76,13 +76,15 @@ absl::StatusOr<std::unique_ptr<DistTrainer>> DistTrainer::Create(
   std::unique_ptr<DistTrainer> t(new DistTrainer(preset, groups, handoff, options));
   if (groups.vision_coord().has_value()) {
     const StageOptions vision{options.optimizer, options.vision_activation_checkpointing,
-                              options.vision_dtype, options.grad_reduce_dtype};
+                              options.vision_dtype, options.grad_reduce_dtype,
+                              options.fp32_grad_accumulation};
     DHP_ASSIGN_OR_RETURN(t->vision_, CreateVisionStage(preset.vision, source, groups, vision));
     t->device_ = t->vision_->device();
   }
   if (groups.text_coord().has_value()) {
     const StageOptions text{options.optimizer, options.text_activation_checkpointing,
-                            options.text_dtype, options.grad_reduce_dtype};
+                            options.text_dtype, options.grad_reduce_dtype,
+                            options.fp32_grad_accumulation};
     DHP_ASSIGN_OR_RETURN(t->text_, CreateTextStage(preset, source, groups, text));
     t->device_ = t->text_->device();
   }
@@ -136,8 +138,10 @@ absl::StatusOr<DistStepResult> DistTrainer::StepImpl(const MicroBatches& micro_b
   }
   clock.Lap(&result.comm_s);
 
-  // 1-5. Forward and backward of every micro-batch, gradients accumulating.
+  // 1-5. Forward and backward of every micro-batch, gradients accumulating (in fp32 for a
+  // reduced-precision stage when n > 1: StageOptions::fp32_grad_accumulation).
   const size_t n = micro_batches.front().size();
+  for (TrainingStage* stage : Stages()) stage->BeginStep(static_cast<int64_t>(n));
   for (size_t k = 0; k < n; ++k) {
     std::vector<PackedBatch> batches;  // micro-batch k of every replica
     for (const std::vector<PackedBatch>& replica : micro_batches) batches.push_back(replica[k]);

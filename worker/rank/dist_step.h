@@ -34,7 +34,9 @@
 //   8. optimizer steps with the learning rate of the schedule and the clip coefficient.
 // The result is that of one rank training on all the micro-batches of all replicas at once (up
 // to summation order). Memory: gradients are accumulated in place (the size of one step's
-// gradients, as without accumulation); activations live for one micro-batch at a time.
+// gradients, as without accumulation; fp32 instead of bf16 when a bf16 stage runs n > 1:
+// StageOptions::fp32_grad_accumulation in stage.h); activations live for one micro-batch at a
+// time.
 //
 // Errors: Statuses (LibTorch errors are caught at this boundary). Thread-safety: not thread-safe;
 // the rank's training thread. ProcessGroups and the handoff communicator are borrowed.
@@ -75,6 +77,9 @@ struct DistTrainerOptions {
   at::ScalarType vision_dtype = at::kFloat;
   at::ScalarType text_dtype = at::kFloat;
   at::ScalarType grad_reduce_dtype = at::kFloat;  // of every gradient reduction
+  // Gradients of a reduced-precision stage summed over a step's micro-batches in fp32
+  // (StageOptions::fp32_grad_accumulation); false: in the stage's dtype (tests compare).
+  bool fp32_grad_accumulation = true;
 };
 
 struct DistStepResult {
@@ -86,7 +91,8 @@ struct DistStepResult {
   // reductions (comm), optimizer updates.
   double forward_s = 0, backward_s = 0, comm_s = 0, optimizer_s = 0;
   // Filled when Step(..., gather_grads = true): full HF-shaped gradients before clipping,
-  // vision ones on vision ranks ("visual.*"), text ones on text ranks ("model.*", "lm_head.*").
+  // vision ones on vision ranks ("visual.*"), text ones on text ranks ("model.*", "lm_head.*");
+  // in the stage's dtype, or fp32 when they were accumulated in fp32 (vision ones: fp32).
   std::vector<std::pair<std::string, at::Tensor>> grads;
 };
 

@@ -1,5 +1,7 @@
 #include "worker/rank/stage.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -20,6 +22,22 @@ std::string NameList(const std::vector<std::string>& names, const char* what) {
 }
 
 }  // namespace
+
+bool AccumulatesGradientsInFp32(const StageOptions& options, int64_t micro_batches) {
+  return options.fp32_grad_accumulation && micro_batches > 1 && options.dtype != at::kFloat;
+}
+
+void BeginGradAccumulation(const StageOptions& options, int64_t micro_batches,
+                           const std::vector<std::pair<std::string, at::Tensor>>& params) {
+  if (!AccumulatesGradientsInFp32(options, micro_batches)) return;
+  at::NoGradGuard no_grad;
+  for (const auto& [name, p] : params) {
+    if (!p.requires_grad() || p.scalar_type() == at::kFloat) continue;
+    at::Tensor& grad = p.mutable_grad();
+    grad = grad.defined() ? grad.to(at::kFloat)
+                          : at::zeros(p.sizes(), p.options().dtype(at::kFloat));
+  }
+}
 
 StateReader::StateReader(const NamedTensors& state) {
   for (const auto& [name, t] : state) {

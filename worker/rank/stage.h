@@ -16,6 +16,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
@@ -38,7 +39,39 @@ struct StageOptions {
   // The dtype gradients are summed in over the stage's data-parallel / ZeRO groups: fp32
   // (bf16 gradients are converted for the collective and back) or the gradients' own.
   at::ScalarType grad_reduce_dtype = at::kFloat;
+  // Gradient accumulation in fp32 (Megatron-LM's main_grad; issue 13 §4). When `dtype` is not
+  // fp32 and a step has more than one micro-batch, BeginGradAccumulation gives every trainable
+  // parameter, before the step's first forward, an fp32 zero tensor as its gradient: backward's
+  // AccumulateGrad then adds each fresh bf16 gradient into it in place (`grad += new_grad`, fp32
+  // += bf16, in both LibTorch 1.13 and 2.x), so a bf16 gradient lives only while its parameter's
+  // accumulation runs and sums of micro-batches are never rounded to 8 mantissa bits. The
+  // reductions (FinishTpGradients, the text DP all-reduce, ZeRO-1's flattening), the norm,
+  // clipping and the optimizer read the fp32 gradients as they are (no bf16 round trip, and the
+  // optimizer needs no fp32 copy of them). The stage's Step frees them (gradients set to
+  // undefined, as every step): nothing is held between steps. Keeping them would save one
+  // caching-allocator block per step but hold them through checkpoints and one-micro-batch
+  // steps; allocating after the first forward would not lower the peak, which the second
+  // micro-batch's forward reaches with them resident anyway. A parameter no micro-batch reaches
+  // has zero gradients instead of none (every step reaches every text parameter, and ZeRO-1
+  // reads a missing vision gradient as zeros anyway). With one micro-batch (or fp32 parameters,
+  // or this false) nothing is allocated: bf16 gradients as before, bit-identical.
+  // Cost per reduced-precision parameter element: 4 bytes of gradient instead of 2, from the
+  // start of a multi-micro-batch step to its optimizer update, plus one parameter's transient
+  // bf16 gradient (at 32B at most a vocabulary shard: 19008 x 5120 x 2 B = 195 MB).
+  // Qwen2.5-VL-32B, text TP 8 + vision SP 8 collocated: text 4,096,062,464 shard elements x 4 B
+  // = 16.4 GB (8.2 GB in bf16) plus the replicated vision tower 688,841,984 x 4 B = 2.8 GB
+  // (1.4 GB): 19.1 GB per rank, 9.6 GB more than bf16 gradients (common/memory_plan.h).
+  bool fp32_grad_accumulation = true;
 };
+
+// True when a stage with `options` accumulates a step of `micro_batches` in fp32 (see above).
+bool AccumulatesGradientsInFp32(const StageOptions& options, int64_t micro_batches);
+
+// Before the first backward of a step of `micro_batches`: when AccumulatesGradientsInFp32, sets
+// the gradient of every parameter of `params` that requires grad and is not fp32 to fp32 zeros
+// (a gradient already there, e.g. left by a failed step, is converted instead); else nothing.
+void BeginGradAccumulation(const StageOptions& options, int64_t micro_batches,
+                           const std::vector<std::pair<std::string, at::Tensor>>& params);
 
 class StateReader {
  public:
@@ -72,6 +105,10 @@ class TrainingStage {
   using StateLoad = std::function<absl::Status()>;
 
   virtual ~TrainingStage() = default;
+
+  // Before the step's first forward: the step has `micro_batches` >= 1 micro-batches
+  // (BeginGradAccumulation on the stage's parameters). Local.
+  virtual void BeginStep(int64_t micro_batches) = 0;
 
   // Collective over the stage's groups: the gradients of this step's backward passes made
   // complete (summed over sequence / tensor partials and data-parallel replicas).

@@ -29,7 +29,7 @@ class TpTextStage : public TextStage {
         tp_(*groups.text_tp()),
         dp_(*groups.text_dp()),
         text_size_(groups.layout().TextSize()),
-        grad_reduce_dtype_(options.grad_reduce_dtype) {
+        options_(options) {
     model_->set_gradient_checkpointing(options.activation_checkpointing);
     for (const auto& item : model_->parameters()) {
       device_ = item.device();
@@ -40,6 +40,10 @@ class TpTextStage : public TextStage {
 
   at::Tensor LabelledTokens(const PackedBatch& b) const override {
     return (tp::CausalLmTargets(b.labels, b.cu_seqlens) != kIgnoreIndex).sum();
+  }
+
+  void BeginStep(int64_t micro_batches) override {
+    BeginGradAccumulation(options_, micro_batches, Parameters());
   }
 
   absl::StatusOr<at::Tensor> Forward(const PackedBatch& b, const at::Tensor& image) override {
@@ -72,9 +76,9 @@ class TpTextStage : public TextStage {
 
   absl::Status ReduceGradients() override {
     DHP_RETURN_IF_ERROR(
-        tp::FinishTpGradients(*model_, model_->shard_layout(), tp_, grad_reduce_dtype_));
+        tp::FinishTpGradients(*model_, model_->shard_layout(), tp_, options_.grad_reduce_dtype));
     return tp::AllReduceDataParallelGrads(*model_, dp_, tp::DpGradReduce::kSum,
-                                          tp::kDefaultBucketBytes, grad_reduce_dtype_);
+                                          tp::kDefaultBucketBytes, options_.grad_reduce_dtype);
   }
 
   absl::StatusOr<double> GradSquaredNormShare() override {
@@ -142,7 +146,7 @@ class TpTextStage : public TextStage {
   comm::Communicator& tp_;
   comm::Communicator& dp_;
   int text_size_;
-  at::ScalarType grad_reduce_dtype_;
+  StageOptions options_;
   at::Device device_ = at::kCPU;
   std::unique_ptr<TrainingOptimizer> opt_;
   at::Tensor image_;  // the last Forward's image rows (leaf requiring grad) until Backward

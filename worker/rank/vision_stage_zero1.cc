@@ -21,7 +21,7 @@ Zero1VisionStage::Zero1VisionStage(const VisionConfig& config, VisionTransformer
                                    comm::Communicator& zero_group,
                                    const std::vector<double>& norm_weights,
                                    const StageOptions& options)
-    : config_(config), tower_(std::move(tower)) {
+    : config_(config), options_(options), tower_(std::move(tower)) {
   tower_->set_gradient_checkpointing(options.activation_checkpointing);
   for (const auto& item : tower_->parameters()) {
     device_ = item.device();
@@ -33,6 +33,10 @@ Zero1VisionStage::Zero1VisionStage(const VisionConfig& config, VisionTransformer
   }
   zero1_ = std::make_unique<Zero1AdamW>(params, options.optimizer, zero_group, norm_weights,
                                         options.grad_reduce_dtype);
+}
+
+void Zero1VisionStage::BeginStep(int64_t micro_batches) {
+  BeginGradAccumulation(options_, micro_batches, Parameters());
 }
 
 absl::StatusOr<at::Tensor> Zero1VisionStage::Forward(const PackedBatch& batch) {

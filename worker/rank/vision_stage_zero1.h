@@ -35,6 +35,7 @@ namespace dhp {
 
 class Zero1VisionStage : public VisionStage {
  public:
+  void BeginStep(int64_t micro_batches) override;
   absl::StatusOr<at::Tensor> Forward(const PackedBatch& batch) override;
   absl::Status Backward(const at::Tensor& grad) override;
   const Zero1AdamW* zero1() const override { return zero1_.get(); }
@@ -67,6 +68,7 @@ class Zero1VisionStage : public VisionStage {
 
  private:
   VisionConfig config_;
+  StageOptions options_;
   VisionTransformer tower_;
   at::Device device_ = at::kCPU;
   std::unique_ptr<Zero1AdamW> zero1_;
