@@ -5,10 +5,13 @@
 namespace dhp {
 
 VisionAttentionImpl::VisionAttentionImpl(const VisionConfig& config)
+    : VisionAttentionImpl(config, LibTorchDefaultInit()) {}
+
+VisionAttentionImpl::VisionAttentionImpl(const VisionConfig& config, const ParamFactory& make)
     : head_dim_(VisionHeadDim(config)) {
   const int64_t h = config.hidden_size;
-  qkv = register_module("qkv", torch::nn::Linear(torch::nn::LinearOptions(h, 3 * h).bias(true)));
-  proj = register_module("proj", torch::nn::Linear(torch::nn::LinearOptions(h, h).bias(true)));
+  qkv = register_module("qkv", Dense(h, 3 * h, /*bias=*/true, ScopedFactory(make, "qkv.")));
+  proj = register_module("proj", Dense(h, h, /*bias=*/true, ScopedFactory(make, "proj.")));
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> VisionAttentionImpl::QkvHeads(
@@ -34,12 +37,17 @@ at::Tensor VisionAttentionImpl::forward(const at::Tensor& x, const at::Tensor& c
   return OutProj(attention_fn_(q, k, v, cu_seqlens, /*causal=*/false));
 }
 
-VisionBlockImpl::VisionBlockImpl(const VisionConfig& config) {
+VisionBlockImpl::VisionBlockImpl(const VisionConfig& config)
+    : VisionBlockImpl(config, LibTorchDefaultInit()) {}
+
+VisionBlockImpl::VisionBlockImpl(const VisionConfig& config, const ParamFactory& make) {
   // Hugging Face hard-codes eps 1e-6 for the vision norms; VisionConfig carries the same value.
-  norm1 = register_module("norm1", RmsNorm(config.hidden_size, config.rms_norm_eps));
-  norm2 = register_module("norm2", RmsNorm(config.hidden_size, config.rms_norm_eps));
-  attn = register_module("attn", VisionAttention(config));
-  mlp = register_module("mlp", GatedMlp(config.hidden_size, config.intermediate_size, true));
+  const int64_t h = config.hidden_size;
+  norm1 = register_module("norm1", RmsNorm(h, config.rms_norm_eps, ScopedFactory(make, "norm1.")));
+  norm2 = register_module("norm2", RmsNorm(h, config.rms_norm_eps, ScopedFactory(make, "norm2.")));
+  attn = register_module("attn", VisionAttention(config, ScopedFactory(make, "attn.")));
+  mlp = register_module("mlp", GatedMlp(h, config.intermediate_size, /*bias=*/true,
+                                        ScopedFactory(make, "mlp.")));
 }
 
 at::Tensor VisionBlockImpl::forward(const at::Tensor& x, const at::Tensor& cos,

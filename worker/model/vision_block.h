@@ -4,13 +4,14 @@
 // full-attention blocks). The steps are public so that a sequence-parallel block can run them
 // around its all-to-alls: QkvHeads -> (attention core) -> OutProj. Parameter names under the
 // block: norm1.weight, norm2.weight, attn.qkv.{weight,bias}, attn.proj.{weight,bias},
-// mlp.{gate,up,down}_proj.{weight,bias}. Not thread-safe.
+// mlp.{gate,up,down}_proj.{weight,bias}. Built from a ParamFactory (param_factory.h), a block
+// holds exactly the tensors it yields, e.g. a rank's shards; without one, LibTorch's default
+// initialisation. Not thread-safe.
 #ifndef DHP_WORKER_MODEL_VISION_BLOCK_H_
 #define DHP_WORKER_MODEL_VISION_BLOCK_H_
 
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
-#include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
 #include <tuple>
@@ -19,12 +20,15 @@
 #include "common/model_presets.h"
 #include "worker/model/attention.h"
 #include "worker/model/layers.h"
+#include "worker/model/param_factory.h"
 
 namespace dhp {
 
 class VisionAttentionImpl : public torch::nn::Module {
  public:
   explicit VisionAttentionImpl(const VisionConfig& config);
+  // Parameters from `make`: "qkv.weight", "qkv.bias", "proj.weight", "proj.bias".
+  VisionAttentionImpl(const VisionConfig& config, const ParamFactory& make);
 
   // x: [S, hidden], cos/sin: [S, head_dim] (fp32 rotary tables in the same order as x),
   // cu_seqlens: segment bounds of x on the host -> [S, hidden].
@@ -41,8 +45,8 @@ class VisionAttentionImpl : public torch::nn::Module {
 
   void set_attention_fn(AttentionFn fn) { attention_fn_ = std::move(fn); }
 
-  torch::nn::Linear qkv{nullptr};   // [3*hidden, hidden] + bias; rows q, k, v
-  torch::nn::Linear proj{nullptr};  // [hidden, hidden] + bias
+  Dense qkv{nullptr};   // [3*hidden, hidden] + bias; rows q, k, v
+  Dense proj{nullptr};  // [hidden, hidden] + bias
 
  private:
   int64_t head_dim_;
@@ -53,6 +57,8 @@ TORCH_MODULE(VisionAttention);
 class VisionBlockImpl : public torch::nn::Module {
  public:
   explicit VisionBlockImpl(const VisionConfig& config);
+  // Parameters from `make`, named as listed above, in registration order.
+  VisionBlockImpl(const VisionConfig& config, const ParamFactory& make);
 
   // x: [S, hidden] -> [S, hidden]; see VisionAttentionImpl::forward.
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "worker/model/checkpoint.h"
 #include "worker/model/model_config.h"
 
@@ -16,12 +17,21 @@ at::Tensor HostLongs(const std::vector<int64_t>& v, const at::Device& device) {
 
 }  // namespace
 
-VisionPatchEmbedImpl::VisionPatchEmbedImpl(const VisionConfig& c) {
-  const int64_t t = c.temporal_patch_size, p = c.patch_size;
-  proj = register_module(
-      "proj", torch::nn::Conv3d(torch::nn::Conv3dOptions(c.in_channels, c.hidden_size, {t, p, p})
-                                    .stride({t, p, p})
-                                    .bias(false)));
+PatchConv3dImpl::PatchConv3dImpl(const VisionConfig& c, const ParamFactory& make) {
+  weight = register_parameter(
+      "weight", MakeParam(make, "weight",
+                          {c.hidden_size, c.in_channels, c.temporal_patch_size, c.patch_size,
+                           c.patch_size},
+                          ParamRole::kLinearWeight));
+}
+
+at::Tensor PatchConv3dImpl::forward(const at::Tensor& x) {
+  const at::IntArrayRef kernel = weight.sizes().slice(2);  // (T, P, P)
+  return at::conv3d(x, weight, /*bias=*/{}, /*stride=*/kernel);
+}
+
+VisionPatchEmbedImpl::VisionPatchEmbedImpl(const VisionConfig& c, const ParamFactory& make) {
+  proj = register_module("proj", PatchConv3d(c, ScopedFactory(make, "proj.")));
 }
 
 at::Tensor VisionPatchEmbedImpl::forward(const at::Tensor& pixels) {
@@ -32,12 +42,15 @@ at::Tensor VisionPatchEmbedImpl::forward(const at::Tensor& pixels) {
   return at::matmul(pixels.to(w.scalar_type()), w.view({w.size(0), -1}).t());  // [N, hidden]
 }
 
-PatchMergerImpl::PatchMergerImpl(const VisionConfig& c)
+PatchMergerImpl::PatchMergerImpl(const VisionConfig& c, const ParamFactory& make)
     : merged_dim_(int64_t{c.hidden_size} * MergeUnit(c)) {
-  ln_q = register_module("ln_q", RmsNorm(c.hidden_size, 1e-6));
-  mlp = register_module(
-      "mlp", torch::nn::Sequential(torch::nn::Linear(merged_dim_, merged_dim_), torch::nn::GELU(),
-                                   torch::nn::Linear(merged_dim_, c.out_hidden_size)));
+  ln_q = register_module("ln_q", RmsNorm(c.hidden_size, 1e-6, ScopedFactory(make, "ln_q.")));
+  // Built one by one: the factory is asked in registration order (a function call's arguments
+  // are evaluated in no set order).
+  const int64_t m = merged_dim_;
+  Dense fc1(m, m, /*bias=*/true, ScopedFactory(make, "mlp.0."));
+  Dense fc2(m, c.out_hidden_size, /*bias=*/true, ScopedFactory(make, "mlp.2."));
+  mlp = register_module("mlp", torch::nn::Sequential(fc1, torch::nn::GELU(), fc2));
 }
 
 at::Tensor PatchMergerImpl::forward(const at::Tensor& x) {
@@ -45,11 +58,18 @@ at::Tensor PatchMergerImpl::forward(const at::Tensor& x) {
   return mlp->forward(ln_q(x).reshape({x.numel() / merged_dim_, merged_dim_}));  // [N/4, out]
 }
 
-VisionTransformerImpl::VisionTransformerImpl(const VisionConfig& config) : config_(config) {
-  patch_embed = register_module("patch_embed", VisionPatchEmbed(config));
+VisionTransformerImpl::VisionTransformerImpl(const VisionConfig& config)
+    : VisionTransformerImpl(config, LibTorchDefaultInit()) {}
+
+VisionTransformerImpl::VisionTransformerImpl(const VisionConfig& config, const ParamFactory& make)
+    : config_(config) {
+  patch_embed =
+      register_module("patch_embed", VisionPatchEmbed(config, ScopedFactory(make, "patch_embed.")));
   blocks = register_module("blocks", torch::nn::ModuleList());
-  for (int i = 0; i < config.depth; ++i) blocks->push_back(VisionBlock(config));
-  merger = register_module("merger", PatchMerger(config));
+  for (int i = 0; i < config.depth; ++i) {
+    blocks->push_back(VisionBlock(config, ScopedFactory(make, absl::StrCat("blocks.", i, "."))));
+  }
+  merger = register_module("merger", PatchMerger(config, ScopedFactory(make, "merger.")));
 }
 
 bool VisionTransformerImpl::IsFullAttentionBlock(int index) const {

@@ -1,22 +1,29 @@
 // Issue 13's "a rank of the 32B example config allocates only its shard", shown without
-// allocating 32B: text rank 0 of the 32B config's TP 8 is built from a source that yields
+// allocating 32B: text rank 0 of the 32B config's TP 8, a vision rank under Ulysses (the whole
+// tower) and a vision tensor-parallel rank of degree 8 are built from a source that yields
 // `meta` tensors (shapes and dtypes, no storage), through the same constructors dhp-rank uses.
-// Its parameters, and every byte it asked the source for, equal the memory planner's count for
-// that rank (common/memory_plan.h TextParamsPerRank), about 1/8 of the decoder.
+// Their parameters, and every byte they asked the source for, equal the memory planner's count
+// for that rank (common/memory_plan.h TextParamsPerRank, VisionParamsPerRank); a parameter made
+// any other way (a default-initialised torch::nn module, a full-size temporary) would be a CPU
+// fp32 tensor and fail the checks.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/memory_plan.h"
 #include "common/model_presets.h"
 #include "worker/comm/failing_communicator.h"
+#include "worker/model/param_factory.h"
 #include "worker/model/param_shapes.h"
 #include "worker/model/tensor_source.h"
+#include "worker/model/vision_model.h"
 #include "worker/parallel/text_tp_model.h"
+#include "worker/parallel/vision_tp.h"
 
 namespace dhp {
 namespace {
@@ -95,6 +102,55 @@ TEST(ShardMetaTest, TextRankOf32BAtTp8HoldsOnlyItsShard) {
     // 1/8 of the decoder plus the replicated norms: at most 1/8 + 0.1%.
     EXPECT_LT(numel, full / 8 + full / 1000);
     EXPECT_GT(numel, full / 8 - full / 1000);
+  }
+}
+
+// Checks that every parameter of `module` is a bf16 meta tensor; returns their element count.
+int64_t CheckMetaBf16(const torch::nn::Module& module) {
+  int64_t numel = 0;
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    EXPECT_TRUE(item.value().is_meta()) << item.key();
+    EXPECT_EQ(item.value().scalar_type(), at::kBFloat16) << item.key();
+    numel += item.value().numel();
+  }
+  return numel;
+}
+
+void PrintVisionRank(const char* what, int64_t numel, int64_t full, int64_t asked) {
+  std::printf("32B vision rank, %s: %lld parameters (%.3f GiB bf16) of %lld (%.2f%%); asked the "
+              "source for %lld elements; the default tower allocated %.3f GiB fp32 before\n",
+              what, static_cast<long long>(numel), numel * 2.0 / (1LL << 30),
+              static_cast<long long>(full), 100.0 * numel / full,
+              static_cast<long long>(asked), full * 4.0 / (1LL << 30));
+}
+
+TEST(ShardMetaTest, UlyssesVisionRankOf32BBuildsTheTowerFromTheSourceOnly) {
+  const ModelPreset& preset = *FindModelPreset("qwen2_5_vl_32b");
+  const std::vector<ParamShape> shapes = VisionParamShapes(preset.vision);
+  MetaSource source(shapes, at::kBFloat16);
+  // As CreateUlyssesVisionStage builds it.
+  VisionTransformer tower(preset.vision, WholeTensors(source, "visual."));
+  const int64_t numel = CheckMetaBf16(*tower);
+  PrintVisionRank("Ulysses (whole tower)", numel, Numel(shapes), source.asked());
+  EXPECT_EQ(numel, VisionParamsPerRank(preset.vision, 1));
+  EXPECT_EQ(source.asked(), numel);
+}
+
+TEST(ShardMetaTest, VisionTpRankOf32BAtDegree8HoldsOnlyItsShard) {
+  const ModelPreset& preset = *FindModelPreset("qwen2_5_vl_32b");
+  const std::vector<ParamShape> shapes = VisionParamShapes(preset.vision);
+  const int64_t full = Numel(shapes);
+  for (int rank : {0, 7}) {
+    MetaSource source(shapes, at::kBFloat16);
+    comm::FailingCommunicator tp("vision.tp0", rank, 8);
+    absl::StatusOr<std::unique_ptr<VisionTpTransformer>> model =
+        VisionTpTransformer::Create(preset.vision, source, "visual.", tp);
+    ASSERT_TRUE(model.ok()) << model.status();
+    const int64_t numel = CheckMetaBf16(*(*model)->model());
+    PrintVisionRank(rank == 0 ? "TP 8, rank 0" : "TP 8, rank 7", numel, full, source.asked());
+    EXPECT_EQ(numel, VisionParamsPerRank(preset.vision, 8));
+    EXPECT_EQ(source.asked(), numel);
+    EXPECT_LT(numel, full / 8 + full / 50);  // 1/8 plus the replicated patch embed and norms
   }
 }
 

@@ -1,7 +1,6 @@
 #include "worker/parallel/vision_tp.h"
 
 #include <torch/nn/modules/activation.h>
-#include <torch/nn/modules/linear.h>
 
 #include <utility>
 
@@ -10,7 +9,9 @@
 #include "absl/strings/str_join.h"
 #include "worker/comm/autograd_collectives.h"
 #include "worker/model/attention.h"
+#include "worker/model/layers.h"
 #include "worker/model/model_config.h"
+#include "worker/model/param_factory.h"
 #include "worker/model/torch_status.h"
 
 namespace dhp {
@@ -138,27 +139,21 @@ absl::StatusOr<std::unique_ptr<VisionTpTransformer>> VisionTpTransformer::Create
     return absl::InvalidArgumentError(absl::StrCat("group ", comm.name(), ": ", s.message()));
   }
   std::string missing;  // the first parameter `src` does not know
-  absl::StatusOr<VisionTransformer> model = CatchTorch("vision TP: building the tower", [&] {
-    VisionTransformer m(config);
-    at::NoGradGuard no_grad;
-    for (auto& item : m->named_parameters(/*recurse=*/true)) {
-      if (!src.Has(prefix + item.key())) {
-        missing = prefix + item.key();
-        break;
-      }
-      const std::vector<int64_t> shape = src.Shape(prefix + item.key());
-      TORCH_CHECK_VALUE(shape == item.value().sizes().vec(), "parameter ", item.key(),
-                        ": full tensor ", at::IntArrayRef(shape), " but the tower wants ",
-                        item.value().sizes());
-      item.value().set_data(ReadVisionShard(src, prefix, item.key(), comm.rank(), comm.size())
-                                .to(item.value().dtype()));
-    }
-    return m;
-  });
-  if (!model.ok()) return model.status();
+  const int rank = comm.rank(), size = comm.size();
+  // Each parameter is this rank's shard, read from `src` as it is (dtype, device): no full-size
+  // or default-initialised tensor is made.
+  const ParamFactory shard = [&](const ParamRequest& request) {
+    const std::string name = prefix + request.name;
+    if (!src.Has(name)) missing = name;
+    CheckSourceTensor(src, name, request);
+    return ReadVisionShard(src, prefix, request.name, rank, size);
+  };
+  absl::StatusOr<VisionTransformer> model = CatchTorch(
+      "vision TP: building the tower", [&] { return VisionTransformer(config, shard); });
   if (!missing.empty()) {
     return absl::NotFoundError(absl::StrCat("vision TP: no full tensor for parameter ", missing));
   }
+  if (!model.ok()) return model.status();
   return std::unique_ptr<VisionTpTransformer>(new VisionTpTransformer(*std::move(model), comm));
 }
 
@@ -201,9 +196,9 @@ at::Tensor VisionTpTransformer::Forward(const at::Tensor& pixels, const VisionWi
   const int64_t merged = int64_t{MergeUnit(c)} * c.hidden_size;
   at::Tensor u = merger->ln_q(x).reshape({x.size(0) / MergeUnit(c), merged});  // [U, 4h]
   u = comm::CopyToParallelRegion(u, comm_);
-  u = merger->mlp->ptr<torch::nn::LinearImpl>(0)->forward(u);  // [U, 4h/P]
+  u = merger->mlp->ptr<DenseImpl>(0)->forward(u);  // [U, 4h/P]
   u = merger->mlp->ptr<torch::nn::GELUImpl>(1)->forward(u);
-  auto mlp2 = merger->mlp->ptr<torch::nn::LinearImpl>(2);
+  auto mlp2 = merger->mlp->ptr<DenseImpl>(2);
   at::Tensor out = RowParallel(u, mlp2->weight, mlp2->bias);  // [U, out], window order
   return model_->FromWindowOrder(out, plan);
 }

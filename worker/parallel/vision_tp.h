@@ -73,11 +73,11 @@ at::Tensor ReadVisionShard(const TensorSource& src, const std::string& prefix,
 
 class VisionTpTransformer {
  public:
-  // Reads this rank's shards of every parameter of the tower from `src`, where they are named
-  // `prefix` + the tower's names (e.g. "visual."). NotFound naming a missing parameter;
-  // InvalidArgument for a shape mismatch or an invalid degree. The tower's modules are built
-  // full-size on the host once and shrunk to the shards (the vision tower only: 2.7 GB in fp32
-  // at 32B, for this baseline layout).
+  // Builds the tower from this rank's shards of every parameter, read from `src` (only those
+  // slices: shard-first), where they are named `prefix` + the tower's names (e.g. "visual."),
+  // in the source's dtype and device; no full-size or default-initialised tensor is made.
+  // NotFound naming a missing parameter; InvalidArgument for a shape mismatch or an invalid
+  // degree.
   static absl::StatusOr<std::unique_ptr<VisionTpTransformer>> Create(const VisionConfig& config,
                                                                      const TensorSource& src,
                                                                      const std::string& prefix,

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "worker/model/tensor_source.h"
 #include "worker/parallel/ulysses_vision.h"
 #include "worker/parallel/vision_comm_volume.h"
 #include "worker/parallel/vision_parallel_test_util.h"
@@ -129,6 +130,39 @@ INSTANTIATE_TEST_SUITE_P(Degrees, VisionTpParityTest, ::testing::Values(2, 4),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return "tp" + std::to_string(info.param);
                          });
+
+// Shard-first in the training dtype: a rank built from a bf16 source holds bf16 shards (no fp32
+// tower, no fp32 copy of them) and its output tracks the fp32 single-rank tower.
+TEST(VisionTpTest, ShardsComeInTheSourcesDtype) {
+  at::set_num_threads(1);
+  const VisionConfig& c = testing::TinyVision();
+  VisionTransformer ref = testing::MakeTinyVision(7);
+  const testing::VisionBatch batch = testing::MakeVisionBatch(testing::MixedGrids(), 11);
+  at::Tensor ref_out;
+  {
+    at::NoGradGuard no_grad;
+    ref_out = ref->ForwardWithPlan(batch.pixels, batch.plan);
+  }
+  const NamedTensorSource fp32 = ModuleTensorSource(*ref);
+  const CastTensorSource bf16(fp32, at::kBFloat16);
+  std::vector<at::Tensor> outs(2);
+  absl::Status status = testing::RunRanks(
+      2, "vision.tp0", [&](int r, comm::Communicator& comm, comm::CommStats&) -> absl::Status {
+        auto m = VisionTpTransformer::Create(c, bf16, "", comm);
+        if (!m.ok()) return m.status();
+        for (const auto& item : (*m)->model()->named_parameters()) {
+          EXPECT_EQ(item.value().scalar_type(), at::kBFloat16) << item.key();
+          EXPECT_TRUE(item.value().requires_grad()) << item.key();
+        }
+        const at::Tensor qkv = (*m)->model()->block(0)->attn->qkv->weight;
+        EXPECT_EQ(qkv.sizes(), (std::vector<int64_t>{3 * c.hidden_size / 2, c.hidden_size}));
+        outs[r] = (*m)->Forward(batch.pixels, batch.plan).detach().to(at::kFloat);
+        return absl::OkStatus();
+      });
+  ASSERT_TRUE(status.ok()) << status;
+  for (const at::Tensor& out : outs) EXPECT_LT(MaxRelDiff(out, ref_out), 5e-2);
+  EXPECT_TRUE(at::equal(outs[0], outs[1]));
+}
 
 // Measured (not analytic) bytes of one forward + backward, summed over the group's ranks.
 int64_t MeasuredGroupBytes(int degree, bool ulysses, const testing::VisionBatch& batch,

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "common/status_macros.h"
+#include "worker/model/param_factory.h"
 #include "worker/model/torch_status.h"
 #include "worker/parallel/ulysses_vision.h"
 #include "worker/rank/vision_stage.h"
@@ -55,16 +56,11 @@ class UlyssesVisionStage : public Zero1VisionStage {
 absl::StatusOr<std::unique_ptr<VisionStage>> CreateUlyssesVisionStage(
     const VisionConfig& config, const TensorSource& source, comm::ProcessGroups& groups,
     const StageOptions& options) {
+  // Shard-first: the tower is built from the source's tensors themselves (the whole tower is
+  // this rank's share under Ulysses); no default-initialised parameter is made.
   VisionTransformer tower{nullptr};
   DHP_RETURN_IF_ERROR(CatchTorch("building the vision tower", [&] {
-    tower = VisionTransformer(config);
-    at::NoGradGuard no_grad;
-    for (auto& item : tower->named_parameters(/*recurse=*/true)) {
-      const std::string name = "visual." + item.key();
-      TORCH_CHECK_VALUE(source.Shape(name) == item.value().sizes().vec(), name, ": source ",
-                        at::IntArrayRef(source.Shape(name)), ", tower ", item.value().sizes());
-      item.value().set_data(source.Whole(name));
-    }
+    tower = VisionTransformer(config, WholeTensors(source, "visual."));
   }));
   DHP_ASSIGN_OR_RETURN(std::unique_ptr<UlyssesVisionTransformer> sp,
                        UlyssesVisionTransformer::Create(tower, *groups.vision_inner()));
