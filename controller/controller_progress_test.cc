@@ -17,20 +17,6 @@ class ControllerProgressTest : public ControllerFixture {
     ControllerFixture::SetUp();
     StartController();
   }
-  // Launches the job's one rank on n1 and reports it running.
-  void Launch(const v1::Job& job) {
-    v1::HeartbeatRequest beat;
-    beat.set_node_id("n1");
-    v1::HeartbeatResponse launch;
-    ASSERT_TRUE(controller_->Heartbeat(beat, &launch).ok());
-    ASSERT_EQ(launch.ranks_size(), 1);
-    v1::RankStatus* st = beat.add_ranks();
-    st->set_job_id(job.id());
-    st->set_attempt(1);
-    st->set_world_rank(0);
-    st->set_state(v1::RANK_PROCESS_STATE_RUNNING);
-    ASSERT_TRUE(controller_->Heartbeat(beat, &launch).ok());
-  }
   void Progress(const v1::Job& job, int64_t step) {
     v1::ReportProgressRequest req;
     req.set_job_id(job.id());
@@ -64,7 +50,7 @@ class ControllerProgressTest : public ControllerFixture {
 TEST_F(ControllerProgressTest, ReadsShowTheNewestStepAndAStopWritesIt) {
   ASSERT_TRUE(Register("n1").ok());
   const v1::Job job = Submit();
-  Launch(job);
+  LaunchRankZero(job);
   Progress(job, 1);  // RUNNING: written at once
   ASSERT_EQ(StoredJob(job.id()).state(), v1::JOB_STATE_RUNNING);
   Progress(job, 7);

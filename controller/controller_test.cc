@@ -254,17 +254,8 @@ TEST_F(ControllerTest, KvKeysSurviveARestartUntilTheRunEnds) {
 TEST_F(ControllerTest, ADrainedNodeStaysCordonedAndItsRunIsAskedAgainAfterARestart) {
   ASSERT_TRUE(Register("n1").ok());
   const v1::Job job = Submit();
-  v1::HeartbeatRequest beat;
-  beat.set_node_id("n1");
+  const v1::HeartbeatRequest beat = LaunchRankZero(job);
   v1::HeartbeatResponse launch;
-  ASSERT_TRUE(controller_->Heartbeat(beat, &launch).ok());
-  ASSERT_EQ(launch.ranks_size(), 1);
-  v1::RankStatus* st = beat.add_ranks();
-  st->set_job_id(job.id());
-  st->set_attempt(1);
-  st->set_world_rank(0);
-  st->set_state(v1::RANK_PROCESS_STATE_RUNNING);
-  ASSERT_TRUE(controller_->Heartbeat(beat, &launch).ok());
   auto progress = [&](int64_t step) {
     v1::ReportProgressRequest req;
     req.set_job_id(job.id());

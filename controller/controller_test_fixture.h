@@ -130,6 +130,23 @@ class ControllerFixture : public ::testing::Test {
     return controller_->RegisterNode(req, &resp);
   }
 
+  // One heartbeat of `node` that gets the job's rank 0 to launch, then one reporting it running.
+  // Returns that heartbeat (to send again, e.g. after a controller restart).
+  v1::HeartbeatRequest LaunchRankZero(const v1::Job& job, const std::string& node = "n1") {
+    v1::HeartbeatRequest beat;
+    beat.set_node_id(node);
+    v1::HeartbeatResponse launch;
+    EXPECT_TRUE(controller_->Heartbeat(beat, &launch).ok());
+    EXPECT_EQ(launch.ranks_size(), 1);
+    v1::RankStatus* st = beat.add_ranks();
+    st->set_job_id(job.id());
+    st->set_attempt(1);
+    st->set_world_rank(0);
+    st->set_state(v1::RANK_PROCESS_STATE_RUNNING);
+    EXPECT_TRUE(controller_->Heartbeat(beat, &launch).ok());
+    return beat;
+  }
+
   std::future<absl::Status> WatchAsync(const std::string& job_id, bool follow,
                                        CollectingSink& sink) {
     v1::WatchJobRequest req;
