@@ -14,7 +14,6 @@
 
 #include <ATen/ATen.h>
 #include <dirent.h>
-#include <ftw.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
@@ -37,6 +36,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/job_layout.h"
+#include "common/remove_tree.h"
 #include "common/layout.h"
 #include "common/model_presets.h"
 #include "common/proto_yaml.h"
@@ -106,16 +106,6 @@ PackedBatch MakeBatch(const std::vector<GridThw>& grids, int64_t seed) {
   absl::StatusOr<PackedBatch> b = MakePositionedSyntheticBatch(Tiny(), grids, seed);
   EXPECT_TRUE(b.ok()) << b.status();
   return b.ok() ? *b : PackedBatch{};
-}
-
-// rm -rf `dir`. Not std::filesystem::remove_all: in a binary linked with the PyPI wheel's
-// LibTorch, that symbol binds to the copy libtorch.so exports, which crashes (a call through a
-// null pointer; seen with torch 2.11.0+cu130).
-void RemoveTree(const std::string& dir) {
-  nftw(
-      dir.c_str(),
-      [](const char* path, const struct stat*, int, struct FTW*) { return ::remove(path); }, 16,
-      FTW_DEPTH | FTW_PHYS);
 }
 
 // Trains one step of `c` as threads, writes every rank's State() under `dir` with the metadata

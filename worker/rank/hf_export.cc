@@ -1,7 +1,6 @@
 #include "worker/rank/hf_export.h"
 
 #include <dirent.h>
-#include <ftw.h>
 #include <sys/stat.h>
 
 #include <cctype>
@@ -21,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/remove_tree.h"
 #include "worker/model/hf_config.h"
 #include "worker/rank/data_pipeline.h"
 
@@ -45,15 +45,6 @@ bool IsFile(const std::string& path) {
 int64_t FileSize(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : 0;
-}
-
-// rm -rf `dir` (POSIX: std::filesystem::remove_all crashes in binaries linked with the PyPI
-// wheel's LibTorch; see ckpt_export_test.cc).
-void RemoveTree(const std::string& dir) {
-  nftw(
-      dir.c_str(),
-      [](const char* path, const struct stat*, int, struct FTW*) { return ::remove(path); }, 16,
-      FTW_DEPTH | FTW_PHYS);
 }
 
 // OK when `dir` does not exist or is an empty directory.

@@ -25,16 +25,17 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
 #include "common/mid_preset.h"
+#include "common/remove_tree.h"
 #include "common/proc_status.h"
 #include "dhp/v1/job_spec.pb.h"
 #include "worker/comm/failing_communicator.h"
@@ -197,14 +198,14 @@ TEST(RankRssTest, LoadingATp4RankFromAMultiFileCheckpointStaysWithinItsShardPlus
   MaybeRunAsChild();
   const ModelPreset preset = MidSizePreset();
   const std::string dir = testing::TempDir() + "/rank_rss_checkpoint";
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  RemoveTree(dir);
+  ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0) << dir;
   const int files = WriteMultiFileCheckpoint(dir, preset, 200 << 20);
   ASSERT_GT(files, 2);
   setenv(kCheckpointEnv, dir.c_str(), 1);
   const Measured tp4 = RunChild("load4");
   const Measured tp1 = RunChild("load1");
-  std::filesystem::remove_all(dir);
+  RemoveTree(dir);
   int64_t largest = 0;
   for (const ParamShape& p : QwenParamShapes(preset)) largest = std::max(largest, Fp32Bytes(p));
   const double slack = 1.25, allowance = 32 * kMiB;
