@@ -19,6 +19,10 @@
 namespace dhp::controller {
 
 using store_internal::AppendEvents;
+using store_internal::CheckStorable;
+using store_internal::DieIfError;
+using store_internal::Micros;
+using store_internal::OrDie;
 using store_internal::ReadRows;
 using store_internal::RowsRead;
 using store_internal::UnreadableRow;
@@ -135,6 +139,16 @@ const Migration kMigrations[] = {
     )sql"},
 };
 
+absl::StatusOr<bool> JobExists(SqliteDb& db, const std::string& job_id) {
+  DHP_ASSIGN_OR_RETURN(ScopedStatement select, db.Prepare("SELECT 1 FROM jobs WHERE id = ?"));
+  select->BindText(1, job_id);
+  return select->Step();
+}
+
+}  // namespace
+
+namespace store_internal {
+
 int64_t Micros(const google::protobuf::Timestamp& t) {
   return google::protobuf::util::TimeUtil::TimestampToMicroseconds(t);
 }
@@ -157,21 +171,6 @@ absl::Status CheckStorable(const google::protobuf::Message& msg, const std::stri
       "; string fields must be UTF-8, or the stored row could not be read back"));
 }
 
-absl::StatusOr<bool> JobExists(SqliteDb& db, const std::string& job_id) {
-  DHP_ASSIGN_OR_RETURN(ScopedStatement select, db.Prepare("SELECT 1 FROM jobs WHERE id = ?"));
-  select->BindText(1, job_id);
-  return select->Step();
-}
-
-template <typename T>
-T OrDie(absl::StatusOr<T> value, const char* what) {
-  DieIfError(value.status(), what);
-  return std::move(*value);
-}
-
-}  // namespace
-
-namespace store_internal {
 
 absl::StatusOr<std::vector<v1::Event>> AppendEvents(SqliteDb& db,
                                                     const std::vector<v1::Event>& events,
@@ -492,71 +491,6 @@ std::map<v1::JobState, int64_t> Store::CountJobsByState() {
 }
 
 // ---- nodes ----------------------------------------------------------------------------------
-
-namespace {
-
-absl::Status UpsertNode(SqliteDb& db, const v1::Node& node) {
-  if (node.id().empty()) return absl::InvalidArgumentError("node.id is empty; every node needs an id");
-  DHP_RETURN_IF_ERROR(CheckStorable(node, absl::StrCat("node ", node.id())));
-  DHP_ASSIGN_OR_RETURN(
-      ScopedStatement upsert,
-      db.Prepare("INSERT INTO nodes (id, hostname, state, last_heartbeat_us, proto) "
-                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
-                 "hostname = excluded.hostname, state = excluded.state, "
-                 "last_heartbeat_us = excluded.last_heartbeat_us, proto = excluded.proto"));
-  upsert->BindText(1, node.id())
-      .BindText(2, node.hostname())
-      .BindInt(3, node.state())
-      .BindInt(4, Micros(node.last_heartbeat_time()))
-      .BindBlob(5, node.SerializeAsString());
-  return upsert->Run();
-}
-
-}  // namespace
-
-absl::StatusOr<std::vector<v1::Event>> Store::PutNode(const v1::Node& node,
-                                                      const std::vector<v1::Event>& events) {
-  DHP_ASSIGN_OR_RETURN(Transaction tx, db_->Begin());
-  DHP_RETURN_IF_ERROR(UpsertNode(*db_, node));
-  DHP_ASSIGN_OR_RETURN(std::vector<v1::Event> out, AppendEvents(*db_, events, "", node.id()));
-  DHP_RETURN_IF_ERROR(tx.Commit());
-  return out;
-}
-
-absl::Status Store::PutNodes(const std::vector<v1::Node>& nodes) {
-  if (nodes.empty()) return absl::OkStatus();
-  DHP_ASSIGN_OR_RETURN(Transaction tx, db_->Begin());
-  for (const v1::Node& node : nodes) DHP_RETURN_IF_ERROR(UpsertNode(*db_, node));
-  return tx.Commit();
-}
-
-absl::StatusOr<v1::Node> Store::GetNode(const std::string& node_id) {
-  std::vector<UnreadableRow> unreadable;
-  {
-    DHP_ASSIGN_OR_RETURN(ScopedStatement select,
-                         db_->Prepare("SELECT rowid, id, proto, '', id FROM nodes WHERE id = ?"));
-    select->BindText(1, node_id);
-    DHP_ASSIGN_OR_RETURN(RowsRead<v1::Node> read, ReadRows<v1::Node>(*select, "nodes"));
-    if (!read.rows.empty()) return std::move(read.rows[0]);
-    unreadable = std::move(read.unreadable);
-  }
-  if (!Quarantine(unreadable)) {
-    return absl::DataLossError(absl::StrCat("node ", node_id, " cannot be read: ",
-                                            unreadable[0].reason, " (see the controller's log)"));
-  }
-  return NotFound("nodes", node_id, absl::StrCat("node ", node_id));
-}
-
-std::vector<v1::Node> Store::ListNodes() {
-  RowsRead<v1::Node> read;
-  {
-    ScopedStatement select = OrDie(
-        db_->Prepare("SELECT rowid, id, proto, '', id FROM nodes ORDER BY id"), "ListNodes");
-    read = OrDie(ReadRows<v1::Node>(*select, "nodes"), "ListNodes");
-  }
-  Quarantine(read.unreadable);
-  return std::move(read.rows);
-}
 
 // ---- checkpoints ----------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@
 #include "controller/sqlite_db.h"
 #include "dhp/v1/job.pb.h"
 #include "google/protobuf/descriptor.h"
+#include "google/protobuf/timestamp.pb.h"
 
 namespace dhp::controller::store_internal {
 
@@ -98,6 +99,23 @@ absl::StatusOr<std::vector<v1::Event>> AppendEvents(SqliteDb& db,
                                                     const std::vector<v1::Event>& events,
                                                     const std::string& default_job_id,
                                                     const std::string& default_node_id);
+
+// A Timestamp in microseconds since the epoch (the stored *_us columns).
+int64_t Micros(const google::protobuf::Timestamp& t);
+
+// For the read methods whose signatures carry no Status: a failing SQLite call on our own
+// database is a broken invariant, so the controller stops loudly (see store.cc).
+void DieIfError(const absl::Status& status, const char* what);
+
+template <typename T>
+T OrDie(absl::StatusOr<T> value, const char* what) {
+  DieIfError(value.status(), what);
+  return std::move(*value);
+}
+
+// INVALID_ARGUMENT naming the field when `msg` holds a string that is not UTF-8 (protobuf would
+// write it, and then refuse to parse the row again); `what` names the row.
+absl::Status CheckStorable(const google::protobuf::Message& msg, const std::string& what);
 
 }  // namespace dhp::controller::store_internal
 
