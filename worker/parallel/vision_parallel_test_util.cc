@@ -6,6 +6,8 @@
 #include <thread>
 #include <utility>
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include "absl/strings/str_cat.h"
 #include "worker/comm/in_memory_kv_client.h"
 #include "common/layout.h"
@@ -44,10 +46,10 @@ VisionBatch MakeVisionBatch(const std::vector<GridThw>& grids, uint64_t seed) {
   absl::StatusOr<VisionWindowPlan> plan = MakeVisionWindowPlan(grids, TinyVision());
   TORCH_CHECK(plan.ok(), std::string(plan.status().message()));
   b.plan = *std::move(plan);
-  at::manual_seed(seed);
+  at::Generator gen = at::detail::createCPUGenerator(seed);  // not the default: thread-safe
   const VisionConfig& c = TinyVision();
   const int64_t dim = int64_t{c.in_channels} * c.temporal_patch_size * c.patch_size * c.patch_size;
-  b.pixels = at::randn({b.plan.num_patches, dim});
+  b.pixels = at::randn({b.plan.num_patches, dim}, gen);
   return b;
 }
 

@@ -1,6 +1,7 @@
 #include "worker/rank/synthetic_batch.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <cstdlib>
 
@@ -33,8 +34,11 @@ PackedBatch MakeSyntheticBatch(const ModelPreset& preset, const std::vector<Grid
   b.labels = at::tensor(labels);
   b.cu_seqlens = cu;
   b.image_grids = grids;
-  at::manual_seed(1000 + seed);
-  b.pixel_values = at::randn({patches, 1176});
+  // A generator of its own, seeded as at::manual_seed would seed the default one (the same
+  // values): rank threads in one test process build batches at the same time, and the default
+  // generator shared between them made the pixels depend on the threads' interleaving.
+  at::Generator gen = at::detail::createCPUGenerator(static_cast<uint64_t>(1000 + seed));
+  b.pixel_values = at::randn({patches, 1176}, gen);
   return b;
 }
 

@@ -16,7 +16,9 @@
 namespace dhp {
 
 // Answers are 6 + (sample index % 3) tokens. Position ids are left empty (the model computes
-// them); pixels come from at::manual_seed(1000 + seed).
+// them); pixels are randn from a CPU generator of their own seeded 1000 + seed (the values
+// at::manual_seed(1000 + seed) gives; the default generator is left alone, so rank threads may
+// build batches concurrently).
 PackedBatch MakeSyntheticBatch(const ModelPreset& preset, const std::vector<GridThw>& grids,
                                int64_t seed);
 
