@@ -170,10 +170,12 @@ Dims MakeDims(const v1::JobSpec& spec, const ModelPreset& p, const comm::Layout&
   d.kv_replicated = t.num_kv_heads % d.tt != 0;
   d.at = DtypeBytes(spec.text().dtype());
   d.tckpt = spec.text().activation_checkpointing();
-  // A reduced-precision stage sums micro-batches in fp32 (worker/rank/stage.h).
+  // A reduced-precision stage sums micro-batches in fp32 unless training.grad_accum_dtype says
+  // bf16 (worker/rank/stage.h).
   d.micro = MicroBatches(spec, d.dp);
-  d.gv = d.micro > 1 ? 4 : d.av;
-  d.gt = d.micro > 1 ? 4 : d.at;
+  const bool fp32_accum = spec.training().grad_accum_dtype() != v1::DTYPE_BF16;
+  d.gv = d.micro > 1 && fp32_accum ? 4 : d.av;
+  d.gt = d.micro > 1 && fp32_accum ? 4 : d.at;
 
   PlanShapes& s = d.s;
   s.text_tokens = spec.data().max_seq_len();

@@ -137,6 +137,12 @@ TEST(MemoryPlanTest, GradientAccumulationHoldsBf16GradientsInFp32) {
   EXPECT_EQ(four.total - one.total,
             extra + static_cast<int64_t>(static_cast<double>(lines + extra) * kRuntimeFraction) -
                 static_cast<int64_t>(static_cast<double>(lines) * kRuntimeFraction));
+  // training.grad_accum_dtype: bf16 sums them in bf16: the one-micro-batch figures again.
+  spec.mutable_training()->set_grad_accum_dtype(v1::DTYPE_BF16);
+  const RankKindMemory four_bf16 = Plan(spec).kinds[0];
+  EXPECT_EQ(four_bf16.Bytes("text gradients"), one.Bytes("text gradients"));
+  EXPECT_EQ(four_bf16.Bytes("vision gradients"), one.Bytes("vision gradients"));
+  EXPECT_EQ(four_bf16.total, one.total);
   // fp32 stages hold fp32 gradients either way.
   spec = Load("configs/tiny-cpu.yaml");
   const int64_t fp32 = Plan(spec).kinds[0].Bytes("text gradients");

@@ -189,6 +189,8 @@ void NormalizeTraining(v1::TrainingSpec& t, int data_parallel_size, Errors& erro
   if (!t.has_min_learning_rate()) t.set_min_learning_rate(0.0);
   if (t.grad_reduce_dtype() == v1::DTYPE_UNSPECIFIED) t.set_grad_reduce_dtype(v1::DTYPE_FP32);
   CheckTrainingDtype("training.grad_reduce_dtype", t.grad_reduce_dtype(), errors);
+  if (t.grad_accum_dtype() == v1::DTYPE_UNSPECIFIED) t.set_grad_accum_dtype(v1::DTYPE_FP32);
+  CheckTrainingDtype("training.grad_accum_dtype", t.grad_accum_dtype(), errors);
 
   bool batch_ok = data_parallel_size >= 1;
   if (t.batch_size() < 1) {

@@ -206,11 +206,12 @@ const BadSpec kBadSpecs[] = {
     {"fp16_everywhere",
      {{"vision", "vision: {dtype: fp16}"},
       {"text", "text: {dtype: fp16}"},
-      {"training", "training: {grad_reduce_dtype: fp16, max_steps: 1}"}},
+      {"training", "training: {grad_reduce_dtype: fp16, grad_accum_dtype: fp16, max_steps: 1}"}},
      "vision.dtype: fp16 needs loss scaling, which dhp does not implement; use bf16 or fp32; "
      "text.dtype: fp16 needs loss scaling, which dhp does not implement; use bf16 or fp32; "
      "training.grad_reduce_dtype: fp16 needs loss scaling, which dhp does not implement; use "
-     "bf16 or fp32"},
+     "bf16 or fp32; training.grad_accum_dtype: fp16 needs loss scaling, which dhp does not "
+     "implement; use bf16 or fp32"},
     {"micro_batch_zero",
      {{"training", "training: {batch_size: -2, micro_batch_size: 0, max_steps: 1}"}},
      "training.batch_size: -2 must be at least 1; training.micro_batch_size: 0 must be at least 1"},
@@ -311,6 +312,7 @@ TEST(SpecValidateTest, DefaultsFilledOnMinimalSpec) {
   EXPECT_EQ(t.batch_size(), 1);  // = data_parallel_size
   EXPECT_EQ(t.micro_batch_size(), 1);  // the replica's whole share: no accumulation
   EXPECT_EQ(t.grad_reduce_dtype(), v1::DTYPE_FP32);
+  EXPECT_EQ(t.grad_accum_dtype(), v1::DTYPE_FP32);
   EXPECT_DOUBLE_EQ(t.learning_rate(), 1e-5);
   EXPECT_EQ(t.schedule(), v1::LR_SCHEDULE_COSINE);
   EXPECT_TRUE(t.has_warmup_steps());

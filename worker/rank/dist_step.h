@@ -78,7 +78,8 @@ struct DistTrainerOptions {
   at::ScalarType text_dtype = at::kFloat;
   at::ScalarType grad_reduce_dtype = at::kFloat;  // of every gradient reduction
   // Gradients of a reduced-precision stage summed over a step's micro-batches in fp32
-  // (StageOptions::fp32_grad_accumulation); false: in the stage's dtype (tests compare).
+  // (StageOptions::fp32_grad_accumulation); false: in the stage's dtype (the spec's
+  // training.grad_accum_dtype: bf16).
   bool fp32_grad_accumulation = true;
 };
 

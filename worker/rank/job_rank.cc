@@ -433,6 +433,7 @@ absl::Status JobRank::Build() {
   to.vision_dtype = config_.vision_dtype;
   to.text_dtype = config_.text_dtype;
   to.grad_reduce_dtype = config_.grad_reduce_dtype;
+  to.fp32_grad_accumulation = config_.fp32_grad_accumulation;
   absl::StatusOr<std::unique_ptr<DistTrainer>> trainer =
       DistTrainer::Create(preset_, **source, *groups_, handoff_.get(), to);
   if (!trainer.ok()) return Annotate(trainer.status(), me_);
@@ -449,7 +450,8 @@ absl::Status JobRank::Build() {
   notes.push_back(absl::StrCat(
       "precision: vision ", c10::toString(to.vision_dtype), ", text ",
       c10::toString(to.text_dtype), " (bf16 stages keep fp32 master weights and Adam moments), "
-      "gradients reduced in ", c10::toString(to.grad_reduce_dtype)));
+      "gradients reduced in ", c10::toString(to.grad_reduce_dtype), ", micro-batches summed in ",
+      to.fp32_grad_accumulation ? "fp32" : "the stage's dtype"));
   notes.push_back(ChoosePeakFlops());
   // checkpoint.async_write (specs stored before the field existed: on).
   async_checkpoints_ = !spec.checkpoint().has_async_write() || spec.checkpoint().async_write();

@@ -61,13 +61,16 @@ absl::StatusOr<TrainingConfig> TrainingConfigForSpec(const v1::JobSpec& spec, in
   const std::pair<const char*, v1::DType> dtypes[] = {
       {"vision.dtype", spec.vision().dtype()},
       {"text.dtype", spec.text().dtype()},
-      {"training.grad_reduce_dtype", tr.grad_reduce_dtype()}};
-  at::ScalarType* out[] = {&c.vision_dtype, &c.text_dtype, &c.grad_reduce_dtype};
-  for (int i = 0; i < 3; ++i) {
+      {"training.grad_reduce_dtype", tr.grad_reduce_dtype()},
+      {"training.grad_accum_dtype", tr.grad_accum_dtype()}};
+  at::ScalarType accum = at::kFloat;
+  at::ScalarType* out[] = {&c.vision_dtype, &c.text_dtype, &c.grad_reduce_dtype, &accum};
+  for (int i = 0; i < 4; ++i) {
     absl::StatusOr<at::ScalarType> d = TrainingDtype(dtypes[i].first, dtypes[i].second);
     if (!d.ok()) return d.status();
     *out[i] = *d;
   }
+  c.fp32_grad_accumulation = accum == at::kFloat;
   return c;
 }
 

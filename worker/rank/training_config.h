@@ -27,6 +27,8 @@ struct TrainingConfig {
   at::ScalarType vision_dtype = at::kFloat;
   at::ScalarType text_dtype = at::kFloat;
   at::ScalarType grad_reduce_dtype = at::kFloat;
+  // training.grad_accum_dtype is fp32 (a bf16 stage sums micro-batches in fp32 buffers).
+  bool fp32_grad_accumulation = true;
 };
 
 // `epoch_size`: samples per epoch of the data mix (used when the spec counts epochs).
