@@ -28,6 +28,7 @@
 #include "controller/job_manager.h"
 #include "controller/log_store.h"
 #include "controller/node_tracker.h"
+#include "controller/phase_timer.h"
 #include "controller/rendezvous_kv.h"
 #include "controller/run_metrics.h"
 #include "controller/serial_worker.h"
@@ -124,6 +125,8 @@ class Controller : public api::DhpService {
   // Loop thread, after any change: a scheduling pass, checkpoint directories deleted off the
   // loop (on files_), the rendezvous keys of runs that ended dropped, and the events published.
   void Settle(std::vector<v1::Event>& events);
+  // Observes each phase of a tick in dhp_controller_tick_seconds; warns past kSlowTickSeconds.
+  void RecordTick(const PhaseTimer& timer);
   // Tells the supervisor about node state changes among `events` (LOST / READY again).
   // After Recover: the runs still on cordoned nodes are asked again to checkpoint and stop
   // (requests are in memory; the cordon is stored).
@@ -151,6 +154,8 @@ class Controller : public api::DhpService {
   ComputedGauges& cluster_gauges_;
   prometheus::Family<prometheus::Counter>& events_total_;
   prometheus::Family<prometheus::Counter>& quarantined_total_;  // rows moved to quarantine
+  // dhp_controller_tick_seconds{phase}: how long each phase of the 1 s tick held the loop.
+  prometheus::Family<prometheus::Histogram>& tick_seconds_;
   RunMetrics run_metrics_;  // per-job, per-stage and cluster gauges (controller/run_metrics.h)
 
   boost::asio::io_context io_;
