@@ -66,12 +66,14 @@ Controller::Controller(Store& store, const Clock& clock, MetricsExposition& metr
           "were moved to its quarantine table, since the controller started, by table.")),
       tick_seconds_(metrics.AddHistogram(
           "dhp_controller_tick_seconds",
-          "How long each phase of the controller's once-a-second check held its event loop "
-          "(heartbeats and API calls wait meanwhile): nodes (loss check and batched heartbeat "
-          "times), node_events, stalls, progress (batched step figures), schedule.")),
+          "How long each phase of the controller's periodic work held its event loop "
+          "(heartbeats and API calls wait meanwhile). Once a second: nodes (loss check), "
+          "node_events, stalls, schedule; every persist interval (100 ms): beats (due "
+          "heartbeat times written), progress (due step figures written).")),
       run_metrics_(metrics),
       work_(boost::asio::make_work_guard(io_)),
       heartbeat_timer_(io_),
+      persist_timer_(io_),
       retention_timer_(io_),
       exports_(store, clock, options.exports,
                [this](std::function<void()> fn) { boost::asio::post(io_, std::move(fn)); }) {
@@ -106,6 +108,7 @@ void Controller::Start() {
   absl::Status loaded = OnLoop([this] { return kv_.Load(); });
   if (!loaded.ok()) DHP_LOG(ERROR) << "loading the rendezvous keys from the store: " << loaded;
   boost::asio::post(io_, [this] { ScheduleHeartbeatCheck(); });
+  boost::asio::post(io_, [this] { SchedulePersist(); });
   if (options_.retention_s > 0) boost::asio::post(io_, [this] { ScheduleRetentionSweep(0); });
 }
 
@@ -124,6 +127,7 @@ void Controller::Stop() {
   events_cv_.notify_all();
   boost::asio::post(io_, [this] {
     heartbeat_timer_.cancel();
+    persist_timer_.cancel();
     retention_timer_.cancel();
   });
   work_.reset();
@@ -238,22 +242,41 @@ void Controller::ScheduleHeartbeatCheck() {
     timer.Lap("node_events");
     if (s.ok()) s = supervisor_.CheckStalls(&events);
     timer.Lap("stalls");
-    if (s.ok()) s = supervisor_.SaveProgress(&events);
-    timer.Lap("progress");
-    if (!s.ok()) DHP_LOG(ERROR) << "heartbeat, stall and progress check failed: " << s;
+    if (!s.ok()) DHP_LOG(ERROR) << "heartbeat and stall check failed: " << s;
     Settle(events);
     timer.Lap("schedule");
-    RecordTick(timer);
+    RecordTick(timer, "once-a-second check");
     ScheduleHeartbeatCheck();
   });
 }
 
-void Controller::RecordTick(const PhaseTimer& timer) {
+void Controller::SchedulePersist() {
+  persist_timer_.expires_after(std::chrono::milliseconds(options_.persist_ms));
+  persist_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || stopped_) return;
+    std::vector<v1::Event> events;
+    PhaseTimer timer;
+    absl::Status beats = nodes_.PersistDueBeats();
+    if (!beats.ok()) {
+      DHP_LOG(WARNING) << "writing heartbeat times (kept in memory; written again with each "
+                          "node's next due beat): " << beats;
+    }
+    timer.Lap("beats");
+    absl::Status progress = supervisor_.SaveProgress(&events);
+    if (!progress.ok()) DHP_LOG(ERROR) << "writing step figures: " << progress;
+    timer.Lap("progress");
+    if (!events.empty()) Settle(events);
+    RecordTick(timer, "write of heartbeat times and step figures");
+    SchedulePersist();
+  });
+}
+
+void Controller::RecordTick(const PhaseTimer& timer, const char* what) {
   for (const auto& [phase, seconds] : timer.laps()) {
     tick_seconds_.Add({{"phase", phase}}, LatencyBuckets()).Observe(seconds);
   }
   if (timer.total() >= kSlowTickSeconds) {
-    DHP_LOG(WARNING) << "the once-a-second check held the loop for " << timer.Describe()
+    DHP_LOG(WARNING) << "the " << what << " held the loop for " << timer.Describe()
                      << "; heartbeats and API calls waited meanwhile";
   }
 }

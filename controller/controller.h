@@ -41,6 +41,9 @@ struct ControllerOptions {
   SpecOptions spec;                // spec.checkpoint_root is where runs write checkpoints
   NodeTrackerOptions nodes;
   int heartbeat_check_ms = 1000;   // how often silent nodes and stalled runs are looked for
+  // How often due heartbeat times and step figures are written, a small batch each time
+  // (SupervisorOptions::progress_save_batch), so that no write holds the loop long.
+  int persist_ms = 100;
   int kv_max_timeout_ms = 600000;  // longest Kv wait a caller may ask for
   // Final jobs (with their runs, checkpoint records, events and logs; not their checkpoint
   // files) and node events are deleted this long after their last change; 0 keeps them.
@@ -118,6 +121,7 @@ class Controller : public api::DhpService {
   // Waits until an event newer than `seen` exists, `ms` pass, or the controller stops.
   void WaitForEventsAfter(int64_t seen, int ms);
   void ScheduleHeartbeatCheck();
+  void SchedulePersist();
   // Deletes what retention_s has expired, up to a batch at a time, then runs again after
   // retention_sweep_ms (at once while batches are full). Loop thread.
   void ScheduleRetentionSweep(int delay_ms);
@@ -125,8 +129,9 @@ class Controller : public api::DhpService {
   // Loop thread, after any change: a scheduling pass, checkpoint directories deleted off the
   // loop (on files_), the rendezvous keys of runs that ended dropped, and the events published.
   void Settle(std::vector<v1::Event>& events);
-  // Observes each phase of a tick in dhp_controller_tick_seconds; warns past kSlowTickSeconds.
-  void RecordTick(const PhaseTimer& timer);
+  // Observes each phase of a tick in dhp_controller_tick_seconds; warns past kSlowTickSeconds,
+  // naming `what` ticked.
+  void RecordTick(const PhaseTimer& timer, const char* what);
   // Tells the supervisor about node state changes among `events` (LOST / READY again).
   // After Recover: the runs still on cordoned nodes are asked again to checkpoint and stop
   // (requests are in memory; the cordon is stored).
@@ -161,6 +166,7 @@ class Controller : public api::DhpService {
   boost::asio::io_context io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
   boost::asio::steady_timer heartbeat_timer_;
+  boost::asio::steady_timer persist_timer_;
   boost::asio::steady_timer retention_timer_;
   std::thread loop_;
   std::thread::id loop_id_;

@@ -269,6 +269,12 @@ absl::Status NodeTracker::Flush() {
   return FlushDue(true);
 }
 
+absl::Status NodeTracker::PersistDueBeats() {
+  DHP_CHECK_ON_THREAD(loop_);
+  EnsureLoaded();
+  return FlushDue(false);
+}
+
 absl::Status NodeTracker::CheckHeartbeats(std::vector<v1::Event>* events) {
   DHP_CHECK_ON_THREAD(loop_);
   EnsureLoaded();

@@ -2,8 +2,8 @@
 //
 // Nodes live in memory (loaded from the Store on first use): a heartbeat and the loss check
 // read no SQLite. A state change is written at once, with its event; heartbeat times are
-// written at most every 30 s per node, in one transaction per CheckHeartbeats tick for all
-// the nodes that are due.
+// written at most every 30 s per node, in one transaction per PersistDueBeats (the
+// controller's persist tick, every 100 ms) or CheckHeartbeats for the nodes that are due.
 //
 // A node that has not heartbeated for `heartbeat_timeout_ms` is marked LOST (with an event);
 // its next heartbeat or registration brings it back to READY. A cordon (SetCordon) is the
@@ -57,6 +57,9 @@ class NodeTracker {
   // Writes the heartbeat times that are due, then marks READY nodes that have been silent too
   // long as LOST. Call periodically.
   absl::Status CheckHeartbeats(std::vector<v1::Event>* events);
+  // Writes the heartbeat times that are due, in one transaction. The controller calls it every
+  // persist_ms, so that each write is small (CheckHeartbeats writes whatever is left).
+  absl::Status PersistDueBeats();
   // Writes every heartbeat time not yet written (on shutdown).
   absl::Status Flush();
 

@@ -52,6 +52,9 @@ struct SupervisorOptions {
   // one transaction; reads in between see them from memory (OverlayProgress). Reaching RUNNING,
   // the last step and every transition are written at once.
   int64_t progress_save_micros = 30000000;
+  // At most this many runs per SaveProgress call (the controller calls it every persist_ms),
+  // so that one call holds the loop a few milliseconds, not a whole backlog's worth.
+  int progress_save_batch = 200;
 };
 
 // One rank of an active run, as its agent and the rank itself last reported.

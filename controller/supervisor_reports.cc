@@ -16,8 +16,6 @@
 namespace dhp::controller {
 namespace {
 
-// SaveProgress writes at most this many runs per tick, so that the loop is never held long.
-constexpr size_t kMaxSavedPerTick = 2000;
 // A rank whose reporter has been silent this long is named as not reporting (its reporter
 // re-sends every 2 s even while a step hangs).
 constexpr int64_t kSilentMicros = 5000000;
@@ -157,7 +155,7 @@ absl::Status Supervisor::SaveProgress(std::vector<v1::Event>* events, bool all) 
     write.job = std::move(loaded->job);
     write.runs.push_back(std::move(loaded->run));
     saved.push_back(&run);
-    if (!all && writes.size() >= kMaxSavedPerTick) break;
+    if (!all && static_cast<int>(writes.size()) >= options_.progress_save_batch) break;
   }
   absl::StatusOr<std::vector<v1::Event>> added = store_.CommitAll(writes);
   if (!added.ok()) return added.status();
