@@ -217,19 +217,9 @@ TEST_F(SupervisorTest, StepFiguresAreExactAtTransitionsAndTheRunningMessageIsCur
 }
 
 TEST_F(SupervisorTest, SaveProgressWritesTheDueRunsTogetherAndTheLastStepAtOnce) {
-  AddNode("n1", 2);
-  AddNode("n2", 2);
-  const v1::Job a = Submit("a"), b = Submit("b");
-  Schedule();
-  for (const auto& [job, node] : {std::pair{a, "n1"}, std::pair{b, "n2"}}) {
-    ASSERT_EQ(Beat(node).size(), 2u);
-    Beat(node, {Status(job, 1, 0, true), Status(job, 1, 1, true)});
-    ASSERT_TRUE(Progress(job, 1, 0, 1).ok());  // reaching RUNNING is written at once
-    ASSERT_EQ(Stored(job.id()).state(), v1::JOB_STATE_RUNNING);
-  }
-  clock_.AdvanceMicros(30000000);
-  ASSERT_TRUE(Progress(a, 1, 0, 4).ok());
-  ASSERT_TRUE(Progress(b, 1, 0, 6).ok());
+  v1::Job a, b;
+  TwoRunsDue(a, b);
+  if (HasFatalFailure()) return;
   EXPECT_EQ(Stored(a.id()).latest_step(), 1);
   std::vector<v1::Event> events;
   ASSERT_TRUE(sup_->SaveProgress(&events).ok());
@@ -248,18 +238,9 @@ TEST_F(SupervisorTest, SaveProgressWritesAtMostABatchOfRunsPerCall) {
   SupervisorOptions options{kRoot};
   options.progress_save_batch = 1;
   sup_ = std::make_unique<Supervisor>(*store_, clock_, options);
-  AddNode("n1", 2);
-  AddNode("n2", 2);
-  const v1::Job a = Submit("a"), b = Submit("b");
-  Schedule();
-  for (const auto& [job, node] : {std::pair{a, "n1"}, std::pair{b, "n2"}}) {
-    ASSERT_EQ(Beat(node).size(), 2u);
-    Beat(node, {Status(job, 1, 0, true), Status(job, 1, 1, true)});
-    ASSERT_TRUE(Progress(job, 1, 0, 1).ok());
-  }
-  clock_.AdvanceMicros(30000000);
-  ASSERT_TRUE(Progress(a, 1, 0, 4).ok());
-  ASSERT_TRUE(Progress(b, 1, 0, 6).ok());
+  v1::Job a, b;
+  TwoRunsDue(a, b);
+  if (HasFatalFailure()) return;
   std::vector<v1::Event> events;
   ASSERT_TRUE(sup_->SaveProgress(&events).ok());  // one of the two due runs
   EXPECT_EQ((Stored(a.id()).latest_step() == 4) + (Stored(b.id()).latest_step() == 6), 1);

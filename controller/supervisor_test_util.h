@@ -10,6 +10,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
@@ -41,6 +42,25 @@ class SupervisorTest : public ::testing::Test {
     store_ = std::move(*store);
     jobs_ = std::make_unique<JobManager>(*store_, clock_, SpecOptions{kRoot});
     sup_ = std::make_unique<Supervisor>(*store_, clock_, SupervisorOptions{kRoot});
+  }
+
+  // Jobs "a" and "b" running on nodes n1 and n2 (2 ranks each; reaching RUNNING at step 1 is
+  // written at once), then reported 30 s later at steps 4 and 6: both due for SaveProgress.
+  void TwoRunsDue(v1::Job& a, v1::Job& b) {
+    AddNode("n1", 2);
+    AddNode("n2", 2);
+    a = Submit("a");
+    b = Submit("b");
+    Schedule();
+    for (const auto& [job, node] : {std::pair{a, "n1"}, std::pair{b, "n2"}}) {
+      ASSERT_EQ(Beat(node).size(), 2u);
+      Beat(node, {Status(job, 1, 0, true), Status(job, 1, 1, true)});
+      ASSERT_TRUE(Progress(job, 1, 0, 1).ok());
+      ASSERT_EQ(Stored(job.id()).state(), v1::JOB_STATE_RUNNING);
+    }
+    clock_.AdvanceMicros(30000000);
+    ASSERT_TRUE(Progress(a, 1, 0, 4).ok());
+    ASSERT_TRUE(Progress(b, 1, 0, 6).ok());
   }
 
   void AddNode(const std::string& id, int cpu_slots) {
