@@ -45,6 +45,7 @@ class ControllerExportTest : public ControllerFixture {
     options_.exports.root = dir_ + "/exports";
     options_.exports.dhp_ckpt = dir_ + "/dhp-ckpt";
     options_.exports.max_concurrent = 1;
+    options_.retention_s = 0;  // the fixture's final jobs carry no update time: keep them
     // The fake dhp-ckpt: export CKPT --hf-dir OUT --dtype D. Its behaviour comes from the
     // file `mode` beside it: ok, fail or hang.
     Script("#!/bin/sh\n"
@@ -58,17 +59,25 @@ class ControllerExportTest : public ControllerFixture {
            "mkdir -p \"$4\" && echo \"$2 $6\" > \"$4/config.json\"\n"
            "echo \"exported step of $2 into $4\"\n");
     Mode("ok");
+    {
+      // The rows the tests export from, written before the controller starts: the store's
+      // connection is its loop's alone once it runs (two threads on it corrupted the file).
+      // j-1 has three checkpoints, j-2 none.
+      absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path_);
+      ASSERT_TRUE(store.ok()) << store.status();
+      for (const char* id : {"j-1", "j-2"}) {
+        JobWrite write;
+        write.job.set_id(id);
+        write.job.set_state(v1::JOB_STATE_SUCCEEDED);
+        write.create = true;
+        const absl::StatusOr<std::vector<v1::Event>> committed = (*store)->Commit(write);
+        ASSERT_TRUE(committed.ok()) << committed.status();
+      }
+      complete_ = AddCheckpoint(**store, 10, v1::CHECKPOINT_STATE_COMPLETE);
+      newer_complete_ = AddCheckpoint(**store, 20, v1::CHECKPOINT_STATE_COMPLETE);
+      partial_ = AddCheckpoint(**store, 30, v1::CHECKPOINT_STATE_PARTIAL);
+    }
     StartController();
-    v1::Job job;
-    job.set_id("j-1");
-    job.set_state(v1::JOB_STATE_RUNNING);
-    JobWrite write;
-    write.job = job;
-    write.create = true;
-    ASSERT_TRUE(store_->Commit(write).ok());
-    complete_ = AddCheckpoint(10, v1::CHECKPOINT_STATE_COMPLETE);
-    newer_complete_ = AddCheckpoint(20, v1::CHECKPOINT_STATE_COMPLETE);
-    partial_ = AddCheckpoint(30, v1::CHECKPOINT_STATE_PARTIAL);
   }
   void Script(const std::string& text) {
     std::ofstream(options_.exports.dhp_ckpt) << text;
@@ -76,14 +85,14 @@ class ControllerExportTest : public ControllerFixture {
   }
   void Mode(const std::string& mode) { std::ofstream(dir_ + "/mode") << mode << "\n"; }
 
-  int64_t AddCheckpoint(int64_t step, v1::CheckpointState state) {
+  int64_t AddCheckpoint(Store& store, int64_t step, v1::CheckpointState state) {
     v1::Checkpoint c;
     c.set_job_id("j-1");
     c.set_attempt(1);
     c.set_step(step);
     c.set_state(state);
     c.set_path(dir_ + "/checkpoints/j-1/step-" + std::to_string(step));
-    absl::StatusOr<v1::Checkpoint> added = store_->AddCheckpoint(c, {});
+    absl::StatusOr<v1::Checkpoint> added = store.AddCheckpoint(c, {});
     EXPECT_TRUE(added.ok()) << added.status();
     return added.ok() ? added->id() : 0;
   }
@@ -220,13 +229,6 @@ TEST_F(ControllerExportTest, RefusesWhatCannotBeExported) {
   EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument) << e.status();
 
   // A job without a COMPLETE checkpoint.
-  v1::Job job;
-  job.set_id("j-2");
-  job.set_state(v1::JOB_STATE_RUNNING);
-  JobWrite write;
-  write.job = job;
-  write.create = true;
-  ASSERT_TRUE(store_->Commit(write).ok());
   e = Export("j-2");
   EXPECT_EQ(e.status().code(), absl::StatusCode::kFailedPrecondition) << e.status();
   EXPECT_NE(e.status().message().find("job j-2 has no COMPLETE checkpoint"), std::string::npos)
