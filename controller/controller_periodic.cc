@@ -1,0 +1,114 @@
+// The controller's periodic work on its loop: the once-a-second check (lost nodes, stalled
+// runs), the 100 ms persistence of heartbeat times and step figures, their timing
+// (dhp_controller_tick_seconds), and the retention sweep.
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "controller/controller.h"
+
+namespace dhp::controller {
+namespace {
+
+// A tick that holds the loop this long is logged with its phases: heartbeats and API calls
+// waited that long (the heartbeat aim at 10,000 nodes is p99 <= 50 ms).
+constexpr double kSlowTickSeconds = 0.05;
+
+}  // namespace
+
+void Controller::ScheduleRetentionSweep(int delay_ms) {
+  retention_timer_.expires_after(std::chrono::milliseconds(delay_ms));
+  retention_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || stopped_) return;
+    constexpr int kBatch = 100;  // jobs per pass: the loop is never held long
+    ScheduleRetentionSweep(SweepExpired() >= kBatch ? 10 : options_.retention_sweep_ms);
+  });
+}
+
+int Controller::SweepExpired() {
+  const int64_t cutoff = clock_.NowMicros() - options_.retention_s * 1000000;
+  absl::StatusOr<std::vector<std::string>> expired = store_.FinalJobsBefore(cutoff, 100);
+  if (!expired.ok()) {
+    DHP_LOG(ERROR) << "retention: listing expired jobs: " << expired.status();
+    return 0;
+  }
+  int deleted = 0;
+  for (const std::string& job_id : *expired) {
+    if (absl::Status s = store_.DeleteJob(job_id); !s.ok()) {
+      DHP_LOG(ERROR) << "retention: deleting job " << job_id << ": " << s;
+      continue;
+    }
+    ++deleted;
+    if (logs_ != nullptr) {
+      files_.Post([this, job_id] {
+        if (absl::Status s = logs_->DeleteJob(job_id); !s.ok()) {
+          DHP_LOG(WARNING) << "retention: deleting the logs of " << job_id << ": " << s;
+        }
+      });
+    }
+  }
+  absl::StatusOr<int64_t> node_events = store_.DeleteNodeEventsBefore(cutoff);
+  if (!node_events.ok()) DHP_LOG(ERROR) << "retention: node events: " << node_events.status();
+  if (deleted > 0 || (node_events.ok() && *node_events > 0)) {
+    DHP_LOG(INFO) << "retention: deleted " << deleted << " final job(s) and "
+                  << (node_events.ok() ? *node_events : 0) << " node event(s) older than "
+                  << options_.retention_s << " s";
+  }
+  return deleted;
+}
+
+void Controller::ScheduleHeartbeatCheck() {
+  heartbeat_timer_.expires_after(std::chrono::milliseconds(options_.heartbeat_check_ms));
+  heartbeat_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || stopped_) return;
+    std::vector<v1::Event> events;
+    PhaseTimer timer;
+    absl::Status s = nodes_.CheckHeartbeats(&events);
+    timer.Lap("nodes");
+    if (s.ok()) s = ApplyNodeEvents(events, &events);
+    timer.Lap("node_events");
+    if (s.ok()) s = supervisor_.CheckStalls(&events);
+    timer.Lap("stalls");
+    if (!s.ok()) DHP_LOG(ERROR) << "heartbeat and stall check failed: " << s;
+    Settle(events);
+    timer.Lap("schedule");
+    RecordTick(timer, "once-a-second check");
+    ScheduleHeartbeatCheck();
+  });
+}
+
+void Controller::SchedulePersist() {
+  persist_timer_.expires_after(std::chrono::milliseconds(options_.persist_ms));
+  persist_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || stopped_) return;
+    std::vector<v1::Event> events;
+    PhaseTimer timer;
+    absl::Status beats = nodes_.PersistDueBeats();
+    if (!beats.ok()) {
+      DHP_LOG(WARNING) << "writing heartbeat times (kept in memory; written again with each "
+                          "node's next due beat): " << beats;
+    }
+    timer.Lap("beats");
+    absl::Status progress = supervisor_.SaveProgress(&events);
+    if (!progress.ok()) DHP_LOG(ERROR) << "writing step figures: " << progress;
+    timer.Lap("progress");
+    if (!events.empty()) Settle(events);
+    RecordTick(timer, "write of heartbeat times and step figures");
+    SchedulePersist();
+  });
+}
+
+void Controller::RecordTick(const PhaseTimer& timer, const char* what) {
+  for (const auto& [phase, seconds] : timer.laps()) {
+    tick_seconds_.Add({{"phase", phase}}, LatencyBuckets()).Observe(seconds);
+  }
+  if (timer.total() >= kSlowTickSeconds) {
+    DHP_LOG(WARNING) << "the " << what << " held the loop for " << timer.Describe()
+                     << "; heartbeats and API calls waited meanwhile";
+  }
+}
+
+}  // namespace dhp::controller
