@@ -1,9 +1,11 @@
 #include "api/instrumented_service.h"
 
+#include <atomic>
 #include <chrono>
 #include <optional>
 
 #include "absl/status/status.h"
+#include "common/logging.h"
 
 namespace dhp::api {
 
@@ -11,7 +13,10 @@ ApiMetrics::ApiMetrics(MetricsExposition& metrics)
     : requests(metrics.AddCounter("dhp_api_requests_total",
                                   "API requests by transport, method and status code.")),
       latency(metrics.AddHistogram("dhp_api_request_duration_seconds",
-                                   "API request latency by transport, method and status code.")) {}
+                                   "API request latency by transport, method and status code.")),
+      wait(metrics.AddHistogram("dhp_api_request_wait_seconds",
+                                "Time a dispatched API call waited for the controller's loop "
+                                "before it ran, by transport and method.")) {}
 
 void ApiMetrics::Record(const std::string& transport, const std::string& method,
                         const std::string& code, double seconds) {
@@ -75,13 +80,39 @@ void InstrumentedService::Dispatch(std::function<absl::Status()> call, Done done
       std::move(done));
 }
 
+namespace {
+
+double Seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+// Logs a call that ran kSlowCallSeconds or more, at most once a second (process-wide).
+void WarnIfSlow(const char* method, double ran_seconds) {
+  static std::atomic<int64_t> last_warned_ms{0};
+  if (ran_seconds < kSlowCallSeconds) return;
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::steady_clock::now().time_since_epoch())
+                             .count();
+  int64_t last = last_warned_ms.load();
+  if (now_ms - last < 1000 || !last_warned_ms.compare_exchange_strong(last, now_ms)) return;
+  DHP_LOG(WARNING) << "API call " << method << " ran for " << static_cast<int>(ran_seconds * 1000)
+                   << " ms; calls queued behind it waited meanwhile";
+}
+
+}  // namespace
+
 template <typename F>
 absl::Status InstrumentedService::Measure(const char* method, F&& call) {
-  const auto start = dispatched_at.has_value() ? *dispatched_at : std::chrono::steady_clock::now();
+  const auto ran_from = std::chrono::steady_clock::now();
+  const auto start = dispatched_at.value_or(ran_from);
+  if (dispatched_at.has_value()) {
+    metrics_.wait.Add({{"transport", transport_}, {"method", method}}, LatencyBuckets())
+        .Observe(Seconds(ran_from - start));
+  }
   absl::Status s = call();
-  double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  metrics_.Record(transport_, method, absl::StatusCodeToString(s.code()), seconds);
+  const auto end = std::chrono::steady_clock::now();
+  metrics_.Record(transport_, method, absl::StatusCodeToString(s.code()), Seconds(end - start));
+  WarnIfSlow(method, Seconds(end - ran_from));
   return s;
 }
 

@@ -2,6 +2,11 @@
 //
 //   dhp_api_requests_total{transport="grpc|rest",method="GetJob",code="OK"}
 //   dhp_api_request_duration_seconds{transport,method,code}   (histogram)
+//   dhp_api_request_wait_seconds{transport,method}   (histogram; dispatched calls only: the
+//       time a call waited for the controller's loop before it ran)
+//
+// A call that itself runs for kSlowCallSeconds or more is logged as a warning (at most one a
+// second), naming the method: the calls queued behind it on the loop waited that long.
 //
 // Each transport wraps the same inner service in its own decorator (same families, its own
 // transport label), so both are measured identically. Thread-safe if the inner service is.
@@ -24,7 +29,10 @@ struct ApiMetrics {
 
   prometheus::Family<prometheus::Counter>& requests;
   prometheus::Family<prometheus::Histogram>& latency;
+  prometheus::Family<prometheus::Histogram>& wait;
 };
+
+inline constexpr double kSlowCallSeconds = 0.05;
 
 // Counts a REST request the gateway answered without calling the service (a bad query
 // parameter, a body that does not parse, no token, an unknown route, a body too large; see

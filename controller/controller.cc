@@ -66,12 +66,20 @@ Controller::Controller(Store& store, const Clock& clock, MetricsExposition& metr
           "How long each phase of the controller's periodic work held its event loop "
           "(heartbeats and API calls wait meanwhile). Once a second: nodes (loss check), "
           "node_events, stalls, schedule; every persist interval (100 ms): beats (due "
-          "heartbeat times written), progress (due step figures written).")),
+          "heartbeat times written), progress (due step figures written); at every /metrics "
+          "scrape: metrics_counts, metrics_read (the placed jobs' rows), metrics_compute.")),
+      loop_lag_seconds_(
+          metrics
+              .AddHistogram("dhp_controller_loop_lag_seconds",
+                            "How late the controller's event loop ran a timer due every 100 ms: "
+                            "the time a heartbeat or API call arriving then waited for the loop.")
+              .Add({}, LatencyBuckets())),
       run_metrics_(metrics),
       work_(boost::asio::make_work_guard(io_)),
       heartbeat_timer_(io_),
       persist_timer_(io_),
       retention_timer_(io_),
+      lag_timer_(io_),
       exports_(store, clock, options.exports,
                [this](std::function<void()> fn) { boost::asio::post(io_, std::move(fn)); }) {
   for (const auto& [table, count] : store_.CountQuarantined()) {
@@ -106,6 +114,7 @@ void Controller::Start() {
   if (!loaded.ok()) DHP_LOG(ERROR) << "loading the rendezvous keys from the store: " << loaded;
   boost::asio::post(io_, [this] { ScheduleHeartbeatCheck(); });
   boost::asio::post(io_, [this] { SchedulePersist(); });
+  boost::asio::post(io_, [this] { ScheduleLagProbe(); });
   if (options_.retention_s > 0) boost::asio::post(io_, [this] { ScheduleRetentionSweep(0); });
 }
 
@@ -126,6 +135,7 @@ void Controller::Stop() {
     heartbeat_timer_.cancel();
     persist_timer_.cancel();
     retention_timer_.cancel();
+    lag_timer_.cancel();
   });
   work_.reset();
   io_.stop();
@@ -592,6 +602,7 @@ void Controller::CollectGauges() {
   GaugeRows jobs, nodes, quarantined;
   MetricRows runs;
   absl::Status s = OnLoop([&] {
+    PhaseTimer timer;
     for (const auto& [table, n] : store_.CountQuarantined()) {
       quarantined.push_back({{table}, static_cast<double>(n)});
     }
@@ -604,8 +615,13 @@ void Controller::CollectGauges() {
     std::map<std::string, int> by_state = {{"READY", 0}, {"LOST", 0}};
     for (const v1::Node& n : all_nodes) by_state[ShortName(n.state())]++;
     for (const auto& [state, n] : by_state) nodes.push_back({{state}, static_cast<double>(n)});
+    timer.Lap("metrics_counts");
     // The input points into the supervisor: compute the rows before leaving the loop.
-    runs = ComputeRunMetrics(GatherRunMetricsInput(supervisor_, store_, std::move(all_nodes)));
+    RunMetricsInput input = GatherRunMetricsInput(supervisor_, store_, std::move(all_nodes));
+    timer.Lap("metrics_read");
+    runs = ComputeRunMetrics(input);
+    timer.Lap("metrics_compute");
+    RecordTick(timer, "metrics scrape's read of the live state");
     return absl::OkStatus();
   });
   if (!s.ok()) return;

@@ -122,6 +122,9 @@ class Controller : public api::DhpService {
   void WaitForEventsAfter(int64_t seen, int ms);
   void ScheduleHeartbeatCheck();
   void SchedulePersist();
+  // Every 100 ms: how late the loop ran a timer due then, into dhp_controller_loop_lag_seconds
+  // (the wait a heartbeat or API call arriving then would have had); warns past kSlowTickSeconds.
+  void ScheduleLagProbe();
   // Deletes what retention_s has expired, up to a batch at a time, then runs again after
   // retention_sweep_ms (at once while batches are full). Loop thread.
   void ScheduleRetentionSweep(int delay_ms);
@@ -161,6 +164,8 @@ class Controller : public api::DhpService {
   prometheus::Family<prometheus::Counter>& quarantined_total_;  // rows moved to quarantine
   // dhp_controller_tick_seconds{phase}: how long each phase of the 1 s tick held the loop.
   prometheus::Family<prometheus::Histogram>& tick_seconds_;
+  prometheus::Histogram& loop_lag_seconds_;  // dhp_controller_loop_lag_seconds
+  int64_t last_lag_warning_ms_ = 0;           // loop thread
   RunMetrics run_metrics_;  // per-job, per-stage and cluster gauges (controller/run_metrics.h)
 
   boost::asio::io_context io_;
@@ -168,6 +173,7 @@ class Controller : public api::DhpService {
   boost::asio::steady_timer heartbeat_timer_;
   boost::asio::steady_timer persist_timer_;
   boost::asio::steady_timer retention_timer_;
+  boost::asio::steady_timer lag_timer_;
   std::thread loop_;
   std::thread::id loop_id_;
   ExportManager exports_;  // its runner threads post onto io_; stopped before io_ goes

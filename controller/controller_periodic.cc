@@ -16,6 +16,7 @@ namespace {
 // A tick that holds the loop this long is logged with its phases: heartbeats and API calls
 // waited that long (the heartbeat aim at 10,000 nodes is p99 <= 50 ms).
 constexpr double kSlowTickSeconds = 0.05;
+constexpr int kLagProbeMs = 100;
 
 }  // namespace
 
@@ -98,6 +99,24 @@ void Controller::SchedulePersist() {
     if (!events.empty()) Settle(events);
     RecordTick(timer, "write of heartbeat times and step figures");
     SchedulePersist();
+  });
+}
+
+void Controller::ScheduleLagProbe() {
+  lag_timer_.expires_after(std::chrono::milliseconds(kLagProbeMs));
+  lag_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || stopped_) return;
+    const auto now = std::chrono::steady_clock::now();
+    const double lag = std::chrono::duration<double>(now - lag_timer_.expiry()).count();
+    loop_lag_seconds_.Observe(lag);
+    const int64_t now_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+    if (lag >= kSlowTickSeconds && now_ms - last_lag_warning_ms_ >= 1000) {
+      last_lag_warning_ms_ = now_ms;
+      DHP_LOG(WARNING) << "the loop ran a timer " << static_cast<int>(lag * 1000)
+                       << " ms late (at most one such warning a second)";
+    }
+    ScheduleLagProbe();
   });
 }
 

@@ -622,12 +622,17 @@ TEST_F(ApiTest, MetricsCountBothTransportsAndPassPromtool) {
           R"(dhp_api_request_duration_seconds_count{code="NOT_FOUND",method="GetJob",)"
           R"(transport="grpc"} 1)",
           R"(dhp_api_request_duration_seconds_count{code="OK",method="GetJob",transport="rest"} 2)",
+          // Calls gRPC hands to the loop (DhpService::Dispatch) also count their wait for it.
+          R"(dhp_api_request_wait_seconds_count{method="GetJob",transport="grpc"} 2)",
+          R"(dhp_api_request_wait_seconds_count{method="SubmitJob",transport="grpc"} 1)",
           R"(dhp_jobs{state="CANCELLED"} 1)",
           R"(dhp_jobs{state="QUEUED"} 0)",
       }) {
     EXPECT_TRUE(HasLine(text, line)) << line << "\n" << text;
   }
   EXPECT_EQ(text.find(R"(code="OK",method="SubmitJob",transport="rest")"), std::string::npos);
+  EXPECT_EQ(text.find(R"(dhp_api_request_wait_seconds_count{method="GetJob",transport="rest"})"),
+            std::string::npos);  // REST calls run on its own threads, not dispatched
 
   // promtool is part of the toolchain (tools/setup.sh): missing, it fails the test unless
   // DHP_NO_PROMTOOL says to skip it.
