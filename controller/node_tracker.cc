@@ -250,11 +250,12 @@ absl::Status NodeTracker::FlushDue(bool all) {
       if (t.persisted != t.last_beat) add(t);
     }
   } else {
-    for (const std::string& id : due_) {
-      if (auto it = nodes_.find(id); it != nodes_.end()) add(it->second);
+    while (!due_.empty() && static_cast<int>(batch.size()) < options_.beat_save_batch) {
+      if (auto it = nodes_.find(due_.front()); it != nodes_.end()) add(it->second);
+      due_.pop_front();
     }
   }
-  due_.clear();
+  if (all) due_.clear();
   absl::Status s = store_.PutNodes(batch);
   if (!s.ok()) return s;
   for (const v1::Node& n : batch) {

@@ -19,6 +19,7 @@
 #ifndef DHP_CONTROLLER_NODE_TRACKER_H_
 #define DHP_CONTROLLER_NODE_TRACKER_H_
 
+#include <deque>
 #include <map>
 #include <string>
 #include <vector>
@@ -37,6 +38,10 @@ struct NodeTrackerOptions {
   // After a controller restart, a node not heard from since gets at least this long before it
   // is LOST: agents reconnect with backoff, and losing a node fails the runs on it.
   int restart_grace_ms = 30000;
+  // At most this many nodes' heartbeat times per PersistDueBeats / CheckHeartbeats write; the
+  // rest stay due for the next (a burst of due beats, as after many nodes registered at once,
+  // then spreads over several short writes instead of holding the loop for one long one).
+  int beat_save_batch = 500;
 };
 
 class NodeTracker {
@@ -54,11 +59,11 @@ class NodeTracker {
   std::vector<v1::Node> List();  // by id, with their newest heartbeat times
   // A node as the tracker knows it; NOT_FOUND when it never registered.
   absl::StatusOr<v1::Node> Get(const std::string& node_id);
-  // Writes the heartbeat times that are due, then marks READY nodes that have been silent too
+  // Writes heartbeat times that are due (as PersistDueBeats), then marks READY nodes that have been silent too
   // long as LOST. Call periodically.
   absl::Status CheckHeartbeats(std::vector<v1::Event>* events);
-  // Writes the heartbeat times that are due, in one transaction. The controller calls it every
-  // persist_ms, so that each write is small (CheckHeartbeats writes whatever is left).
+  // Writes the heartbeat times that are due, at most beat_save_batch, in one transaction. The
+  // controller calls it every persist_ms, so that each write is small.
   absl::Status PersistDueBeats();
   // Writes every heartbeat time not yet written (on shutdown).
   absl::Status Flush();
@@ -91,7 +96,7 @@ class NodeTracker {
   const int64_t started_micros_;
   bool loaded_ = false;
   std::map<std::string, Tracked> nodes_;  // by id
-  std::vector<std::string> due_;           // nodes whose heartbeat time is to be written
+  std::deque<std::string> due_;            // nodes whose heartbeat time is to be written
 };
 
 }  // namespace dhp::controller

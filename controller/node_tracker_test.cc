@@ -2,6 +2,7 @@
 // the timeout (and not before), recovery, and the grace period after a controller restart.
 #include "controller/node_tracker.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <thread>
@@ -254,6 +255,38 @@ TEST_F(NodeTrackerTest, DueHeartbeatTimesAreWrittenTogetherByTheNextTick) {
   EXPECT_EQ(TimestampToMicros(tracker_->Get("n3")->last_heartbeat_time()), clock_.NowMicros());
   EXPECT_EQ(tracker_->List().size(), 100u);
   EXPECT_EQ(tracker_->Get("nope").status().code(), absl::StatusCode::kNotFound);
+}
+
+// A burst of due beats (many nodes registered together) is written beat_save_batch at a time,
+// oldest due first, so that no single write holds the loop long; nothing due is dropped.
+TEST_F(NodeTrackerTest, DueBeatsAreWrittenAtMostABatchAtATime) {
+  options_.beat_save_batch = 40;
+  tracker_ = std::make_unique<NodeTracker>(*store_, clock_, options_);
+  std::vector<v1::Event> events;
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(Register(NodeRequest("n" + std::to_string(i)), &events).ok());
+  }
+  clock_.AdvanceMicros(31 * kSecond);
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(Heartbeat("n" + std::to_string(i), &events).ok());
+  const int64_t beat = clock_.NowMicros();
+  auto written = [&] {
+    std::vector<std::string> ids;
+    for (const v1::Node& n : store_->ListNodes()) {
+      if (TimestampToMicros(n.last_heartbeat_time()) == beat) ids.push_back(n.id());
+    }
+    return ids;
+  };
+  ASSERT_TRUE(tracker_->PersistDueBeats().ok());
+  std::vector<std::string> first = written();
+  EXPECT_EQ(first.size(), 40u);
+  EXPECT_NE(std::find(first.begin(), first.end(), "n0"), first.end());    // due first
+  EXPECT_EQ(std::find(first.begin(), first.end(), "n99"), first.end());  // due last
+  ASSERT_TRUE(tracker_->PersistDueBeats().ok());
+  EXPECT_EQ(written().size(), 80u);
+  ASSERT_TRUE(Check().empty());  // the once-a-second check writes a batch too
+  EXPECT_EQ(written().size(), 100u);
+  ASSERT_TRUE(tracker_->PersistDueBeats().ok());  // nothing left: an empty write
+  EXPECT_EQ(written().size(), 100u);
 }
 
 TEST_F(NodeTrackerTest, HeartbeatAfterLostMakesTheNodeReadyAgain) {
