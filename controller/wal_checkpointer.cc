@@ -1,5 +1,7 @@
 #include "controller/wal_checkpointer.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 
 #include "common/logging.h"
@@ -9,18 +11,22 @@ namespace dhp::controller {
 
 absl::StatusOr<std::unique_ptr<WalCheckpointer>> WalCheckpointer::Start(
     const std::string& path, std::chrono::milliseconds period,
-    std::chrono::milliseconds truncate_every) {
+    std::chrono::milliseconds truncate_every, int64_t truncate_above_bytes) {
   absl::StatusOr<std::unique_ptr<SqliteDb>> db = SqliteDb::Open(path);
   if (!db.ok()) return db.status();
-  return std::unique_ptr<WalCheckpointer>(
-      new WalCheckpointer(std::move(*db), period, truncate_every));
+  return std::unique_ptr<WalCheckpointer>(new WalCheckpointer(
+      std::move(*db), path + "-wal", period, truncate_every, truncate_above_bytes));
 }
 
-WalCheckpointer::WalCheckpointer(std::unique_ptr<SqliteDb> db, std::chrono::milliseconds period,
-                                 std::chrono::milliseconds truncate_every)
+WalCheckpointer::WalCheckpointer(std::unique_ptr<SqliteDb> db, std::string wal_path,
+                                 std::chrono::milliseconds period,
+                                 std::chrono::milliseconds truncate_every,
+                                 int64_t truncate_above_bytes)
     : db_(std::move(db)),
+      wal_path_(std::move(wal_path)),
       period_(period),
       truncate_every_(truncate_every),
+      truncate_above_bytes_(truncate_above_bytes),
       thread_([this] { Run(); }) {}
 
 WalCheckpointer::~WalCheckpointer() {
@@ -35,6 +41,11 @@ WalCheckpointer::~WalCheckpointer() {
 int WalCheckpointer::checkpoints() const {
   std::lock_guard<std::mutex> lock(mu_);
   return checkpoints_;
+}
+
+int64_t WalCheckpointer::WalFileBytes() const {
+  struct stat st;
+  return ::stat(wal_path_.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : 0;
 }
 
 int WalCheckpointer::truncations() const {
@@ -74,7 +85,8 @@ void WalCheckpointer::Run() {
     // copies the rest and truncates, so that must be short. Under writes faster than a pass
     // can copy, it waits for a pass that catches up.
     bool truncated = false;
-    if (left.ok() && *left <= kTruncateWhenLeft && Clock::now() >= next_truncate) {
+    const bool due = Clock::now() >= next_truncate || WalFileBytes() >= truncate_above_bytes_;
+    if (left.ok() && *left <= kTruncateWhenLeft && due) {
       const Clock::time_point start = Clock::now();
       absl::StatusOr<int64_t> done = Checkpoint(*db_, "TRUNCATE");
       const auto took =

@@ -65,5 +65,34 @@ TEST(WalCheckpointerTest, TruncateEmptiesTheWalFile) {
   EXPECT_EQ(*writer->QueryInt("SELECT COUNT(*) FROM t"), 50);
 }
 
+// A WAL file past truncate_above_bytes is emptied at the next pass, long before the scheduled
+// truncation (an hour away here): a burst of writes never leaves a file whose trimming would
+// hold the writers for long.
+TEST(WalCheckpointerTest, AWalPastTheSizeLimitIsTruncatedBeforeItsTime) {
+  const std::string path = testing::TempDir() + "/wal_size.db";
+  std::unique_ptr<SqliteDb> writer;
+  ASSERT_NO_FATAL_FAILURE(FillWal(path, &writer));  // ~400 KiB of WAL
+  {  // under the limit: copied, not truncated
+    auto under = WalCheckpointer::Start(path, std::chrono::milliseconds(10), std::chrono::hours(1),
+                                        int64_t{1} << 20);
+    ASSERT_TRUE(under.ok()) << under.status();
+    for (int i = 0; i < 100 && (*under)->checkpoints() < 3; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_GE((*under)->checkpoints(), 3);
+    EXPECT_EQ((*under)->truncations(), 0);
+    EXPECT_GE(std::filesystem::file_size(path + "-wal"), 50u * 8192);
+  }
+  auto over = WalCheckpointer::Start(path, std::chrono::milliseconds(10), std::chrono::hours(1),
+                                     200 * 1024);
+  ASSERT_TRUE(over.ok()) << over.status();
+  for (int i = 0; i < 200 && (*over)->truncations() < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_GE((*over)->truncations(), 1);
+  EXPECT_EQ(std::filesystem::file_size(path + "-wal"), 0u);
+  EXPECT_EQ(*writer->QueryInt("SELECT COUNT(*) FROM t"), 50);
+}
+
 }  // namespace
 }  // namespace dhp::controller
