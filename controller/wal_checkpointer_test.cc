@@ -22,6 +22,15 @@ void FillWal(const std::string& path, std::unique_ptr<SqliteDb>* writer) {
   }
 }
 
+// Polls `done` every 10 ms, at most 2 s; whether it became true.
+template <typename F>
+bool WaitUntil(F done) {
+  for (int i = 0; i < 200 && !done(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return done();
+}
+
 TEST(WalCheckpointerTest, CheckpointsWhatTheWriterLeavesInTheWal) {
   const std::string path = testing::TempDir() + "/wal_ckpt.db";
   std::unique_ptr<SqliteDb> writer;
@@ -30,9 +39,7 @@ TEST(WalCheckpointerTest, CheckpointsWhatTheWriterLeavesInTheWal) {
   const auto before = std::filesystem::file_size(path);
   auto ckpt = WalCheckpointer::Start(path, std::chrono::milliseconds(20));
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
-  for (int i = 0; i < 100 && (*ckpt)->checkpoints() < 2; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  WaitUntil([&] { return (*ckpt)->checkpoints() >= 2; });
   EXPECT_GE((*ckpt)->checkpoints(), 2);
   // The pages reached the main file: it grew by at least the 400 KB written.
   EXPECT_GE(std::filesystem::file_size(path), before + 50 * 8192);
@@ -47,9 +54,7 @@ TEST(WalCheckpointerTest, TruncateEmptiesTheWalFile) {
   {
     auto passive = WalCheckpointer::Start(path, std::chrono::milliseconds(10), std::chrono::hours(1));
     ASSERT_TRUE(passive.ok()) << passive.status();
-    for (int i = 0; i < 100 && (*passive)->checkpoints() < 2; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    WaitUntil([&] { return (*passive)->checkpoints() >= 2; });
     ASSERT_GE((*passive)->checkpoints(), 2);
     EXPECT_EQ((*passive)->truncations(), 0);
     EXPECT_GE(std::filesystem::file_size(path + "-wal"), 50u * 8192);
@@ -57,9 +62,7 @@ TEST(WalCheckpointerTest, TruncateEmptiesTheWalFile) {
   auto ckpt = WalCheckpointer::Start(path, std::chrono::milliseconds(10),
                                      std::chrono::milliseconds(30));
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
-  for (int i = 0; i < 200 && (*ckpt)->truncations() < 1; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  WaitUntil([&] { return (*ckpt)->truncations() >= 1; });
   ASSERT_GE((*ckpt)->truncations(), 1);
   EXPECT_EQ(std::filesystem::file_size(path + "-wal"), 0u);
   EXPECT_EQ(*writer->QueryInt("SELECT COUNT(*) FROM t"), 50);
@@ -76,9 +79,7 @@ TEST(WalCheckpointerTest, AWalPastTheSizeLimitIsTruncatedBeforeItsTime) {
     auto under = WalCheckpointer::Start(path, std::chrono::milliseconds(10), std::chrono::hours(1),
                                         int64_t{1} << 20);
     ASSERT_TRUE(under.ok()) << under.status();
-    for (int i = 0; i < 100 && (*under)->checkpoints() < 3; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    WaitUntil([&] { return (*under)->checkpoints() >= 3; });
     ASSERT_GE((*under)->checkpoints(), 3);
     EXPECT_EQ((*under)->truncations(), 0);
     EXPECT_GE(std::filesystem::file_size(path + "-wal"), 50u * 8192);
@@ -86,9 +87,7 @@ TEST(WalCheckpointerTest, AWalPastTheSizeLimitIsTruncatedBeforeItsTime) {
   auto over = WalCheckpointer::Start(path, std::chrono::milliseconds(10), std::chrono::hours(1),
                                      200 * 1024);
   ASSERT_TRUE(over.ok()) << over.status();
-  for (int i = 0; i < 200 && (*over)->truncations() < 1; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  WaitUntil([&] { return (*over)->truncations() >= 1; });
   ASSERT_GE((*over)->truncations(), 1);
   EXPECT_EQ(std::filesystem::file_size(path + "-wal"), 0u);
   EXPECT_EQ(*writer->QueryInt("SELECT COUNT(*) FROM t"), 50);
