@@ -203,11 +203,10 @@ absl::Status Transaction::Commit() {
 // ---- SqliteDb -------------------------------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<SqliteDb>> SqliteDb::Open(const std::string& path,
-                                                         int busy_timeout_ms) {
+                                                         int busy_timeout_ms, bool read_only) {
   sqlite3* db = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &db,
-                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                                 nullptr);
+  const int mode = read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+  const int rc = sqlite3_open_v2(path.c_str(), &db, mode | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string message = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
     sqlite3_close(db);

@@ -120,9 +120,11 @@ class Transaction {
 class SqliteDb {
  public:
   // Opens (creating if missing) the database at `path`; ":memory:" gives a private in-memory
-  // database. Sets a busy timeout and turns on extended result codes.
+  // database. Sets a busy timeout and turns on extended result codes. `read_only`: opens an
+  // existing database for reading only (a write fails: FAILED_PRECONDITION).
   static absl::StatusOr<std::unique_ptr<SqliteDb>> Open(const std::string& path,
-                                                        int busy_timeout_ms = 5000);
+                                                        int busy_timeout_ms = 5000,
+                                                        bool read_only = false);
   ~SqliteDb();
   SqliteDb(const SqliteDb&) = delete;
   SqliteDb& operator=(const SqliteDb&) = delete;

@@ -241,6 +241,22 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
   return store;
 }
 
+absl::StatusOr<std::unique_ptr<Store>> Store::OpenReader(const std::string& path) {
+  DHP_ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> db,
+                       SqliteDb::Open(path, /*busy_timeout_ms=*/5000, /*read_only=*/true));
+  DHP_ASSIGN_OR_RETURN(std::string mode, db->QueryText("PRAGMA journal_mode"));
+  DHP_ASSIGN_OR_RETURN(int64_t version, db->QueryInt("PRAGMA user_version"));
+  if (mode != "wal" || version != LatestSchemaVersion()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a reader needs a database in WAL mode at schema version ", LatestSchemaVersion(),
+        " (opened and migrated by Store::Open); ", path, " is in journal mode \"", mode,
+        "\" at version ", version));
+  }
+  std::unique_ptr<Store> store(new Store(std::move(db)));
+  store->read_only_ = true;
+  return store;
+}
+
 absl::Status Store::Migrate() {
   const int latest = LatestSchemaVersion();
   DHP_ASSIGN_OR_RETURN(int64_t current, db_->QueryInt("PRAGMA user_version"));

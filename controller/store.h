@@ -19,7 +19,8 @@
 // A failing SQLite call on a read path that returns no Status (I/O error, a corrupt database
 // page) still stops the process loudly: that is not one bad row.
 //
-// Thread-safety: not thread-safe. The controller calls it only from its io_context thread.
+// Thread-safety: not thread-safe. The controller calls it only from its io_context thread, and
+// a reader (OpenReader) from one thread at a time under its own lock.
 #ifndef DHP_CONTROLLER_STORE_H_
 #define DHP_CONTROLLER_STORE_H_
 
@@ -101,6 +102,12 @@ class Store {
   // Opens (creating if needed) the database at `path` (":memory:" for tests), enables WAL and
   // foreign keys, and migrates the schema to the newest version.
   static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
+  // A second, read-only connection to a file database that Open has already opened and
+  // migrated (FAILED_PRECONDITION when its schema is not the newest): another thread reads on
+  // it while the first connection writes (WAL readers see every transaction committed before
+  // each statement starts). Writes fail with FAILED_PRECONDITION. Unreadable rows are skipped,
+  // not moved: the writing connection quarantines them when it meets them.
+  static absl::StatusOr<std::unique_ptr<Store>> OpenReader(const std::string& path);
   ~Store();
 
   int schema_version() const;
@@ -189,6 +196,7 @@ class Store {
   absl::Status NotFound(const char* table, const std::string& key, const std::string& what);
 
   std::unique_ptr<SqliteDb> db_;
+  bool read_only_ = false;                         // OpenReader
   std::unique_ptr<WalCheckpointer> checkpointer_;  // file databases only
   std::function<void(const QuarantinedRow&)> quarantine_listener_;
   std::set<std::pair<std::string, int64_t>> unmovable_;  // (table, rowid) logged as unmovable

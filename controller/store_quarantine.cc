@@ -198,6 +198,7 @@ absl::StatusOr<QuarantinedRow> Store::MoveToQuarantine(const UnreadableRow& row)
 }
 
 bool Store::Quarantine(const std::vector<UnreadableRow>& rows) {
+  if (read_only_) return rows.empty();  // skipped; the writing connection moves them
   bool all = true;
   for (const UnreadableRow& row : rows) {
     absl::StatusOr<QuarantinedRow> moved = MoveToQuarantine(row);
