@@ -51,6 +51,12 @@ struct ControllerOptions {
   int retention_sweep_ms = 3600 * 1000;  // how often the sweeper looks
   std::string log_root;            // rank logs (LogStore); empty: GetLogs/AppendLogs refused
   ExportOptions exports;           // ExportCheckpoint (controller/export_manager.h)
+  // A second connection to the store's database (Store::OpenReader), outliving the controller:
+  // a /metrics scrape reads its job rows and counts there, off the loop. nullptr: on the loop.
+  Store* store_reader = nullptr;
+  // A scrape computes the rows of this many placed runs (more, to finish a job) per visit to
+  // the loop, so that heartbeats and API calls wait for one slice, not for all runs.
+  int metrics_runs_per_slice = 256;
 };
 
 class Controller : public api::DhpService {
@@ -143,9 +149,13 @@ class Controller : public api::DhpService {
                                std::vector<v1::Event>* more);
   absl::StatusOr<KvScopeKey> CheckScope(const v1::KvScope& scope);
   std::chrono::milliseconds KvTimeout(int timeout_ms) const;
-  // The registry's collector: jobs and nodes by state, and the RunMetrics gauges, read on the
-  // loop and set off it.
+  // The registry's collector: jobs and nodes by state, and the RunMetrics gauges. The store
+  // rows are read on the reader connection (on the loop without one); the rows of the placed
+  // runs are computed on the loop, metrics_runs_per_slice runs per visit (so one scrape is not
+  // one snapshot: a run placed or ended meanwhile may be in its slot counts but not its rows).
   void CollectGauges();
+  // The rows of the supervisor's runs, one slice per visit to the loop, into `builder`.
+  absl::Status AddRunRowsInSlices(const StoredJobs& stored, RunMetricsBuilder& builder);
 
   Store& store_;
   const Clock& clock_;
@@ -167,6 +177,7 @@ class Controller : public api::DhpService {
   prometheus::Histogram& loop_lag_seconds_;  // dhp_controller_loop_lag_seconds
   int64_t last_lag_warning_ms_ = 0;           // loop thread
   RunMetrics run_metrics_;  // per-job, per-stage and cluster gauges (controller/run_metrics.h)
+  std::mutex reader_mu_;    // one scrape at a time reads on options_.store_reader
 
   boost::asio::io_context io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;

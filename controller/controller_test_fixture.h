@@ -1,5 +1,6 @@
 // The Controller's test fixture: a real Controller (loop thread, timers) over a Store in a
-// temporary file, the system clock and a metrics registry, with the calls most tests make.
+// temporary file (with a reader connection to it, as dhp-controller has), the system clock and
+// a metrics registry, with the calls most tests make.
 // Shared by controller_test, controller_watch_test, controller_nodes_test and
 // controller_export_test.
 #ifndef DHP_CONTROLLER_CONTROLLER_TEST_FIXTURE_H_
@@ -15,6 +16,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -70,6 +72,15 @@ class CollectingSink : public api::EventSink {
   std::vector<v1::Event> events_;
 };
 
+// True when `text` has `line` as one of its lines.
+inline bool HasLine(const std::string& text, const std::string& line) {
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) {
+    if (l == line) return true;
+  }
+  return false;
+}
+
 // A one-rank job of the tiny model.
 inline constexpr char kTinySpec[] =
     "name: demo\n"
@@ -95,6 +106,12 @@ class ControllerFixture : public ::testing::Test {
     absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path_);
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
+    if (with_reader_) {
+      absl::StatusOr<std::unique_ptr<Store>> reader = Store::OpenReader(path_);
+      ASSERT_TRUE(reader.ok()) << reader.status();
+      reader_ = std::move(*reader);
+    }
+    options_.store_reader = reader_.get();
     metrics_ = std::make_unique<MetricsExposition>();
     controller_ = std::make_unique<Controller>(*store_, clock_, *metrics_, options_);
     controller_->Start();
@@ -104,6 +121,7 @@ class ControllerFixture : public ::testing::Test {
   void StopController() {
     controller_->Stop();
     controller_.reset();
+    reader_.reset();
     store_.reset();
     metrics_.reset();
   }
@@ -180,6 +198,8 @@ class ControllerFixture : public ::testing::Test {
   SystemClock clock_;
   std::unique_ptr<MetricsExposition> metrics_;  // outlives the controller (holds a collector)
   std::unique_ptr<Store> store_;              // outlives the controller
+  bool with_reader_ = true;                   // the scrape reads on reader_, as in main.cc
+  std::unique_ptr<Store> reader_;             // outlives the controller
   std::unique_ptr<Controller> controller_;
 };
 

@@ -101,6 +101,11 @@ int main(int argc, char** argv) {
       dhp::controller::Store::Open(db);
   if (!store.ok()) return Fail("cannot open the database " + db + ": " +
                                std::string(store.status().message()));
+  // The /metrics scrape reads job rows here, off the loop.
+  absl::StatusOr<std::unique_ptr<dhp::controller::Store>> reader =
+      dhp::controller::Store::OpenReader(db);
+  if (!reader.ok()) return Fail("cannot open a reader on the database " + db + ": " +
+                                std::string(reader.status().message()));
 
   absl::StatusOr<dhp::api::TokenAuth> authenticated = dhp::controller::AuthFromConfig(config);
   if (!authenticated.ok()) return Fail(std::string(authenticated.status().message()));
@@ -132,6 +137,7 @@ int main(int argc, char** argv) {
   options.exports.root = std::filesystem::absolute(config.export_().root()).string();
   options.exports.max_concurrent = config.export_().max_concurrent();
   options.exports.data_root = config.export_().data_root();
+  options.store_reader = reader->get();
   {
     const char* path_env = std::getenv("PATH");
     absl::StatusOr<std::string> tool = dhp::controller::FindExportTool(

@@ -97,15 +97,16 @@ std::optional<double> FirstRank(const ActiveRun& run, std::initializer_list<cons
   return std::nullopt;
 }
 
+// Appends samples to the rows of a scrape.
 class Rows {
  public:
+  explicit Rows(MetricRows& out) : out_(out) {}
   void Add(const char* family, std::vector<std::string> labels, double value) {
     out_[family].push_back({std::move(labels), value});
   }
-  MetricRows Take() { return std::move(out_); }
 
  private:
-  MetricRows out_;
+  MetricRows& out_;
 };
 
 double Seconds(int64_t micros) { return static_cast<double>(micros) / 1e6; }
@@ -172,87 +173,93 @@ void AddRanks(const ActiveRun& run, const v1::Job& job,
   }
 }
 
+// The job's rows; `run`: its live run (nullptr when it has only draining ones).
+void AddJob(const StoredJob& stored, const ActiveRun* run,
+            const std::map<std::string, const v1::Node*>& nodes, Rows& rows) {
+  const v1::Job& job = stored.job;
+  const std::string& id = job.id();
+  const bool reported =
+      run != nullptr && std::any_of(run->ranks.begin(), run->ranks.end(),
+                                    [](const RankView& r) { return r.report_micros > 0; });
+
+  rows.Add("dhp_job_state", {id, ShortName(job.state())}, 1);
+  rows.Add("dhp_job_restarts", {id}, job.restart_count());
+  const int64_t step = run != nullptr ? std::max<int64_t>(run->max_step, 0) : job.latest_step();
+  rows.Add("dhp_job_step", {id}, static_cast<double>(step));
+  const int64_t total = run != nullptr && run->total_steps > 0 ? run->total_steps
+                                                               : job.total_steps();
+  if (total > 0) rows.Add("dhp_job_total_steps", {id}, static_cast<double>(total));
+  if (reported && std::isfinite(run->loss) && run->max_step > run->start_step) {
+    rows.Add("dhp_job_loss", {id}, run->loss);
+  } else if (job.latest_step() > 0 && std::isfinite(job.latest_loss())) {
+    rows.Add("dhp_job_loss", {id}, job.latest_loss());
+  }
+  if (run != nullptr) {
+    if (std::optional<double> lr = FirstRank(*run, {"lr", "learning_rate"})) {
+      rows.Add("dhp_job_learning_rate", {id}, *lr);
+    }
+    if (std::optional<double> g = FirstRank(*run, {"grad_norm"})) {
+      rows.Add("dhp_job_grad_norm", {id}, *g);
+    }
+    if (run->tokens_per_second > 0) {
+      rows.Add("dhp_job_tokens_per_second", {id}, run->tokens_per_second);
+    }
+    if (run->step_seconds > 0) rows.Add("dhp_job_step_seconds", {id}, run->step_seconds);
+    rows.Add("dhp_job_last_progress_timestamp_seconds", {id}, Seconds(run->last_advance_micros));
+    AddRanks(*run, job, nodes, rows);
+  }
+  if (stored.current_run && stored.current_run->placement_size() > 0) {
+    rows.Add("dhp_job_queue_wait_seconds", {id}, stored.current_run->queue_wait_seconds());
+  }
+  if (stored.checkpoint) {
+    const v1::Checkpoint& c = *stored.checkpoint;
+    rows.Add("dhp_checkpoint_step", {id}, static_cast<double>(c.step()));
+    rows.Add("dhp_checkpoint_write_seconds", {id}, c.write_seconds());
+    rows.Add("dhp_checkpoint_size_bytes", {id}, static_cast<double>(c.size_bytes()));
+  }
+}
+
 }  // namespace
 
-MetricRows ComputeRunMetrics(const RunMetricsInput& in) {
-  Rows rows;
-  std::map<std::string, const v1::Node*> nodes;
-  for (const v1::Node& n : in.nodes) nodes[n.id()] = &n;
+RunMetricsBuilder::RunMetricsBuilder(std::vector<v1::Node> nodes) : nodes_(std::move(nodes)) {
+  for (const v1::Node& n : nodes_) by_id_[n.id()] = &n;
+}
 
+void RunMetricsBuilder::AddRuns(const std::vector<const ActiveRun*>& runs,
+                                const StoredJobs& jobs) {
+  Rows rows(rows_);
   // Per job: its current, not draining run if there is one (else its newest draining one only
   // keeps the job's rows alive while its ranks exit).
   std::map<std::string, const ActiveRun*> live;
   std::set<std::string> job_ids;
-  std::map<std::string, int> used_by_node;
-  for (const ActiveRun* run : in.runs) {
+  for (const ActiveRun* run : runs) {
     job_ids.insert(run->id.job_id);
-    for (const v1::RankPlacement& p : run->placement) used_by_node[p.node_id()]++;
-    auto job = in.jobs.find(run->id.job_id);
-    if (job == in.jobs.end()) continue;
-    if (!run->draining && run->id.attempt == job->second.current_attempt()) {
+    for (const v1::RankPlacement& p : run->placement) used_by_node_[p.node_id()]++;
+    auto job = jobs.find(run->id.job_id);
+    if (job == jobs.end()) continue;
+    if (!run->draining && run->id.attempt == job->second.job.current_attempt()) {
       live[run->id.job_id] = run;
     }
   }
-
   for (const std::string& id : job_ids) {
-    auto job_it = in.jobs.find(id);
-    if (job_it == in.jobs.end()) continue;  // deleted between the reads: nothing to say
-    const v1::Job& job = job_it->second;
+    auto stored = jobs.find(id);
+    if (stored == jobs.end()) continue;  // deleted between the reads: nothing to say
     auto live_it = live.find(id);
-    const ActiveRun* run = live_it == live.end() ? nullptr : live_it->second;
-    const bool reported =
-        run != nullptr && std::any_of(run->ranks.begin(), run->ranks.end(),
-                                      [](const RankView& r) { return r.report_micros > 0; });
-
-    rows.Add("dhp_job_state", {id, ShortName(job.state())}, 1);
-    rows.Add("dhp_job_restarts", {id}, job.restart_count());
-    const int64_t step = run != nullptr ? std::max<int64_t>(run->max_step, 0) : job.latest_step();
-    rows.Add("dhp_job_step", {id}, static_cast<double>(step));
-    const int64_t total = run != nullptr && run->total_steps > 0 ? run->total_steps
-                                                                 : job.total_steps();
-    if (total > 0) rows.Add("dhp_job_total_steps", {id}, static_cast<double>(total));
-    if (reported && std::isfinite(run->loss) && run->max_step > run->start_step) {
-      rows.Add("dhp_job_loss", {id}, run->loss);
-    } else if (job.latest_step() > 0 && std::isfinite(job.latest_loss())) {
-      rows.Add("dhp_job_loss", {id}, job.latest_loss());
-    }
-    if (run != nullptr) {
-      if (std::optional<double> lr = FirstRank(*run, {"lr", "learning_rate"})) {
-        rows.Add("dhp_job_learning_rate", {id}, *lr);
-      }
-      if (std::optional<double> g = FirstRank(*run, {"grad_norm"})) {
-        rows.Add("dhp_job_grad_norm", {id}, *g);
-      }
-      if (run->tokens_per_second > 0) {
-        rows.Add("dhp_job_tokens_per_second", {id}, run->tokens_per_second);
-      }
-      if (run->step_seconds > 0) rows.Add("dhp_job_step_seconds", {id}, run->step_seconds);
-      rows.Add("dhp_job_last_progress_timestamp_seconds", {id},
-               Seconds(run->last_advance_micros));
-      AddRanks(*run, job, nodes, rows);
-    }
-    auto cur = in.current_runs.find(id);
-    if (cur != in.current_runs.end() && cur->second.placement_size() > 0) {
-      rows.Add("dhp_job_queue_wait_seconds", {id}, cur->second.queue_wait_seconds());
-    }
-    auto ckpt = in.checkpoints.find(id);
-    if (ckpt != in.checkpoints.end()) {
-      const v1::Checkpoint& c = ckpt->second;
-      rows.Add("dhp_checkpoint_step", {id}, static_cast<double>(c.step()));
-      rows.Add("dhp_checkpoint_write_seconds", {id}, c.write_seconds());
-      rows.Add("dhp_checkpoint_size_bytes", {id}, static_cast<double>(c.size_bytes()));
-    }
+    AddJob(stored->second, live_it == live.end() ? nullptr : live_it->second, by_id_, rows);
   }
+}
 
-  rows.Add("dhp_slots", {"total"}, in.total_slots);
-  rows.Add("dhp_slots", {"used"}, in.used_slots);
-  rows.Add("dhp_slots", {"free"}, in.free_slots);
-  rows.Add("dhp_queued_jobs", {}, static_cast<double>(in.queued_jobs));
-  for (const v1::Node& n : in.nodes) {
+MetricRows RunMetricsBuilder::Finish(const ClusterSlots& slots) {
+  Rows rows(rows_);
+  rows.Add("dhp_slots", {"total"}, slots.total);
+  rows.Add("dhp_slots", {"used"}, slots.used);
+  rows.Add("dhp_slots", {"free"}, slots.free);
+  rows.Add("dhp_queued_jobs", {}, static_cast<double>(slots.queued_jobs));
+  for (const v1::Node& n : nodes_) {
     const v1::NodeResources& res = n.resources();
-    const int slots = res.gpus_size() > 0 ? res.gpus_size() : res.cpu_slots();
-    rows.Add("dhp_node_slots", {n.id(), "total"}, slots);
-    rows.Add("dhp_node_slots", {n.id(), "used"}, used_by_node[n.id()]);
+    const int total = res.gpus_size() > 0 ? res.gpus_size() : res.cpu_slots();
+    rows.Add("dhp_node_slots", {n.id(), "total"}, total);
+    rows.Add("dhp_node_slots", {n.id(), "used"}, used_by_node_[n.id()]);
     if (res.gpus_size() > 0) {
       for (const v1::Gpu& g : res.gpus()) {
         if (g.memory_bytes() > 0) {
@@ -265,34 +272,56 @@ MetricRows ComputeRunMetrics(const RunMetricsInput& in) {
                static_cast<double>(res.memory_bytes()));
     }
   }
-  return rows.Take();
+  return std::move(rows_);
+}
+
+MetricRows ComputeRunMetrics(const RunMetricsInput& in) {
+  RunMetricsBuilder builder(in.nodes);
+  builder.AddRuns(in.runs, in.jobs);
+  return builder.Finish(in.slots);
+}
+
+StoredJobs ReadStoredJobs(Store& store, const std::set<std::string>& job_ids) {
+  StoredJobs out;
+  for (const std::string& id : job_ids) {
+    absl::StatusOr<v1::Job> job = store.GetJob(id);
+    if (!job.ok()) continue;
+    StoredJob& s = out[id];
+    for (const v1::Run& r : store.ListRuns(id)) {
+      if (r.attempt() == job->current_attempt()) s.current_run = r;
+    }
+    const std::vector<v1::Checkpoint> ckpts = store.ListCheckpoints(id);
+    for (auto c = ckpts.rbegin(); c != ckpts.rend(); ++c) {
+      if (c->state() == v1::CHECKPOINT_STATE_COMPLETE) {
+        s.checkpoint = *c;
+        break;
+      }
+    }
+    s.job = *std::move(job);
+  }
+  return out;
+}
+
+ClusterSlots ReadClusterSlots(const Supervisor& supervisor) {
+  ClusterSlots slots;
+  slots.total = supervisor.scheduler().total_slots();
+  slots.used = supervisor.scheduler().used_slots();
+  slots.free = supervisor.scheduler().free_slots();
+  slots.queued_jobs = static_cast<int64_t>(supervisor.queue_size());
+  return slots;
 }
 
 RunMetricsInput GatherRunMetricsInput(const Supervisor& supervisor, Store& store,
                                       std::vector<v1::Node> nodes) {
   RunMetricsInput in;
   in.nodes = std::move(nodes);
-  in.total_slots = supervisor.scheduler().total_slots();
-  in.used_slots = supervisor.scheduler().used_slots();
-  in.free_slots = supervisor.scheduler().free_slots();
-  in.queued_jobs = static_cast<int64_t>(supervisor.queue_size());
+  in.slots = ReadClusterSlots(supervisor);
+  std::set<std::string> job_ids;
   for (const auto& [key, run] : supervisor.runs()) {
     in.runs.push_back(&run);
-    if (in.jobs.count(run.id.job_id) > 0) continue;
-    absl::StatusOr<v1::Job> job = store.GetJob(run.id.job_id);
-    if (!job.ok()) continue;
-    for (const v1::Run& r : store.ListRuns(run.id.job_id)) {
-      if (r.attempt() == job->current_attempt()) in.current_runs[run.id.job_id] = r;
-    }
-    const std::vector<v1::Checkpoint> ckpts = store.ListCheckpoints(run.id.job_id);
-    for (auto c = ckpts.rbegin(); c != ckpts.rend(); ++c) {
-      if (c->state() == v1::CHECKPOINT_STATE_COMPLETE) {
-        in.checkpoints[run.id.job_id] = *c;
-        break;
-      }
-    }
-    in.jobs[run.id.job_id] = *std::move(job);
+    job_ids.insert(run.id.job_id);
   }
+  in.jobs = ReadStoredJobs(store, job_ids);
   return in;
 }
 

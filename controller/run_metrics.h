@@ -64,13 +64,17 @@
 // then appear under both stages: take max, not sum, across stages of one rank. Rows appear once
 // the rank reported the key; a rank that has not reported yet has none.
 //
-// Thread-safety: ComputeRunMetrics is pure. GatherRunMetricsInput reads the Supervisor and the
-// Store: call it on the controller's loop thread. RunMetrics::Set is thread-safe.
+// Thread-safety: ComputeRunMetrics is pure. What reads the Supervisor (GatherRunMetricsInput,
+// ReadClusterSlots, RunMetricsBuilder::AddRuns on its runs) runs on the controller's loop thread;
+// ReadStoredJobs on whichever thread may use the Store it is given. A RunMetricsBuilder is used
+// by one thread at a time. RunMetrics::Set is thread-safe.
 #ifndef DHP_CONTROLLER_RUN_METRICS_H_
 #define DHP_CONTROLLER_RUN_METRICS_H_
 
 #include <cstdint>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -83,25 +87,67 @@
 
 namespace dhp::controller {
 
-// Everything ComputeRunMetrics reads; GatherRunMetricsInput fills it from the live controller.
-struct RunMetricsInput {
-  std::vector<const ActiveRun*> runs;        // the supervisor's runs, draining ones included
-  std::map<std::string, v1::Job> jobs;       // job id -> its store row (for every job in runs)
-  std::map<std::string, v1::Run> current_runs;         // job id -> its current attempt's run
-  std::map<std::string, v1::Checkpoint> checkpoints;   // job id -> its newest COMPLETE one
-  std::vector<v1::Node> nodes;
-  int total_slots = 0;
-  int used_slots = 0;
-  int free_slots = 0;
+// What the store holds of one job that has a run.
+struct StoredJob {
+  v1::Job job;
+  std::optional<v1::Run> current_run;        // its current attempt's run
+  std::optional<v1::Checkpoint> checkpoint;  // its newest COMPLETE one
+};
+using StoredJobs = std::map<std::string, StoredJob>;  // by job id
+
+// The scheduler's cluster-wide numbers.
+struct ClusterSlots {
+  int total = 0;
+  int used = 0;
+  int free = 0;
   int64_t queued_jobs = 0;
+};
+
+// The jobs' store rows; a job no longer stored (or unreadable) is left out. Any thread that may
+// use `store` (the controller reads on its reader connection, off the loop).
+StoredJobs ReadStoredJobs(Store& store, const std::set<std::string>& job_ids);
+ClusterSlots ReadClusterSlots(const Supervisor& supervisor);  // loop thread
+
+// Builds the rows of one scrape a slice of runs at a time, so that the loop is held for one
+// slice, not for all placed runs:
+//
+//   RunMetricsBuilder b(nodes);             // the registered nodes (NodeTracker::List)
+//   b.AddRuns(slice, stored);               // on the loop, per slice; keeps no pointer to them
+//   MetricRows rows = b.Finish(slots);      // the job rows, then the cluster's
+//
+// Every run of a job must be in the same slice (the job's rows come from its current run).
+class RunMetricsBuilder {
+ public:
+  explicit RunMetricsBuilder(std::vector<v1::Node> nodes);
+
+  // The rows of the jobs of `runs` (jobs missing from `jobs` are left out), and their slots
+  // counted toward dhp_node_slots{kind="used"}.
+  void AddRuns(const std::vector<const ActiveRun*>& runs, const StoredJobs& jobs);
+  // Adds the cluster's rows (dhp_slots, dhp_queued_jobs, dhp_node_slots,
+  // dhp_device_memory_bytes) and returns every row.
+  MetricRows Finish(const ClusterSlots& slots);
+
+ private:
+  std::vector<v1::Node> nodes_;
+  std::map<std::string, const v1::Node*> by_id_;  // into nodes_
+  std::map<std::string, int> used_by_node_;
+  MetricRows rows_;
+};
+
+// Everything one scrape reads, for computing all rows at once (tests; the single-thread path).
+struct RunMetricsInput {
+  std::vector<const ActiveRun*> runs;  // the supervisor's runs, draining ones included
+  StoredJobs jobs;                     // for every job in runs
+  std::vector<v1::Node> nodes;
+  ClusterSlots slots;
 };
 
 // The samples of every family listed in the header comment (but dhp_jobs, dhp_nodes).
 MetricRows ComputeRunMetrics(const RunMetricsInput& in);
 
-// Reads the supervisor's runs and, per job that has one, its job row, runs and checkpoints.
-// `nodes`: the registered nodes (NodeTracker::List). The pointers in the result point into
-// `supervisor`: use the input before the supervisor changes (on the loop thread).
+// Reads the supervisor's runs and, per job that has one, its stored rows. `nodes`: the
+// registered nodes (NodeTracker::List). The pointers in the result point into `supervisor`:
+// use the input before the supervisor changes (on the loop thread).
 RunMetricsInput GatherRunMetricsInput(const Supervisor& supervisor, Store& store,
                                       std::vector<v1::Node> nodes);
 

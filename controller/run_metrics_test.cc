@@ -107,18 +107,18 @@ TEST(RunMetricsTest, JobStageAndClusterRowsOfAPlacedRun) {
 
   RunMetricsInput in;
   in.runs = {&old, &run};
-  in.jobs["j-1"] = RunningJob("j-1");
+  in.jobs["j-1"].job = RunningJob("j-1");
   v1::Run current;
   current.set_attempt(2);
   current.set_queue_wait_seconds(12.5);
   *current.add_placement() = run.placement[0];
-  in.current_runs["j-1"] = current;
+  in.jobs["j-1"].current_run = current;
   v1::Checkpoint ckpt;
   ckpt.set_step(5);
   ckpt.set_write_seconds(1.25);
   ckpt.set_size_bytes(4096);
   ckpt.set_state(v1::CHECKPOINT_STATE_COMPLETE);
-  in.checkpoints["j-1"] = ckpt;
+  in.jobs["j-1"].checkpoint = ckpt;
   in.nodes = {CpuNode("node-a", 4, 8'000'000'000), CpuNode("node-b", 2, 0)};
   v1::Node gpu_node;
   gpu_node.set_id("node-g");
@@ -126,10 +126,10 @@ TEST(RunMetricsTest, JobStageAndClusterRowsOfAPlacedRun) {
   gpu->set_index(0);
   gpu->set_memory_bytes(80'000'000'000);
   in.nodes.push_back(gpu_node);
-  in.total_slots = 7;
-  in.used_slots = 4;
-  in.free_slots = 3;
-  in.queued_jobs = 2;
+  in.slots.total = 7;
+  in.slots.used = 4;
+  in.slots.free = 3;
+  in.slots.queued_jobs = 2;
 
   const MetricRows rows = ComputeRunMetrics(in);
 
@@ -202,8 +202,8 @@ TEST(RunMetricsTest, AJobWhoseRunIsDrainingKeepsJobRowsButNoRankRows) {
 
   RunMetricsInput in;
   in.runs = {&run};
-  in.jobs["j-2"] = job;
-  in.current_runs["j-2"] = waiting;
+  in.jobs["j-2"].job = job;
+  in.jobs["j-2"].current_run = waiting;
   const MetricRows rows = ComputeRunMetrics(in);
 
   EXPECT_EQ(Find(rows, "dhp_job_state", {"j-2", "QUEUED"}), 1);
@@ -215,6 +215,42 @@ TEST(RunMetricsTest, AJobWhoseRunIsDrainingKeepsJobRowsButNoRankRows) {
   EXPECT_EQ(Count(rows, "dhp_stage_tokens_per_second"), 0u);
   EXPECT_EQ(Count(rows, "dhp_job_tokens_per_second"), 0u);
   EXPECT_EQ(Count(rows, "dhp_checkpoint_step"), 0u);
+}
+
+TEST(RunMetricsTest, SlicesOfRunsGiveTheRowsOfAllRunsAtOnce) {
+  // Three jobs on two nodes; j-2 has a draining attempt beside its live one (same slice).
+  std::vector<ActiveRun> runs = {PlacedRun("j-1", 2, "node-a"), PlacedRun("j-2", 1, "node-b"),
+                                 PlacedRun("j-2", 2, "node-a"), PlacedRun("j-3", 2, "node-b")};
+  runs[1].draining = true;
+  for (ActiveRun& run : runs) {
+    run.ranks[0].report_micros = kNow;
+    run.ranks[0].metrics = {{"text_tokens_per_s", 10.0 + run.id.attempt}, {"lr", 0.5}};
+  }
+  RunMetricsInput in;
+  for (const ActiveRun& run : runs) in.runs.push_back(&run);
+  for (const char* id : {"j-1", "j-2", "j-3"}) in.jobs[id].job = RunningJob(id);
+  in.jobs["j-3"].checkpoint.emplace().set_step(4);
+  in.nodes = {CpuNode("node-a", 4, 8'000'000'000), CpuNode("node-b", 4, 8'000'000'000)};
+  in.slots.total = 8;
+  const MetricRows whole = ComputeRunMetrics(in);
+
+  RunMetricsBuilder builder(in.nodes);
+  builder.AddRuns({&runs[0]}, in.jobs);
+  builder.AddRuns({&runs[1], &runs[2]}, in.jobs);
+  builder.AddRuns({}, in.jobs);
+  builder.AddRuns({&runs[3]}, in.jobs);
+  const MetricRows sliced = builder.Finish(in.slots);
+  EXPECT_EQ(sliced, whole);
+  EXPECT_EQ(Count(whole, "dhp_job_state"), 3u);
+  EXPECT_EQ(Find(whole, "dhp_node_slots", {"node-b", "used"}), 4);  // the draining run's too
+  EXPECT_EQ(Find(whole, "dhp_checkpoint_step", {"j-3"}), 4);
+
+  // A job whose stored row is gone (deleted between the reads) has no rows; its slots count.
+  in.jobs.erase("j-1");
+  const MetricRows without = ComputeRunMetrics(in);
+  EXPECT_EQ(Count(without, "dhp_job_state"), 2u);
+  EXPECT_FALSE(Find(without, "dhp_job_step", {"j-1"}).has_value());
+  EXPECT_EQ(Find(without, "dhp_node_slots", {"node-a", "used"}), 4);
 }
 
 TEST(RunMetricsTest, NoRunsStillExportsTheClusterRows) {
