@@ -54,8 +54,8 @@ struct ControllerOptions {
   // A second connection to the store's database (Store::OpenReader), outliving the controller:
   // a /metrics scrape reads its job rows and counts there, off the loop. nullptr: on the loop.
   Store* store_reader = nullptr;
-  // A scrape computes the rows of this many placed runs (more, to finish a job) per visit to
-  // the loop, so that heartbeats and API calls wait for one slice, not for all runs.
+  // A scrape computes the rows of this many placed runs (more, to finish a job), or copies 4x
+  // as many nodes, per visit to the loop, so that heartbeats and API calls wait for one slice.
   int metrics_runs_per_slice = 256;
 };
 
@@ -154,6 +154,8 @@ class Controller : public api::DhpService {
   // runs are computed on the loop, metrics_runs_per_slice runs per visit (so one scrape is not
   // one snapshot: a run placed or ended meanwhile may be in its slot counts but not its rows).
   void CollectGauges();
+  // The registered nodes, copied 4 * metrics_runs_per_slice per visit to the loop.
+  absl::StatusOr<std::vector<v1::Node>> ListNodesInSlices();
   // The rows of the supervisor's runs, one slice per visit to the loop, into `builder`.
   absl::Status AddRunRowsInSlices(const StoredJobs& stored, RunMetricsBuilder& builder);
 

@@ -48,7 +48,7 @@ const std::vector<std::string> kPeriodicPhases = {"nodes", "node_events", "stall
 TEST_F(ControllerMetricsTest, TheScrapeReadsTheStoreOffTheLoop) {
   StartController();
   std::vector<std::string> phases = kPeriodicPhases;
-  phases.insert(phases.end(), {"metrics_counts", "metrics_compute"});
+  phases.insert(phases.end(), {"metrics_counts", "metrics_nodes", "metrics_compute"});
   const std::string text = ScrapeUntilObserved(phases);
   EXPECT_EQ(text.find("phase=\"metrics_read\""), std::string::npos) << text;
   EXPECT_TRUE(HasLine(text, "# TYPE dhp_controller_tick_seconds histogram")) << text;
@@ -58,32 +58,41 @@ TEST_F(ControllerMetricsTest, WithoutAReaderTheScrapeTimesItsReadOnTheLoop) {
   with_reader_ = false;
   StartController();
   std::vector<std::string> phases = kPeriodicPhases;
-  phases.insert(phases.end(), {"metrics_counts", "metrics_read", "metrics_compute"});
+  phases.insert(phases.end(), {"metrics_counts", "metrics_nodes", "metrics_read",
+                                  "metrics_compute"});
   ScrapeUntilObserved(phases);
   Submit();  // the store's rows are read all the same
   EXPECT_TRUE(HasLine(controller_->MetricsText(), "dhp_jobs{state=\"QUEUED\"} 1"));
 }
 
-// With one run per slice, a scrape of three placed jobs visits the loop three times, and the
-// rows are those of all three.
-TEST_F(ControllerMetricsTest, PlacedRunsAreComputedASliceAtATime) {
+// With one run (four nodes) per slice, a scrape of three placed jobs on five nodes visits the
+// loop three times for the runs and twice for the nodes, and the rows are those of all.
+TEST_F(ControllerMetricsTest, NodesAndPlacedRunsAreReadASliceAtATime) {
   options_.metrics_runs_per_slice = 1;
   StartController();
-  ASSERT_TRUE(Register("n1", /*cpu_slots=*/4).ok());
+  for (int i = 1; i <= 5; ++i) ASSERT_TRUE(Register("n" + std::to_string(i), 4).ok());
   std::vector<v1::Job> jobs = {Submit(), Submit(), Submit()};
   const std::string compute = PhaseCount("metrics_compute");
-  const double before = Sample(controller_->MetricsText(), compute);
+  const std::string nodes = PhaseCount("metrics_nodes");
+  const std::string before = controller_->MetricsText();
   const std::string text = controller_->MetricsText();
-  EXPECT_EQ(Sample(text, compute) - before, 3) << text;
+  EXPECT_EQ(Sample(text, compute) - Sample(before, compute), 3) << text;
+  EXPECT_EQ(Sample(text, nodes) - Sample(before, nodes), 2) << text;
   for (const v1::Job& job : jobs) {
     EXPECT_TRUE(HasLine(text, "dhp_job_state{job=\"" + job.id() + "\",state=\"SCHEDULED\"} 1"))
         << text;
     EXPECT_TRUE(HasLine(text, "dhp_job_restarts{job=\"" + job.id() + "\"} 0")) << text;
   }
-  EXPECT_TRUE(HasLine(text, "dhp_node_slots{node=\"n1\",kind=\"used\"} 3")) << text;
+  double used = 0;
+  for (int i = 1; i <= 5; ++i) {
+    const std::string node = "n" + std::to_string(i);
+    EXPECT_EQ(Sample(text, "dhp_node_slots{node=\"" + node + "\",kind=\"total\"}"), 4) << node;
+    used += Sample(text, "dhp_node_slots{node=\"" + node + "\",kind=\"used\"}");
+  }
+  EXPECT_EQ(used, 3) << text;
   EXPECT_TRUE(HasLine(text, "dhp_slots{kind=\"used\"} 3")) << text;
+  EXPECT_TRUE(HasLine(text, "dhp_nodes{state=\"READY\"} 5")) << text;
   EXPECT_TRUE(HasLine(text, "dhp_jobs{state=\"SCHEDULED\"} 3")) << text;
-
 }
 
 // Whatever holds the loop shows in dhp_controller_loop_lag_seconds: a call that runs 150 ms on

@@ -1,6 +1,7 @@
 #include "controller/node_tracker.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -216,14 +217,16 @@ absl::StatusOr<v1::Node> NodeTracker::SetCordon(const std::string& node_id, bool
   return Get(node_id);
 }
 
-std::vector<v1::Node> NodeTracker::List() {
+std::vector<v1::Node> NodeTracker::List() { return List("", SIZE_MAX); }
+
+std::vector<v1::Node> NodeTracker::List(const std::string& after_id, size_t limit) {
   DHP_CHECK_ON_THREAD(loop_);
   EnsureLoaded();
   std::vector<v1::Node> nodes;
-  nodes.reserve(nodes_.size());
-  for (const auto& [id, t] : nodes_) {
-    nodes.push_back(t.node);
-    *nodes.back().mutable_last_heartbeat_time() = MicrosToTimestamp(t.last_beat);
+  nodes.reserve(std::min(limit, nodes_.size()));
+  for (auto it = nodes_.upper_bound(after_id); it != nodes_.end() && nodes.size() < limit; ++it) {
+    nodes.push_back(it->second.node);
+    *nodes.back().mutable_last_heartbeat_time() = MicrosToTimestamp(it->second.last_beat);
   }
   return nodes;
 }

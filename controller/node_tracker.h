@@ -57,6 +57,8 @@ class NodeTracker {
   absl::StatusOr<v1::Node> SetCordon(const std::string& node_id, bool cordoned,
                                      const std::string& reason, std::vector<v1::Event>* events);
   std::vector<v1::Node> List();  // by id, with their newest heartbeat times
+  // A page of List: the nodes with an id after `after_id` ("" from the first), at most `limit`.
+  std::vector<v1::Node> List(const std::string& after_id, size_t limit);
   // A node as the tracker knows it; NOT_FOUND when it never registered.
   absl::StatusOr<v1::Node> Get(const std::string& node_id);
   // Writes heartbeat times that are due (as PersistDueBeats), then marks READY nodes that have been silent too

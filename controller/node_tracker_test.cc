@@ -116,6 +116,26 @@ TEST_F(NodeTrackerTest, RegisterMakesNodeReadyWithAnEvent) {
   EXPECT_EQ(listed[0].id(), "n1");
 }
 
+TEST_F(NodeTrackerTest, ListsAPageAfterAnId) {
+  for (const char* id : {"n3", "n1", "n4", "n2"}) {
+    v1::RegisterNodeResponse resp;
+    std::vector<v1::Event> events;
+    ASSERT_TRUE(tracker_->Register(NodeRequest(id), &resp, &events).ok());
+  }
+  auto ids = [](const std::vector<v1::Node>& nodes) {
+    std::vector<std::string> out;
+    for (const v1::Node& n : nodes) out.push_back(n.id());
+    return out;
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(ids(tracker_->List("", 2)), (V{"n1", "n2"}));
+  EXPECT_EQ(ids(tracker_->List("n2", 2)), (V{"n3", "n4"}));
+  EXPECT_EQ(ids(tracker_->List("n4", 2)), V{});
+  EXPECT_EQ(ids(tracker_->List("n15", 10)), (V{"n2", "n3", "n4"}));  // after, not from
+  EXPECT_EQ(ids(tracker_->List("", 0)), V{});
+  EXPECT_EQ(ids(tracker_->List()), (V{"n1", "n2", "n3", "n4"}));
+}
+
 TEST_F(NodeTrackerTest, RegisterWithoutIdUsesTheHostname) {
   v1::RegisterNodeRequest req = NodeRequest("");
   req.mutable_node()->set_hostname("gpu-host-3");
