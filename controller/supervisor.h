@@ -53,8 +53,10 @@ struct SupervisorOptions {
   // the last step and every transition are written at once.
   int64_t progress_save_micros = 30000000;
   // At most this many runs per SaveProgress call (the controller calls it every persist_ms),
-  // so that one call holds the loop a few milliseconds, not a whole backlog's worth.
-  int progress_save_batch = 200;
+  // so that one call holds the loop a few milliseconds, not a whole backlog's worth. About
+  // 0.1 ms a run at 10,000 placed runs: 100 a call is ~10 ms, and 1,000 runs a second is 3x what
+  // 10,000 runs saved every 30 s need.
+  int progress_save_batch = 100;
 };
 
 // One rank of an active run, as its agent and the rank itself last reported.
