@@ -5,6 +5,7 @@
 //   bazel run //bench:control_plane_bench -- --controller before:/work/before/dhp-controller
 //       --controller after:bazel-bin/controller/dhp-controller       (one command line)
 //   bazel run //bench:control_plane_bench -- --nodes 200 --window-s 10 --queued-jobs 0   # quick
+//   bazel run //bench:control_plane_bench -- --scrape-every-s 10   # with Prometheus scrapes
 //
 // Cases (bench/control_plane_cases.h), each with a fresh controller, the binaries side by side
 // case by case: N nodes (--nodes) with the cluster empty or full (--modes; full: one 8-GPU job
@@ -12,7 +13,10 @@
 // with no node, and SubmitJob throughput on top of them. Figures per case: heartbeat latency,
 // spurious node LOST events, controller CPU per heartbeat (process and loop thread), threads and
 // RSS, database and WAL size, GetJob/SubmitJob p99 from a light prober, and the generator's own
-// CPU and send lag (bench/control_plane_report.h).
+// CPU and send lag (bench/control_plane_report.h). With --scrape-every-s S, node cases' windows
+// also GET the controller's /metrics every S seconds, as a Prometheus server would, so that the
+// heartbeat figures include what scrapes cost; the scrapes' own times and page size are noted
+// under the table.
 //
 // The generator is this one process: the agents run on --threads completion-queue threads over
 // --channels HTTP/2 connections (bench/control_plane_fleet.h).
@@ -24,6 +28,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -60,6 +65,16 @@ std::string Quote(const std::string& s) {
   std::string q = "'";
   for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return q + "'";
+}
+
+// The run description's sentence on the /metrics scraper; empty when there is none.
+std::string ScraperText(double every_s) {
+  if (every_s <= 0) return "";
+  std::ostringstream s;
+  s << "Scraper (node cases): GET /metrics every " << every_s
+    << " s in the window, the first half an interval in, one at a time on a fresh connection, "
+       "30 s deadline. ";
+  return s.str();
 }
 
 int Main(int argc, char** argv) {
@@ -122,6 +137,11 @@ int Main(int argc, char** argv) {
                  "Prober SubmitJob calls per second (node cases)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--scrape-every-s", o.scrape_every_s,
+                 "Node cases: GET /metrics every S seconds in the window (first at S/2, 30 s "
+                 "deadline), as Prometheus would; 0: no scrapes")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--heartbeat-interval-ms", o.heartbeat_interval_ms,
                  "Passed to the controller when > 0 (else its default, 2000)")
       ->capture_default_str()
@@ -181,6 +201,7 @@ int Main(int argc, char** argv) {
                   {"progress_interval_ms", o.progress_interval_ms},
                   {"probe_get_per_s", o.probe_get_per_s},
                   {"probe_submit_per_s", o.probe_submit_per_s},
+                  {"scrape_every_s", o.scrape_every_s},
                   {"heartbeat_interval_ms", o.heartbeat_interval_ms},
                   {"heartbeat_timeout_ms", o.heartbeat_timeout_ms},
                   {"max_controller_threads", o.max_controller_threads}};
@@ -203,7 +224,8 @@ int Main(int argc, char** argv) {
            std::to_string(o.submitters) + " closed-loop submitters. Prober: " +
            Fixed(o.probe_get_per_s, 0) + " GetJob/s and " + Fixed(o.probe_submit_per_s, 0) +
            " SubmitJob/s, paced, one thread and connection each (its jobs run in the empty case "
-           "and queue in the full one). Queued case: no nodes, " +
+           "and queue in the full one). " + ScraperText(o.scrape_every_s) +
+           "Queued case: no nodes, " +
            std::to_string(o.submitters) + " closed-loop submitters."},
       {"cases", Json::array()}};
 

@@ -54,6 +54,7 @@ using SteadyClock = std::chrono::steady_clock;
 constexpr int kQueryDeadlineMs = 20000;  // ListJobs pages, ListNodes, the event replay
 constexpr int kSubmitDeadlineMs = 30000;
 constexpr int kProbeDeadlineMs = 10000;
+constexpr int kScrapeDeadlineMs = 30000;
 
 double Since(SteadyClock::time_point t) {
   return std::chrono::duration<double>(SteadyClock::now() - t).count();
@@ -79,6 +80,16 @@ Json CallJson(const CallStats& s, double seconds) {
   j["errors"] = s.errors;
   j["seconds"] = seconds;
   j["ok_per_s"] = seconds > 0 ? s.ok / seconds : 0;
+  if (!s.first_error.empty()) j["first_error"] = s.first_error;
+  return j;
+}
+
+Json ScrapeJson(const ScrapeStats& s, double every_s) {
+  Json j = Pct(s.ns);
+  j["every_s"] = every_s;
+  j["ok"] = s.ok;
+  j["failed"] = s.failed;
+  j["bytes_max"] = s.bytes_max;
   if (!s.first_error.empty()) j["first_error"] = s.first_error;
   return j;
 }
@@ -339,11 +350,18 @@ Json RunNodeCase(const BenchOptions& o, const std::string& label, const std::str
     po.spec_text = kEightRankJobSpec;
     po.deadline_ms = kProbeDeadlineMs;
     Prober prober(po, ids);
+    Scraper::Options so;
+    so.http_port = controller.http_port();
+    so.every_s = o.scrape_every_s;
+    so.deadline_ms = kScrapeDeadlineMs;
+    Scraper scraper(so);
     prober.Start();
+    scraper.Start();
     const bool held = Hold(o.window_s, sampler);
     fleet.SetRecording(false);
     const Mark b = TakeMark(controller);
     prober.Stop();
+    scraper.Stop();
     FleetSamples s = fleet.TakeSamples();
     const double wall = std::chrono::duration<double>(b.t - a.t).count();
     Json w = CpuJson(controller, a, b, s.heartbeats_ok, "heartbeat");
@@ -351,6 +369,7 @@ Json RunNodeCase(const BenchOptions& o, const std::string& label, const std::str
     w.update(SamplesJson(s, wall));
     w["probe_get"] = CallJson(prober.gets(), prober.gets().seconds);
     w["probe_submit"] = CallJson(prober.submits(), prober.submits().seconds);
+    if (o.scrape_every_s > 0) w["scrapes"] = ScrapeJson(scraper.stats(), o.scrape_every_s);
     w["controller"] = PeaksJson(sampler.TakePeaks());
     w["window_unix_us"] = {a.unix_us, b.unix_us};
     r["window"] = w;

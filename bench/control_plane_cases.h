@@ -6,7 +6,8 @@
 //                 with jobs_first before the agents start) and RUNNING, bounded by
 //                 ramp_timeout_s (on timeout the case goes on and reports what it reached).
 //                 Then, after settle_s, a window of window_s seconds with the light prober
-//                 (GetJob, SubmitJob) on top.
+//                 (GetJob, SubmitJob) on top, and /metrics scraped every scrape_every_s
+//                 seconds when that is above 0.
 //   RunQueuedCase no nodes: `queued_jobs` jobs submitted by `submitters` closed-loop threads
 //                 (fill, bounded by fill_timeout_s), then window_s seconds more of the same
 //                 submitters on top of that queue, with the GetJob prober.
@@ -44,6 +45,8 @@ struct BenchOptions {
   // Prober.
   double probe_get_per_s = 20;
   double probe_submit_per_s = 2;
+  // Node cases' windows: GET /metrics every this many seconds, as Prometheus would (0: never).
+  double scrape_every_s = 0;
   // Controller flags (0: the controller's default).
   int heartbeat_interval_ms = 0;
   int heartbeat_timeout_ms = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "bench/http_load.h"
 #include "dhp/v1/job.pb.h"
 
 namespace dhp::bench {
@@ -125,6 +126,57 @@ void Prober::SubmitLoop() {
     }
   }
   submits_.seconds = std::chrono::duration<double>(SteadyClock::now() - start_).count();
+}
+
+// ---- Scraper -----------------------------------------------------------------------------------
+
+Scraper::Scraper(Options options) : o_(std::move(options)) {}
+
+Scraper::~Scraper() { Stop(); }
+
+void Scraper::Start() {
+  if (o_.every_s > 0) thread_ = std::thread([this] { Loop(); });
+}
+
+void Scraper::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool Scraper::WaitUntil(SteadyClock::time_point t) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return !cv_.wait_until(lock, t, [this] { return stop_; });
+}
+
+void Scraper::Loop() {
+  const auto period = std::chrono::duration_cast<SteadyClock::duration>(
+      std::chrono::duration<double>(o_.every_s));
+  for (auto next = SteadyClock::now() + period / 2; WaitUntil(next); next += period) {
+    ScrapeOnce();
+    while (next + period < SteadyClock::now()) next += period;  // no catching up
+  }
+}
+
+void Scraper::ScrapeOnce() {
+  const auto t0 = SteadyClock::now();
+  absl::StatusOr<HttpResult> r = HttpFetch("127.0.0.1", static_cast<uint16_t>(o_.http_port),
+                                           "GET", "/metrics",
+                                           std::chrono::milliseconds(o_.deadline_ms));
+  stats_.ns.push_back(Ns(SteadyClock::now() - t0));
+  if (r.ok() && r->status == 200) {
+    ++stats_.ok;
+    stats_.bytes_max = std::max<int64_t>(stats_.bytes_max, r->body.size());
+    return;
+  }
+  ++stats_.failed;
+  if (stats_.first_error.empty()) {
+    stats_.first_error = r.ok() ? "HTTP status " + std::to_string(r->status)
+                                : std::string(r.status().message());
+  }
 }
 
 // ---- closed-loop submitters --------------------------------------------------------------------

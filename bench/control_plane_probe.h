@@ -1,16 +1,18 @@
 // The control-plane benchmark's synchronous clients: a light prober (paced GetJob and SubmitJob
-// calls while a case is measured), closed-loop submitters (filling a cluster or a queue), and
-// the queries that tell what state the controller reached (jobs by state, nodes by state,
-// node LOST events). Every call has a deadline, so a controller that stops answering ends a
-// query with an error instead of hanging the benchmark.
+// calls while a case is measured), a scraper (GET /metrics at an interval, as a Prometheus
+// server does), closed-loop submitters (filling a cluster or a queue), and the queries that
+// tell what state the controller reached (jobs by state, nodes by state, node LOST events).
+// Every call has a deadline, so a controller that stops answering ends a query with an error
+// instead of hanging the benchmark.
 //
-// Thread-safety: Prober's Start/Stop/results from one thread; the free functions are
-// independent of each other.
+// Thread-safety: Prober's and Scraper's Start/Stop/results from one thread; the free functions
+// are independent of each other.
 #ifndef DHP_BENCH_CONTROL_PLANE_PROBE_H_
 #define DHP_BENCH_CONTROL_PLANE_PROBE_H_
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -73,6 +75,46 @@ class Prober {
   CallStats gets_, submits_;
   std::thread get_thread_, submit_thread_;
   std::chrono::steady_clock::time_point start_;
+};
+
+// What the scrapes of /metrics took: the wall time of every GET (answered or not, a timed-out
+// one at its deadline) and the largest page.
+struct ScrapeStats {
+  std::vector<int64_t> ns;
+  int64_t ok = 0, failed = 0;  // failed: a transport error, a timeout or a status other than 200
+  int64_t bytes_max = 0;
+  std::string first_error;
+};
+
+// GETs http://127.0.0.1:<http_port>/metrics every `every_s` seconds on a thread of its own, the
+// first time every_s / 2 after Start (so that a window of k intervals holds k scrapes, none at
+// its edges), on a fresh connection each time. Like a Prometheus server, it never overlaps two
+// scrapes of the controller: a scrape slower than the interval skips the slots it overran.
+// Start does nothing when every_s <= 0. Stop wakes the thread at once but waits for a scrape in
+// flight (at most deadline_ms).
+class Scraper {
+ public:
+  struct Options {
+    int http_port = 0;
+    double every_s = 0;
+    int deadline_ms = 30000;
+  };
+  explicit Scraper(Options options);
+  ~Scraper();  // Stop()
+  void Start();
+  void Stop();
+  const ScrapeStats& stats() const { return stats_; }  // after Stop
+
+ private:
+  void Loop();
+  void ScrapeOnce();
+  bool WaitUntil(std::chrono::steady_clock::time_point t);  // false: stopped first
+  Options o_;
+  std::mutex mu_;  // guards stop_ (with cv_, so that Stop ends the wait at once)
+  std::condition_variable cv_;
+  bool stop_ = false;
+  ScrapeStats stats_;
+  std::thread thread_;
 };
 
 // SubmitJob from `concurrency` threads (a channel each), closed loop, until `count` calls were

@@ -127,7 +127,25 @@ const char* kTableHead =
     "cores |\n"
     "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
 
-// Notes under a controller's table: aborted or incomplete cases, first errors.
+// "35 kB" or "18.7 MB".
+std::string PageSize(double bytes) {
+  return bytes < 1e6 ? Fixed(bytes / 1e3, 0) + " kB" : Fixed(bytes / 1e6, 1) + " MB";
+}
+
+// "/metrics scraped every 10 s in the window: 4 scrapes (0 failed), p50 850.2 ms, max 980.4 ms,
+// page 18.7 MB"; empty when the case had no scraper.
+std::string ScrapeNote(const Json& c) {
+  const Json* s = At(c, "/window/scrapes");
+  if (s == nullptr) return "";
+  std::ostringstream n;
+  n << "/metrics scraped every " << (*s)["every_s"].get<double>()
+    << " s in the window: " << Int(*s, "/count") << " scrapes (" << Int(*s, "/failed")
+    << " failed), p50 " << Num(*s, "/p50_ms", 1) << " ms, max " << Num(*s, "/max_ms", 1)
+    << " ms, page " << PageSize((*s)["bytes_max"].get<double>());
+  return n.str();
+}
+
+// Notes under a controller's table: aborted or incomplete cases, /metrics scrapes, first errors.
 std::string Notes(const std::vector<const Json*>& cases) {
   std::ostringstream n;
   for (const Json* c : cases) {
@@ -146,9 +164,12 @@ std::string Notes(const std::vector<const Json*>& cases) {
       }
       n << "\n";
     }
+    const std::string scrapes = ScrapeNote(*c);
+    if (!scrapes.empty()) n << "- " << name << ": " << scrapes << "\n";
     for (const char* p : {"/window/heartbeats/first_error", "/window/probe_get/first_error",
-                          "/window/probe_submit/first_error", "/window/submit/first_error",
-                          "/ramp/submit/first_error", "/end/lost_events/error"}) {
+                          "/window/probe_submit/first_error", "/window/scrapes/first_error",
+                          "/window/submit/first_error", "/ramp/submit/first_error",
+                          "/end/lost_events/error"}) {
       if (const Json* e = At(*c, p))
         n << "- " << name << ": " << (p + 1) << ": " << e->get<std::string>() << "\n";
     }
@@ -212,6 +233,15 @@ std::string SideBySide(const Json& run, const std::vector<std::string>& labels) 
   return md.str();
 }
 
+// For the columns' text: where the scraper's cost shows, when there was one.
+std::string ScrapesInCpu(const Json& run) {
+  const Json* every = At(run, "/options/scrape_every_s");
+  if (every == nullptr || every->get<double>() <= 0) return "";
+  return "; node cases' windows also hold /metrics scrapes (--scrape-every-s, in the notes "
+         "under each table): the heartbeat latencies and the controller's CPU include what they "
+         "cost, the generator's CPU the scraper's own";
+}
+
 }  // namespace
 
 std::string ControlPlaneMarkdown(const Json& run) {
@@ -238,8 +268,9 @@ std::string ControlPlaneMarkdown(const Json& run) {
         "few hundred nodes the prober's "
      << Num(run, "/options/probe_get_per_s", 0) << " GetJob/s and "
      << Num(run, "/options/probe_submit_per_s", 0)
-     << " SubmitJob/s are a large share of it). Threads and RSS: peak of 4 samples/s. GetJob / "
-        "SubmitJob p99: the prober's calls. Generator: this process's CPU (agents, prober, "
+     << " SubmitJob/s are a large share of it)" << ScrapesInCpu(run)
+     << ". Threads and RSS: peak of 4 samples/s. GetJob / SubmitJob p99: the prober's calls. "
+        "Generator: this process's CPU (agents, prober, "
         "sampler) in cores, the p99 delay of heartbeats sent behind their schedule, and the "
         "longest an agent went without sending one (the interval plus the previous answer's "
         "latency; past the controller's heartbeat timeout a LOST would be the generator's "

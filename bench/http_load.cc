@@ -5,7 +5,9 @@
 #include "boost/asio/connect.hpp"
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/ip/tcp.hpp"
+#include "boost/beast/core/error.hpp"
 #include "boost/beast/core/flat_buffer.hpp"
+#include "boost/beast/core/tcp_stream.hpp"
 #include "boost/beast/http/read.hpp"
 #include "boost/beast/http/string_body.hpp"
 #include "boost/beast/http/write.hpp"
@@ -17,6 +19,54 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = boost::beast::http;
 using tcp = boost::asio::ip::tcp;
+using HttpRequest = http::request<http::string_body>;
+using HttpResponse = http::response<http::string_body>;
+
+constexpr uint64_t kBodyLimit = 64 << 20;  // /metrics of a large cluster is tens of MB
+
+// `method` `target` with a Host header, and `body` (with its length) when there is one or the
+// method expects one.
+HttpRequest MakeRequest(const std::string& host_header, std::string_view method,
+                        std::string_view target, std::string_view content_type,
+                        std::string_view body) {
+  HttpRequest req;
+  req.version(11);
+  req.method_string(beast::string_view(method.data(), method.size()));
+  req.target(beast::string_view(target.data(), target.size()));
+  req.set(http::field::host, host_header);
+  if (!content_type.empty()) {
+    req.set(http::field::content_type, beast::string_view(content_type.data(), content_type.size()));
+  }
+  if (!body.empty() || method == "POST" || method == "PUT") {
+    req.body().assign(body.data(), body.size());
+    req.prepare_payload();
+  }
+  return req;
+}
+
+HttpResult ToResult(HttpResponse res) {
+  HttpResult out;
+  out.status = static_cast<int>(res.result_int());
+  out.body = std::move(res.body());
+  return out;
+}
+
+std::string FailurePrefix(const std::string& host_header, std::string_view method,
+                          std::string_view target) {
+  return "HTTP " + std::string(method) + " http://" + host_header + std::string(target) +
+         " failed: ";
+}
+
+// Starts one asynchronous operation (`start` gets its completion handler) and runs `io` until
+// it has completed; returns its error.
+template <typename Start>
+boost::system::error_code RunOne(asio::io_context& io, const Start& start) {
+  boost::system::error_code ec;
+  io.restart();
+  start([&ec](boost::system::error_code e, auto&&...) { ec = e; });
+  io.run();
+  return ec;
+}
 
 }  // namespace
 
@@ -66,43 +116,51 @@ absl::StatusOr<HttpResult> HttpConnection::Request(std::string_view method,
                                                    std::string_view content_type,
                                                    std::string_view body) {
   if (absl::Status s = Connect(); !s.ok()) return s;
-  http::request<http::string_body> req;
-  req.version(11);
-  req.method_string(beast::string_view(method.data(), method.size()));
-  req.target(beast::string_view(target.data(), target.size()));
-  req.set(http::field::host, impl_->host_header);
-  if (!content_type.empty()) {
-    req.set(http::field::content_type, beast::string_view(content_type.data(), content_type.size()));
-  }
-  if (!body.empty() || method == "POST" || method == "PUT") {
-    req.body().assign(body.data(), body.size());
-    req.prepare_payload();
-  }
+  HttpRequest req = MakeRequest(impl_->host_header, method, target, content_type, body);
   req.keep_alive(true);
 
   boost::system::error_code ec;
   http::write(impl_->socket, req, ec);
   http::response_parser<http::string_body> parser;
-  parser.body_limit(64 << 20);
+  parser.body_limit(kBodyLimit);
   if (!ec) http::read(impl_->socket, impl_->buffer, parser, ec);
   if (ec) {
     impl_->Close();
-    return absl::UnavailableError("HTTP " + std::string(method) + " http://" +
-                                  impl_->host_header + std::string(target) + " failed: " +
+    return absl::UnavailableError(FailurePrefix(impl_->host_header, method, target) +
                                   ec.message());
   }
-  http::response<http::string_body> res = parser.release();
+  HttpResponse res = parser.release();
   if (!res.keep_alive()) impl_->Close();
-  HttpResult out;
-  out.status = static_cast<int>(res.result_int());
-  out.body = std::move(res.body());
-  return out;
+  return ToResult(std::move(res));
 }
 
+// Asynchronous operations on a beast::tcp_stream, because blocking Asio calls cannot time out
+// (they poll again, without limit, when SO_RCVTIMEO expires).
 absl::StatusOr<HttpResult> HttpFetch(const std::string& host, uint16_t port,
-                                     std::string_view method, std::string_view target) {
-  HttpConnection conn(host, port);
-  return conn.Request(method, target);
+                                     std::string_view method, std::string_view target,
+                                     std::chrono::milliseconds timeout) {
+  const std::string host_header = host + ":" + std::to_string(port);
+  asio::io_context io;
+  beast::tcp_stream stream(io);
+  // One expiry covers every operation started after it: connect, write and read together.
+  if (timeout > std::chrono::milliseconds::zero()) stream.expires_after(timeout);
+  HttpRequest req = MakeRequest(host_header, method, target, {}, {});
+  req.keep_alive(false);
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(kBodyLimit);
+  beast::flat_buffer buffer;
+  boost::system::error_code ec;
+  const auto endpoints = tcp::resolver(io).resolve(host, std::to_string(port), ec);
+  if (!ec) ec = RunOne(io, [&](auto done) { stream.async_connect(endpoints, done); });
+  if (!ec) ec = RunOne(io, [&](auto done) { http::async_write(stream, req, done); });
+  if (!ec) ec = RunOne(io, [&](auto done) { http::async_read(stream, buffer, parser, done); });
+  const std::string failed = FailurePrefix(host_header, method, target);
+  if (ec == beast::error::timeout) {
+    return absl::DeadlineExceededError(failed + "no answer in " + std::to_string(timeout.count()) +
+                                       " ms");
+  }
+  if (ec) return absl::UnavailableError(failed + ec.message());
+  return ToResult(parser.release());
 }
 
 }  // namespace dhp::bench

@@ -11,6 +11,7 @@
 #ifndef DHP_BENCH_HTTP_LOAD_H_
 #define DHP_BENCH_HTTP_LOAD_H_
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -51,9 +52,12 @@ class HttpConnection {
   int64_t connects_ = 0;
 };
 
-// One request on a fresh connection (for side channels such as /metrics).
+// One request on a fresh connection (for side channels such as /metrics). A `timeout` above
+// zero bounds the whole exchange (connect, send, read): past it the call gives up with
+// DEADLINE_EXCEEDED, so that a server that stops answering cannot hang the caller.
 absl::StatusOr<HttpResult> HttpFetch(const std::string& host, uint16_t port,
-                                     std::string_view method, std::string_view target);
+                                     std::string_view method, std::string_view target,
+                                     std::chrono::milliseconds timeout = {});
 
 }  // namespace dhp::bench
 
