@@ -141,7 +141,7 @@ int Main(int argc, char** argv) {
                  "Node cases: GET /metrics every S seconds in the window (first at S/2, 30 s "
                  "deadline), as Prometheus would; 0: no scrapes")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0.0, 3600.0));  // bounds the interval's conversion to a clock duration
   app.add_option("--heartbeat-interval-ms", o.heartbeat_interval_ms,
                  "Passed to the controller when > 0 (else its default, 2000)")
       ->capture_default_str()
