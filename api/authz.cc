@@ -146,6 +146,14 @@ absl::Status Authorizer::CheckOwner(const Identity& who, std::string_view method
   return Denied(who, method, absl::StrCat("does not own job ", Sv(job_id)));
 }
 
+absl::Status Authorizer::Prepare(std::string_view authorization,
+                                 v1::SubmitJobRequest* req) const {
+  absl::StatusOr<Identity> who = auth_.Authenticate(authorization);
+  if (!who.ok()) return who.status();
+  if (absl::Status s = Restrict(*who, req); !s.ok()) return s;
+  return service_.PrepareSubmitJob(req);
+}
+
 absl::Status Authorizer::Restrict(const Identity& who, v1::SubmitJobRequest* req) const {
   if (who.role == Role::kAdmin) {
     // An admin may submit for anyone; by default the job is theirs.

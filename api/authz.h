@@ -50,6 +50,10 @@ class Authorizer {
   absl::Status Call(std::string_view authorization, std::string_view method,
                     absl::Status (DhpService::*call)(const Req&, Resp*), const Req& req,
                     Resp* resp) const;
+  // SubmitJob's stateless part, for gRPC's thread before the call is dispatched: the caller
+  // authenticated, the request restricted to what they may submit, then
+  // DhpService::PrepareSubmitJob. Call then checks the same again (cheaply) on the loop.
+  absl::Status Prepare(std::string_view authorization, v1::SubmitJobRequest* req) const;
   absl::Status Watch(std::string_view authorization, const v1::WatchJobRequest& req,
                      EventSink& sink) const;
 

@@ -220,6 +220,28 @@ TEST_F(AuthzTest, UsersOwnTheirJobs) {
   EXPECT_EQ(service_.last_list.owner(), "bob");
 }
 
+// SubmitJob's stateless part on gRPC's thread: the same checks as Call before the service
+// prepares the request, and the owner set in the request the loop then gets.
+TEST_F(AuthzTest, PrepareChecksTheCallerBeforeTheServicePrepares) {
+  v1::SubmitJobRequest submit;
+  EXPECT_EQ(authz_.Prepare("", &submit).code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(authz_.Prepare("Bearer alice-secreT", &submit).code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(authz_.Prepare("Bearer vera-secret", &submit).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(authz_.Prepare("Bearer node-a-secret", &submit).code(),
+            StatusCode::kPermissionDenied);
+  submit.set_owner("bob");
+  EXPECT_EQ(authz_.Prepare("Bearer alice-secret", &submit).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(service_.calls, 0);  // refused before the service saw it
+
+  submit.clear_owner();
+  ASSERT_TRUE(authz_.Prepare("Bearer alice-secret", &submit).ok());
+  EXPECT_EQ(submit.owner(), "alice");
+  EXPECT_EQ(service_.last_submit.owner(), "alice");
+  EXPECT_EQ(service_.names, std::vector<std::string>{"PrepareSubmitJob"});
+  ASSERT_TRUE(As("alice-secret", "SubmitJob", &DhpService::SubmitJob, submit).ok());
+  EXPECT_EQ(service_.last_submit.owner(), "alice");
+}
+
 TEST_F(AuthzTest, ViewersOnlyRead) {
   v1::CancelJobRequest cancel;
   cancel.set_job_id("j-alice");

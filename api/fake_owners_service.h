@@ -41,6 +41,12 @@ class FakeOwnersService : public DhpService {
   }
   absl::Status Health() override { return absl::OkStatus(); }
   std::string MetricsText() override { return ""; }
+  absl::Status PrepareSubmitJob(v1::SubmitJobRequest* req) override {
+    ++calls;
+    if (record_names) names.push_back("PrepareSubmitJob");
+    last_submit = *req;
+    return absl::OkStatus();
+  }
 
  private:
   template <typename Req, typename Resp>

@@ -1,6 +1,9 @@
 #include "api/grpc_server.h"
 
 #include <chrono>
+#include <memory>
+#include <string>
+#include <type_traits>
 
 #include "api/authz.h"
 #include "api/grpc_status.h"
@@ -51,7 +54,8 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const TlsPems& tls) {
 
 // The methods served with gRPC's callback API: those that wait only for the controller's loop.
 // Each is handed to DhpService::Dispatch, which runs it on the loop and finishes the call from
-// there, so that a call waiting for the loop holds no thread. The rest (WatchJob, GetLogs,
+// there, so that a call waiting for the loop holds no thread. SubmitJob first does its stateless
+// part (DhpService::PrepareSubmitJob) on gRPC's thread. The rest (WatchJob, GetLogs,
 // AppendLogs, KvGet, KvWait) may wait for other things (events, files, keys) and stay
 // synchronous, one gRPC thread per call in flight.
 using AsyncJobService = v1::JobService::WithCallbackMethod_SubmitJob<
@@ -90,13 +94,7 @@ class GrpcServices final : public AsyncJobService,
   }                                                                                           \
   grpc::ServerUnaryReactor* M(grpc::CallbackServerContext* ctx, const v1::M##Request* req,   \
                               v1::M##Response* resp) {                                        \
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();                                \
-    service_.Dispatch(                                                                        \
-        [this, token = std::string(Authorization(ctx)), req, resp] {                          \
-          return authz_.Call(token, #M, &DhpService::M, *req, resp);                          \
-        },                                                                                    \
-        [reactor](const absl::Status& s) { reactor->Finish(ToGrpcStatus(s)); });              \
-    return reactor;                                                                           \
+    return Dispatched(ctx, #M, &DhpService::M, req, resp);                                    \
   }
   DHP_UNARY_METHODS(DHP_GRPC_UNARY)
 #undef DHP_GRPC_UNARY
@@ -108,6 +106,37 @@ class GrpcServices final : public AsyncJobService,
   }
 
  private:
+  // A callback method's call, handed to DhpService::Dispatch and finished from where it ran.
+  // SubmitJob's stateless part (authentication, the spec parsed and validated) runs first,
+  // here on gRPC's thread, so that the loop does not parse YAML.
+  template <typename Req, typename Resp>
+  grpc::ServerUnaryReactor* Dispatched(grpc::CallbackServerContext* ctx, const char* method,
+                                       absl::Status (DhpService::*call)(const Req&, Resp*),
+                                       const Req* req, Resp* resp) {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    auto finish = [reactor](const absl::Status& s) { reactor->Finish(ToGrpcStatus(s)); };
+    std::string token(Authorization(ctx));
+    if constexpr (std::is_same_v<Req, v1::SubmitJobRequest>) {
+      auto prepared = std::make_shared<v1::SubmitJobRequest>(*req);
+      if (absl::Status s = authz_.Prepare(token, prepared.get()); !s.ok()) {
+        finish(s);
+        return reactor;
+      }
+      service_.Dispatch(
+          [this, token = std::move(token), method, call, prepared, resp] {
+            return authz_.Call(token, method, call, *prepared, resp);
+          },
+          finish);
+    } else {
+      service_.Dispatch(
+          [this, token = std::move(token), method, call, req, resp] {
+            return authz_.Call(token, method, call, *req, resp);
+          },
+          finish);
+    }
+    return reactor;
+  }
+
   DhpService& service_;
   const Authorizer authz_;
 };

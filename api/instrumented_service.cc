@@ -123,6 +123,16 @@ absl::Status InstrumentedService::Measure(const char* method, F&& call) {
 DHP_UNARY_METHODS(DHP_MEASURED)
 #undef DHP_MEASURED
 
+absl::Status InstrumentedService::PrepareSubmitJob(v1::SubmitJobRequest* req) {
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status s = inner_.PrepareSubmitJob(req);
+  if (!s.ok()) {
+    metrics_.Record(transport_, "SubmitJob", absl::StatusCodeToString(s.code()),
+                    Seconds(std::chrono::steady_clock::now() - start));
+  }
+  return s;
+}
+
 absl::Status InstrumentedService::WatchJob(const v1::WatchJobRequest& req, EventSink& sink) {
   return Measure("WatchJob", [&] { return inner_.WatchJob(req, sink); });
 }

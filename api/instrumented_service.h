@@ -57,6 +57,8 @@ class InstrumentedService : public DhpService {
   // Forwards to the inner service; a call measured inside counts from here, so that its
   // latency includes the time it waited to run.
   void Dispatch(std::function<absl::Status()> call, Done done) override;
+  // Forwards; a request it refuses is counted as a SubmitJob call with that code.
+  absl::Status PrepareSubmitJob(v1::SubmitJobRequest* req) override;
 
  private:
   template <typename F>

@@ -48,6 +48,15 @@ class DhpService {
   using Done = std::function<void(const absl::Status&)>;
   virtual void Dispatch(std::function<absl::Status()> call, Done done) { done(call()); }
 
+  // The part of SubmitJob that needs no state, for the calling thread to do before it
+  // dispatches the rest: the controller parses and validates spec_text here and puts the
+  // result in spec, so that the YAML is not parsed on its loop. SubmitJob must give the same
+  // job for the request before and after. An error here is the call's answer. The default
+  // changes nothing.
+  virtual absl::Status PrepareSubmitJob(v1::SubmitJobRequest* /*req*/) {
+    return absl::OkStatus();
+  }
+
   // Health for /healthz and grpc.health.v1: OK while the controller can serve.
   virtual absl::Status Health() = 0;
   // The Prometheus text exposition for /metrics.

@@ -253,6 +253,16 @@ absl::Status Controller::SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJo
   });
 }
 
+absl::Status Controller::PrepareSubmitJob(v1::SubmitJobRequest* req) {
+  // A spec sent as a message is validated again on the loop anyway (cheap); YAML is not.
+  if (req->spec_text().empty()) return absl::OkStatus();
+  absl::StatusOr<v1::JobSpec> spec = jobs_.ValidateSubmission(*req);
+  if (!spec.ok()) return spec.status();
+  *req->mutable_spec() = *std::move(spec);
+  req->clear_spec_text();
+  return absl::OkStatus();
+}
+
 absl::Status Controller::GetJob(const v1::GetJobRequest& req, v1::GetJobResponse* resp) {
   return OnLoop([&] {
     absl::Status s = jobs_.Get(req, resp);

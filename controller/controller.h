@@ -80,6 +80,8 @@ class Controller : public api::DhpService {
   }
 
   absl::Status SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJobResponse* resp) override;
+  // Parses and validates spec_text on the calling thread and puts the spec in its place.
+  absl::Status PrepareSubmitJob(v1::SubmitJobRequest* req) override;
   absl::Status GetJob(const v1::GetJobRequest& req, v1::GetJobResponse* resp) override;
   absl::Status ListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp) override;
   absl::Status CancelJob(const v1::CancelJobRequest& req, v1::CancelJobResponse* resp) override;

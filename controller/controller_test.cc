@@ -104,6 +104,65 @@ TEST_F(ControllerTest, AJobThatCanNeverFitTheGpusIsRefusedWithItsMemoryBreakdown
   for (const v1::RankPlacement& p : job.runs(0).placement()) EXPECT_EQ(p.node_id(), "h100");
 }
 
+// gRPC's thread does SubmitJob's stateless part (PrepareSubmitJob: the YAML parsed and
+// validated, the spec put in its place) so that the loop does not parse YAML. The loop must
+// then make the same job of the prepared request as of the text: every example spec, dry run.
+TEST_F(ControllerTest, APreparedSubmissionGivesTheSameJobAsItsText) {
+  int specs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("configs")) {
+    const std::string path = entry.path().string();
+    if (entry.path().extension() != ".yaml" || path.find("controller") != std::string::npos) {
+      continue;
+    }
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    v1::SubmitJobRequest req;
+    req.set_spec_text(text.str());
+    req.set_dry_run(true);
+    v1::SubmitJobResponse direct;
+    ASSERT_TRUE(controller_->SubmitJob(req, &direct).ok()) << path;
+
+    v1::SubmitJobRequest prepared = req;
+    ASSERT_TRUE(controller_->PrepareSubmitJob(&prepared).ok()) << path;
+    EXPECT_TRUE(prepared.spec_text().empty()) << path;
+    EXPECT_EQ(prepared.spec().name(), direct.job().spec().name()) << path;
+    v1::SubmitJobResponse via;
+    ASSERT_TRUE(controller_->SubmitJob(prepared, &via).ok()) << path;
+    EXPECT_EQ(via.job().spec().DebugString(), direct.job().spec().DebugString()) << path;
+    ++specs;
+  }
+  EXPECT_EQ(specs, 3);  // tiny-cpu, qwen2_5_vl_7b-sp4-tp4, qwen2_5_vl_32b-sp8-tp8
+}
+
+// A spec PrepareSubmitJob refuses gets SubmitJob's own message, and the request is unchanged.
+TEST_F(ControllerTest, PrepareRefusesWhatSubmitRefusesWithItsMessage) {
+  v1::SubmitJobRequest bad;
+  bad.set_spec_text("name: bad\nmodel: {preset: tiny}\nvision: {degree: 3}\n"
+                    "data: {datasets: [s], registry: {s: {annotation_path: a.jsonl}}}\n");
+  v1::SubmitJobResponse resp;
+  const absl::Status submitted = controller_->SubmitJob(bad, &resp);
+  ASSERT_EQ(submitted.code(), absl::StatusCode::kInvalidArgument) << submitted;
+  v1::SubmitJobRequest copy = bad;
+  EXPECT_EQ(controller_->PrepareSubmitJob(&copy), submitted);
+  EXPECT_EQ(copy.SerializeAsString(), bad.SerializeAsString());
+
+  v1::SubmitJobRequest both = bad;
+  both.mutable_spec()->set_name("x");
+  const absl::Status s = controller_->PrepareSubmitJob(&both);
+  EXPECT_EQ(s, absl::InvalidArgumentError("set either spec or spec_text, not both"));
+
+  v1::SubmitJobRequest message;  // a spec message alone is left for the loop to validate
+  message.mutable_spec()->set_name("as-sent");
+  const std::string sent = message.SerializeAsString();
+  EXPECT_TRUE(controller_->PrepareSubmitJob(&message).ok());
+  EXPECT_EQ(message.SerializeAsString(), sent);
+
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(controller_->ListJobs(v1::ListJobsRequest(), &list).ok());
+  EXPECT_EQ(list.jobs_size(), 0);
+}
+
 // Issue 15 §2: a resume on a new layout passes the admission check a submit passes (refused,
 // nothing changes), and the new attempt is placed as the new layout asks: 2 replicas, 2 ranks.
 TEST_F(ControllerTest, ResumeOnANewLayoutIsAdmittedAndPlacedOnIt) {

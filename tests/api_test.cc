@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -230,6 +231,62 @@ TEST_F(ApiTest, AnInvalidSpecGivesTheSameMessageOnBothTransports) {
   absl::StatusOr<v1::ListJobsResponse> list = client_->ListJobs(v1::ListJobsRequest());
   ASSERT_TRUE(list.ok());
   EXPECT_EQ(list->jobs_size(), 0);
+}
+
+// gRPC parses and validates a spec on its own thread (DhpService::PrepareSubmitJob) before it
+// hands the call to the loop: with the loop held, an invalid spec is still answered at once
+// (counted, never dispatched), while a valid one waits for the loop and is then stored.
+TEST_F(ApiTest, GrpcRefusesAnInvalidSpecWithoutWaitingForTheLoop) {
+  std::promise<void> holding;
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  controller_->Dispatch(
+      [&holding, released] {
+        holding.set_value();
+        released.wait();
+        return absl::OkStatus();
+      },
+      [](const absl::Status&) {});
+  holding.get_future().wait();
+  struct Release {
+    std::promise<void>& p;
+    bool done = false;
+    void operator()() {
+      if (!done) p.set_value();
+      done = true;
+    }
+    ~Release() { (*this)(); }
+  } let_go{release};
+
+  api::DhpClient quick(target_, 3000);
+  v1::SubmitJobRequest bad;
+  bad.set_spec_text(kBadSpec);
+  absl::StatusOr<v1::SubmitJobResponse> refused = quick.SubmitJob(bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_EQ(refused.status().message(), kBadSpecMessage);
+
+  std::future<absl::StatusOr<v1::SubmitJobResponse>> good = std::async(std::launch::async, [&] {
+    v1::SubmitJobRequest req;
+    req.set_spec_text(SpecYaml("after-the-loop"));
+    return client_->SubmitJob(req);
+  });
+  EXPECT_EQ(good.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  let_go();
+  absl::StatusOr<v1::SubmitJobResponse> stored = good.get();
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->job().spec().name(), "after-the-loop");
+  EXPECT_EQ(stored->job().state(), v1::JOB_STATE_QUEUED);
+
+  const std::string text = http_->Get("/metrics").body;
+  for (const char* line : {
+           R"(dhp_api_requests_total{code="INVALID_ARGUMENT",method="SubmitJob",)"
+           R"(transport="grpc"} 1)",
+           R"(dhp_api_requests_total{code="OK",method="SubmitJob",transport="grpc"} 1)",
+           R"(dhp_api_request_wait_seconds_count{method="SubmitJob",transport="grpc"} 1)",
+       }) {
+    EXPECT_TRUE(HasLine(text, line)) << line << "\n" << text;
+  }
 }
 
 // Bytes that are not UTF-8, in a YAML spec, in a JSON body's spec text, or in a cancel reason,
