@@ -306,7 +306,12 @@ void Scheduler::State::EndPass(const JobDemand* last, Reservation* head,
   settled = out.placed.empty();
   settled_version = version;
   if (last != nullptr) tail = *last;
-  if (head->active) this->head = *head->job;
+  head_res = Reservation();
+  if (head->active) {
+    this->head = *head->job;
+    head_res = *head;
+    head_res.job = nullptr;
+  }
   EndReservation(head);
 }
 
@@ -340,17 +345,14 @@ std::optional<ScheduleResult> Scheduler::ScheduleAppended(const std::vector<JobD
   if (order.empty()) return ScheduleResult{};
   if (st.tail.has_value() && !Before(*st.tail, *order.front())) return std::nullopt;
   // The state a full pass would be in after its last job: the same head, reserving the same
-  // slots (nothing changed since it was chosen).
+  // slots (nothing changed since it was chosen, so they are chosen again without a search of
+  // every node: at 10,000 full nodes that search took ~4 ms per submit).
   Reservation head;
   std::optional<JobDemand> head_job = st.head;
   if (head_job.has_value()) {
-    if (BuildShape(*head_job, &st.shape).ok()) {
-      const FailInfo info = st.Classify(*head_job, st.shape, &head);
-      if (info.why != Why::kHead) {  // cannot happen while settled; be safe: a full pass
-        st.EndReservation(&head);
-        return std::nullopt;
-      }
-    }
+    // A slot no longer free cannot happen while settled; be safe: a full pass.
+    if (!st.Reapply(st.head_res, &head)) return std::nullopt;
+    head.job = &*head_job;
   }
   ScheduleResult out;
   std::unordered_map<std::string, FailInfo> failed;
@@ -379,6 +381,8 @@ int Scheduler::used_slots() const {
 }
 
 int Scheduler::node_count() const { return static_cast<int>(s_->nodes.size()); }
+
+int64_t Scheduler::reservation_searches() const { return s_->reservation_searches; }
 
 std::vector<SlotRef> Scheduler::AllocationOf(const std::string& job_id) const {
   auto it = s_->job_handle.find(job_id);

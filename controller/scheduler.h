@@ -180,6 +180,9 @@ class Scheduler {
   int free_slots() const;   // slots a new job could get now: free, on schedulable nodes
   int used_slots() const;   // slots held by jobs (on registered nodes)
   int node_count() const;
+  // How many times a pass searched the nodes for the head's reservation (O(nodes) each; tests
+  // count them: ScheduleAppended applies the last pass's reservation again instead).
+  int64_t reservation_searches() const;
   // The job's slots, index = world rank; empty if it holds none.
   std::vector<SlotRef> AllocationOf(const std::string& job_id) const;
 

@@ -170,6 +170,7 @@ struct Scheduler::State {
   int64_t settled_version = -1;
   std::optional<JobDemand> tail;  // the job the pass considered last
   std::optional<JobDemand> head;  // the job that held the reservation
+  Reservation head_res;           // its slots (job unset), to apply again unchanged
 
   // Allocations. A job is a small integer handle in the slot owner arrays.
   std::unordered_map<std::string, int> job_handle;
@@ -226,6 +227,12 @@ struct Scheduler::State {
   // then leaves the least room. Blocks the free slots it takes. False if a group has no node.
   bool ReserveHead(const Shape& sh, int kind, Reservation* r);
   void EndReservation(Reservation* r);
+  // Makes `saved` (a reservation ReserveHead made and EndReservation lifted, nothing changed
+  // since) the head's reservation again without searching the nodes: O(its slots), not
+  // O(nodes). False, changing nothing, if a slot it blocked is no longer free.
+  bool Reapply(const Reservation& saved, Reservation* r);
+  // ReserveHead calls that searched the nodes (for tests: ScheduleAppended makes none).
+  int64_t reservation_searches = 0;
   // Whether `sh` would fit on free slots if the head's reservation were lifted.
   bool FitsWithReservation(const Shape& sh, int kind, const Reservation& r);
 

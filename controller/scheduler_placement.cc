@@ -99,6 +99,7 @@ void Scheduler::State::SetBlocked(const Reservation& r, bool blocked) {
 }
 
 bool Scheduler::State::ReserveHead(const Shape& sh, int kind, Reservation* r) {
+  ++reservation_searches;
   r->kind = kind;
   wait_mark.assign(handle_job.size(), 0);
   FreeIndex& idx = index[kind];
@@ -192,6 +193,23 @@ bool Scheduler::State::ReserveHead(const Shape& sh, int kind, Reservation* r) {
                open.end());
   }
   r->active = true;
+  return true;
+}
+
+bool Scheduler::State::Reapply(const Reservation& saved, Reservation* r) {
+  for (const auto& [n, s] : saved.blocked) {
+    if (nodes[n].owner[s] != kFree) return false;
+  }
+  wait_mark.assign(handle_job.size(), 0);
+  *r = saved;
+  SetBlocked(*r, true);
+  for (const auto& [n, s] : r->blocked) ++res_count[n];
+  for (const auto& [n, s] : r->held) {
+    nodes[n].reserved[s] = 1;
+    ++res_count[n];
+  }
+  for (int h : r->waits) wait_mark[h] = 1;
+  for (int n : r->nodes) Mark(n, &res_mark, &res_marked);
   return true;
 }
 
