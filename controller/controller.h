@@ -31,7 +31,7 @@
 #include "controller/phase_timer.h"
 #include "controller/rendezvous_kv.h"
 #include "controller/run_metrics.h"
-#include "controller/serial_worker.h"
+#include "common/serial_worker.h"
 #include "controller/store.h"
 #include "controller/supervisor.h"
 

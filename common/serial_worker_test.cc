@@ -1,4 +1,4 @@
-#include "controller/serial_worker.h"
+#include "common/serial_worker.h"
 
 #include <atomic>
 #include <chrono>
@@ -8,7 +8,7 @@
 
 #include "gtest/gtest.h"
 
-namespace dhp::controller {
+namespace dhp {
 namespace {
 
 using namespace std::chrono_literals;
@@ -53,4 +53,4 @@ TEST(SerialWorkerTest, StopDrainsTheQueueAndLaterPostsRunOnTheCaller) {
 }
 
 }  // namespace
-}  // namespace dhp::controller
+}  // namespace dhp

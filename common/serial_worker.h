@@ -1,5 +1,5 @@
-// SerialWorker: one owned thread that runs posted tasks in order, for work the controller's
-// loop must not wait for (writing checkpoint manifests, deleting old checkpoints).
+// SerialWorker: one owned thread that runs posted tasks in order, for work a loop must not
+// wait for (the controller: writing checkpoint manifests, deleting old checkpoints).
 //
 //   SerialWorker files("checkpoint files");
 //   files.Post([dir] { WriteManifest(dir, json); });
@@ -9,8 +9,8 @@
 // Stop(). Tasks must not throw.
 //
 // Thread-safety: Post, Pending and Stop may be called from any thread.
-#ifndef DHP_CONTROLLER_SERIAL_WORKER_H_
-#define DHP_CONTROLLER_SERIAL_WORKER_H_
+#ifndef DHP_COMMON_SERIAL_WORKER_H_
+#define DHP_COMMON_SERIAL_WORKER_H_
 
 #include <condition_variable>
 #include <cstddef>
@@ -20,7 +20,7 @@
 #include <string>
 #include <thread>
 
-namespace dhp::controller {
+namespace dhp {
 
 class SerialWorker {
  public:
@@ -48,6 +48,6 @@ class SerialWorker {
   std::thread thread_;
 };
 
-}  // namespace dhp::controller
+}  // namespace dhp
 
-#endif  // DHP_CONTROLLER_SERIAL_WORKER_H_
+#endif  // DHP_COMMON_SERIAL_WORKER_H_

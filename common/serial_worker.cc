@@ -1,8 +1,8 @@
-#include "controller/serial_worker.h"
+#include "common/serial_worker.h"
 
 #include <utility>
 
-namespace dhp::controller {
+namespace dhp {
 
 SerialWorker::SerialWorker(std::string name) : name_(std::move(name)), thread_([this] { Run(); }) {}
 
@@ -49,4 +49,4 @@ void SerialWorker::Run() {
   }
 }
 
-}  // namespace dhp::controller
+}  // namespace dhp
