@@ -1,5 +1,7 @@
 #include "common/serial_worker.h"
 
+#include <pthread.h>
+
 #include <utility>
 
 namespace dhp {
@@ -35,6 +37,7 @@ void SerialWorker::Stop() {
 }
 
 void SerialWorker::Run() {
+  pthread_setname_np(pthread_self(), name_.substr(0, 15).c_str());  // as top and perf show it
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
