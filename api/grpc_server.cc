@@ -121,24 +121,20 @@ class GrpcServices final : public AsyncJobService,
       finisher_.Post([reactor, status = ToGrpcStatus(s)] { reactor->Finish(status); });
     };
     std::string token(Authorization(ctx));
+    std::shared_ptr<const Req> prepared;  // SubmitJob: the request after its stateless part
     if constexpr (std::is_same_v<Req, v1::SubmitJobRequest>) {
-      auto prepared = std::make_shared<v1::SubmitJobRequest>(*req);
-      if (absl::Status s = authz_.Prepare(token, prepared.get()); !s.ok()) {
+      auto copy = std::make_shared<v1::SubmitJobRequest>(*req);
+      if (absl::Status s = authz_.Prepare(token, copy.get()); !s.ok()) {
         reactor->Finish(ToGrpcStatus(s));  // already on gRPC's thread
         return reactor;
       }
-      service_.Dispatch(
-          [this, token = std::move(token), method, call, prepared, resp] {
-            return authz_.Call(token, method, call, *prepared, resp);
-          },
-          finish);
-    } else {
-      service_.Dispatch(
-          [this, token = std::move(token), method, call, req, resp] {
-            return authz_.Call(token, method, call, *req, resp);
-          },
-          finish);
+      prepared = std::move(copy);
     }
+    service_.Dispatch(
+        [this, token = std::move(token), method, call, req, prepared, resp] {
+          return authz_.Call(token, method, call, prepared ? *prepared : *req, resp);
+        },
+        finish);
     return reactor;
   }
 
