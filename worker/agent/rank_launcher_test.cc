@@ -6,6 +6,7 @@
 #include <sys/time.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -277,8 +278,10 @@ TEST(FindRankLogsTest, FindsTheRankLogsOfTheLayoutModifiedSinceTheCutoff) {
   ASSERT_NE(mkdtemp(root.data()), nullptr);
   auto write = [&](const std::string& rel) {
     const std::string path = root + "/" + rel;
-    ASSERT_EQ(system(("mkdir -p " + path.substr(0, path.rfind('/'))).c_str()), 0);
-    std::ofstream(path) << "x\n";
+    std::filesystem::create_directories(path.substr(0, path.rfind('/')));
+    std::ofstream out(path);
+    out << "x\n";
+    ASSERT_TRUE(out.good()) << path;  // "bad id!" has a space: no shell may split it
   };
   for (const char* rel : {"job-a/attempt-1/rank-0.log", "job-a/attempt-1/rank-12.log",
                           "job-a/attempt-2/rank-0.log", "job-b/attempt-3/rank-1.log",
@@ -289,7 +292,7 @@ TEST(FindRankLogsTest, FindsTheRankLogsOfTheLayoutModifiedSinceTheCutoff) {
                           "job-old/attempt-1/rank-0.log"}) {
     write(rel);
   }
-  ASSERT_EQ(system(("mkdir -p " + root + "/job-a/attempt-1/rank-5.log").c_str()), 0);  // a dir
+  std::filesystem::create_directories(root + "/job-a/attempt-1/rank-5.log");  // a dir
   const std::string old = root + "/job-old/attempt-1/rank-0.log";
   const struct timeval past[2] = {{1000, 0}, {1000, 0}};
   ASSERT_EQ(utimes(old.c_str(), past), 0);
