@@ -16,6 +16,8 @@ using std::chrono::milliseconds;
 
 constexpr milliseconds kErrorLogInterval(10000);
 constexpr milliseconds kFlushOnDestruction(2000);
+// The longest pace a controller may ask for (ReportProgressResponse.next_report_ms).
+constexpr int kMaxPacedMs = 600000;
 
 // "31 s", or "2.5 s" under 10 s (as comm::Describe).
 std::string Seconds(std::chrono::steady_clock::duration d) {
@@ -126,6 +128,9 @@ void RankReporter::Run() {
                                 ? std::clamp(watchdog / 4, milliseconds(20), milliseconds(1000))
                                 : milliseconds(1000);
 
+  // The controller's ReportProgressResponse.next_report_ms: no step report nor idle re-send
+  // before last_attempt + paced (a stall report and a flush go out at once).
+  milliseconds paced(0);
   bool attempted = false;  // an RPC was made (last_attempt is valid)
   Clock::time_point last_attempt;
   bool last_failed = false;
@@ -156,16 +161,17 @@ void RankReporter::Run() {
     Clock::time_point next = now + poll;
     if (!finished_) {
       if (!attempted || heartbeats) {
-        const Clock::time_point beat_at = attempted ? last_attempt + heartbeat : now;
+        const Clock::time_point beat_at =
+            attempted ? last_attempt + std::max(heartbeat, paced) : now;
         if (now >= beat_at) send = true;
         next = std::min(next, beat_at);
       }
       if (pending) {
         const Clock::time_point step_at =
             !attempted ? now
-            : last_failed ? last_attempt + retry
+            : last_failed ? last_attempt + std::max(retry, paced)
             : flush_waiters_ > 0 ? now
-                                 : last_attempt + min_interval;
+                                 : last_attempt + std::max(min_interval, paced);
         if (now >= step_at) send = true;
         next = std::min(next, step_at);
       }
@@ -216,6 +222,7 @@ void RankReporter::Run() {
                       << " failed attempts)";
       }
       failures = 0;
+      paced = milliseconds(std::clamp(resp->next_report_ms(), 0, kMaxPacedMs));
       if (resp->checkpoint() && resp->checkpoint_at_step() > checkpoint_at_.load()) {
         checkpoint_at_ = resp->checkpoint_at_step();
         DHP_LOG(INFO) << "rank " << rank_ << ": the controller asks for a checkpoint at step "

@@ -14,6 +14,9 @@
 //    (comm::InFlightRegistry::Global()), e.g. "all_reduce on group text.tp0 (call 57) for 31 s",
 //    or "computing step 12 for 31 s" when none is; the report goes out at once and the same line
 //    is logged to stderr once per watchdog period while the stall lasts.
+// The controller may slow this down: after a response with next_report_ms = N (a large cluster),
+// neither step reports, idle re-sends nor retries after a failure go out sooner than N ms after
+// the last attempt (at most 10 min); stall reports and Flush are not held back.
 // A loss of NaN means "no loss on this rank" (it hosts no text role) and is sent as NaN (proto3
 // doubles carry NaN; the controller ignores it).
 //

@@ -53,6 +53,10 @@ class FakeProgressService : public api::DhpService {
     std::lock_guard<std::mutex> lock(mu_);
     error_ = std::move(error);
   }
+  void SetNextReportMs(int ms) {
+    std::lock_guard<std::mutex> lock(mu_);
+    next_report_ms_ = ms;
+  }
   void SetDelay(milliseconds delay) {
     std::lock_guard<std::mutex> lock(mu_);
     delay_ = delay;
@@ -105,6 +109,7 @@ class FakeProgressService : public api::DhpService {
     }
     resp->set_preempt(!preempt_reason_.empty());
     resp->set_preempt_reason(preempt_reason_);
+    resp->set_next_report_ms(next_report_ms_);
     return absl::OkStatus();
   }
 
@@ -150,6 +155,7 @@ class FakeProgressService : public api::DhpService {
   int64_t checkpoint_at_ = -1;
   std::string preempt_reason_;
   absl::Status error_;
+  int next_report_ms_ = 0;
   milliseconds delay_{0};
   std::vector<Received> received_;
 };
@@ -281,6 +287,34 @@ TEST_F(RankReporterTest, HeartbeatsResendTheNewestStateWhenIdle) {
     EXPECT_EQ(r.req.step(), 1);
     EXPECT_EQ(r.req.loss(), 0.5);
   }
+}
+
+TEST_F(RankReporterTest, TheControllersPaceHoldsBackStepsAndHeartbeatsButNotAFlush) {
+  RankReporter::Options options;
+  options.min_interval_ms = 10;
+  options.heartbeat_ms = 50;
+  service_.SetNextReportMs(3000);
+  auto reporter = Make(options);
+  reporter->StepFinished(Step(1));
+  reporter->Flush(milliseconds(5000));
+  ASSERT_EQ(service_.received().back().req.step(), 1);
+  service_.Clear();
+  // At its own pace the rank would send ~30 reports in these 1.5 s; paced, none.
+  for (int64_t s = 2; s <= 76; ++s) {
+    reporter->StepStarted(s);
+    std::this_thread::sleep_for(milliseconds(20));
+    reporter->StepFinished(Step(s));
+  }
+  EXPECT_EQ(service_.count(), 0u);
+  // A flush (the rank exiting) is not held back; its answer lifts the pace again.
+  service_.SetNextReportMs(0);
+  const Clock::time_point t0 = Clock::now();
+  reporter->Flush(milliseconds(5000));
+  EXPECT_LT(Clock::now() - t0, milliseconds(1000));
+  ASSERT_EQ(service_.count(), 1u);
+  EXPECT_EQ(service_.received().back().req.step(), 76);
+  std::this_thread::sleep_for(milliseconds(500));
+  EXPECT_GE(service_.count(), 4u);  // heartbeats every 50 ms again
 }
 
 TEST_F(RankReporterTest, StopFromTheControllerIsPropagatedAndReportingGoesOn) {
