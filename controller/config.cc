@@ -61,6 +61,7 @@ v1::ControllerConfig DefaultControllerConfig() {
   c.set_data_dir("/var/lib/dhp");
   c.mutable_heartbeat()->set_interval_ms(2000);
   c.mutable_heartbeat()->set_timeout_ms(10000);
+  c.mutable_heartbeat()->set_progress_reports_per_s(4000);
   c.mutable_retention()->set_days(90);
   c.mutable_export_()->set_max_concurrent(1);
   return c;
@@ -135,6 +136,10 @@ absl::Status ValidateControllerConfig(const v1::ControllerConfig& config) {
     errors.Add("heartbeat.timeout_ms",
                absl::StrCat(timeout, " must be greater than heartbeat.interval_ms (", interval,
                             ")"));
+  }
+  if (const int per_s = c.heartbeat().progress_reports_per_s(); per_s < 0 || per_s > 1000000) {
+    errors.Add("heartbeat.progress_reports_per_s",
+               absl::StrCat(per_s, " must be in 0..1000000 (0: ranks report at their own pace)"));
   }
   return errors.ToStatus();
 }
@@ -231,6 +236,12 @@ void AddControllerFlags(CLI::App& app, ControllerCommandLine* command_line) {
          [](auto* c, int v) { c->mutable_heartbeat()->set_timeout_ms(v); },
          "Silence after which a worker is marked LOST (heartbeat.timeout_ms)")
       ->default_str(std::to_string(d.heartbeat().timeout_ms()));
+  number("--progress-reports-per-s",
+         [](auto* c, int v) { c->mutable_heartbeat()->set_progress_reports_per_s(v); },
+         "Progress reports a second asked of all ranks together; each rank is told to report "
+         "at most once per (placed ranks / this) s; 0: their own pace "
+         "(heartbeat.progress_reports_per_s)")
+      ->default_str(std::to_string(d.heartbeat().progress_reports_per_s()));
   text("--auth-token-file",
        [](auto* c, const std::string& v) { c->mutable_auth()->set_token_file(v); },
        "Require 'authorization: Bearer <token>' (the file's content) on every API call "

@@ -136,6 +136,9 @@ TEST(ControllerConfigTest, BadValuesAreNamedWithTheRule) {
       {"heartbeat: {interval_ms: 3000, timeout_ms: 3000}",
        "heartbeat.timeout_ms: 3000 must be greater than heartbeat.interval_ms (3000)"},
       {"heartbeat: {interval_ms: 0}", "heartbeat.interval_ms: 0 must be at least 1"},
+      {"heartbeat: {progress_reports_per_s: -1}",
+       "heartbeat.progress_reports_per_s: -1 must be in 0..1000000 (0: ranks report at their "
+       "own pace)"},
       {"auth: {token_file: /nonexistent/token}",
        "auth.token_file: /nonexistent/token does not exist"},
       {"auth: {token_file: " + ::testing::TempDir() + "}",
@@ -191,13 +194,17 @@ TEST(ControllerConfigTest, FlagsOverrideTheFileWhichOverridesDefaults) {
                                      "data_dir: /srv/dhp\n"
                                      "heartbeat: {timeout_ms: 30000}\n");
   absl::StatusOr<v1::ControllerConfig> c =
-      Resolve({"--config", path, "--grpc-port", "9100", "--heartbeat-timeout-ms", "5000"});
+      Resolve({"--config", path, "--grpc-port", "9100", "--heartbeat-timeout-ms", "5000",
+               "--progress-reports-per-s", "0"});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->listen().grpc_port(), 9100);          // flag
   EXPECT_EQ(c->listen().http_port(), 9001);          // file
   EXPECT_EQ(c->listen().bind(), "127.0.0.1");        // default
   EXPECT_EQ(c->heartbeat().timeout_ms(), 5000);      // flag
   EXPECT_EQ(c->heartbeat().interval_ms(), 2000);     // default
+  EXPECT_TRUE(c->heartbeat().has_progress_reports_per_s());  // flag: 0 is set, not the default
+  EXPECT_EQ(c->heartbeat().progress_reports_per_s(), 0);
+  EXPECT_EQ(Resolve({})->heartbeat().progress_reports_per_s(), 4000);  // default
   EXPECT_EQ(c->data_dir(), "/srv/dhp");              // file
   EXPECT_EQ(c->db(), "/srv/dhp/dhp.db");             // derived from the file's data_dir
   EXPECT_EQ(c->log_dir(), "/srv/dhp/logs");

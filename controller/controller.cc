@@ -24,6 +24,13 @@ namespace {
 
 constexpr int kWatchBatch = 1000;
 
+SupervisorOptions SupervisorOptionsOf(const ControllerOptions& options) {
+  SupervisorOptions s;
+  s.checkpoint_root = options.spec.checkpoint_root;
+  s.progress_reports_per_s = options.progress_reports_per_s;
+  return s;
+}
+
 // <dir>/manifest.json, written atomically (temporary file, fsync, rename).
 void WriteManifest(const std::string& dir, const std::string& json) {
   const std::string path = dir + "/manifest.json";
@@ -46,7 +53,7 @@ Controller::Controller(Store& store, const Clock& clock, MetricsExposition& metr
       options_(options),
       jobs_(store, clock, options.spec),
       nodes_(store, clock, options.nodes),
-      supervisor_(store, clock, SupervisorOptions{options.spec.checkpoint_root}),
+      supervisor_(store, clock, SupervisorOptionsOf(options)),
       kv_(&store),
       cluster_gauges_(metrics.AddComputedGauges({
           {"dhp_jobs", "Jobs by state.", {"state"}},

@@ -45,6 +45,7 @@ struct ControllerOptions {
   // (SupervisorOptions::progress_save_batch), so that no write holds the loop long.
   int persist_ms = 100;
   int kv_max_timeout_ms = 600000;  // longest Kv wait a caller may ask for
+  int progress_reports_per_s = 4000;  // SupervisorOptions::progress_reports_per_s
   // Final jobs (with their runs, checkpoint records, events and logs; not their checkpoint
   // files) and node events are deleted this long after their last change; 0 keeps them.
   int64_t retention_s = 90 * 24 * 3600;

@@ -17,7 +17,7 @@ class ControllerProgressTest : public ControllerFixture {
     ControllerFixture::SetUp();
     StartController();
   }
-  void Progress(const v1::Job& job, int64_t step) {
+  v1::ReportProgressResponse Progress(const v1::Job& job, int64_t step) {
     v1::ReportProgressRequest req;
     req.set_job_id(job.id());
     req.set_attempt(1);
@@ -27,7 +27,8 @@ class ControllerProgressTest : public ControllerFixture {
     req.set_total_steps(100);
     v1::ReportProgressResponse resp;
     absl::Status s = controller_->ReportProgress(req, &resp);
-    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_TRUE(s.ok()) << s;
+    return resp;
   }
   v1::GetJobResponse Get(const std::string& id) {
     v1::GetJobRequest req;
@@ -72,6 +73,22 @@ TEST_F(ControllerProgressTest, ReadsShowTheNewestStepAndAStopWritesIt) {
   StartController();
   EXPECT_EQ(Get(job.id()).job().latest_step(), 7);
   EXPECT_EQ(Get(job.id()).job().message(), "training: step 7 of 100 done");
+}
+
+// The controller's progress_reports_per_s reaches the ranks: each is asked to report at most
+// once per (placed ranks / that) seconds.
+TEST_F(ControllerProgressTest, RanksAreAskedToSpreadTheControllersReportBudget) {
+  StopController();
+  options_.progress_reports_per_s = 1;
+  StartController();
+  ASSERT_TRUE(Register("n1").ok());
+  const v1::Job job = Submit();
+  LaunchRankZero(job);
+  const v1::ReportProgressResponse resp = Progress(job, 1);
+  const v1::GetJobResponse got = Get(job.id());
+  ASSERT_EQ(got.runs_size(), 1);
+  ASSERT_GT(got.runs(0).world_size(), 0);
+  EXPECT_EQ(resp.next_report_ms(), 1000 * got.runs(0).world_size());
 }
 
 }  // namespace

@@ -132,6 +132,7 @@ int main(int argc, char** argv) {
   options.spec.checkpoint_root = std::filesystem::absolute(checkpoint_root).string();
   options.nodes.heartbeat_interval_ms = config.heartbeat().interval_ms();
   options.nodes.heartbeat_timeout_ms = config.heartbeat().timeout_ms();
+  options.progress_reports_per_s = config.heartbeat().progress_reports_per_s();
   options.retention_s = int64_t{config.retention().days()} * 24 * 3600;
   options.log_root = config.log_dir();
   options.exports.root = std::filesystem::absolute(config.export_().root()).string();

@@ -15,6 +15,9 @@
 namespace dhp::controller {
 namespace {
 
+// The longest pace asked of a rank (RankReporter honours at most 10 min).
+constexpr int64_t kMaxNextReportMs = 600000;
+
 std::string LastLine(const std::string& text) {
   size_t end = text.find_last_not_of("\r\n");
   if (end == std::string::npos) return "";
@@ -91,7 +94,18 @@ void Supervisor::AddRun(ActiveRun run) {
     by_node_[p.node_id()][id].push_back(p.world_rank());
   }
   if (run.draining && run.drain_nodes.empty()) drained_.insert(id);
+  if (auto old = runs_.find(id); old != runs_.end()) {
+    placed_ranks_ -= static_cast<int64_t>(old->second.ranks.size());
+  }
+  placed_ranks_ += static_cast<int64_t>(run.ranks.size());
   runs_[id] = std::move(run);
+}
+
+int Supervisor::NextReportMs() const {
+  if (options_.progress_reports_per_s <= 0) return 0;
+  const int64_t ms = (placed_ranks_ * 1000 + options_.progress_reports_per_s - 1) /
+                     options_.progress_reports_per_s;
+  return static_cast<int>(std::min<int64_t>(ms, kMaxNextReportMs));
 }
 
 void Supervisor::EraseRun(const RunId& id) {
@@ -104,6 +118,7 @@ void Supervisor::EraseRun(const RunId& id) {
     if (node->second.empty()) by_node_.erase(node);
   }
   drained_.erase(id);
+  placed_ranks_ -= static_cast<int64_t>(it->second.ranks.size());
   runs_.erase(it);
 }
 

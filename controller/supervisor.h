@@ -57,6 +57,10 @@ struct SupervisorOptions {
   // 0.1 ms a run at 10,000 placed runs: 100 a call is ~10 ms, and 1,000 runs a second is 3x what
   // 10,000 runs saved every 30 s need.
   int progress_save_batch = 100;
+  // Progress reports the ranks of all placed runs are asked to stay within, per second, in all
+  // (heartbeat.progress_reports_per_s): each rank is told to report at most once per
+  // placed ranks / this many seconds (ReportProgressResponse.next_report_ms). 0: not asked.
+  int progress_reports_per_s = 4000;
 };
 
 // One rank of an active run, as its agent and the rank itself last reported.
@@ -191,6 +195,9 @@ class Supervisor {
   // Placed ranks that heartbeats have looked at, in all; a heartbeat looks only at the ranks
   // placed on its own node (for tests).
   int64_t ranks_visited() const { return ranks_visited_; }
+  // ReportProgressResponse.next_report_ms for every rank now: the placed ranks spread over
+  // progress_reports_per_s (0 when that is 0).
+  int NextReportMs() const;
   // Scheduling passes over the whole queue, and over only the jobs queued since (for tests).
   int64_t full_passes() const { return full_passes_; }
   int64_t appended_passes() const { return appended_passes_; }
@@ -271,6 +278,7 @@ class Supervisor {
   // a heartbeat, a lost node, touch only their own node's runs.
   std::map<std::string, std::map<RunId, std::vector<int>>> by_node_;
   std::set<RunId> drained_;  // draining runs whose nodes have all confirmed; to sweep
+  int64_t placed_ranks_ = 0;  // the ranks of every run in runs_
   int64_t ranks_visited_ = 0;
   std::map<std::string, std::string> waiting_;  // job id -> why it waits (last persisted)
   std::set<std::string> lost_nodes_;

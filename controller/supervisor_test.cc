@@ -6,6 +6,7 @@
 #include <cmath>
 #include <memory>
 
+#include "absl/strings/str_replace.h"
 #include "common/clock.h"
 #include "controller/job_manager.h"
 #include "controller/supervisor_test_util.h"
@@ -345,6 +346,46 @@ TEST_F(SupervisorTest, ALaunchedRunIsNotEndedByTheLaunchDeadline) {
   ASSERT_TRUE(sup_->CheckStalls(&events).ok());
   EXPECT_EQ(Stored(job.id()).state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(Run(job.id(), 1).state(), v1::RUN_STATE_RUNNING);
+}
+
+// The ranks of all placed runs are asked to share heartbeat.progress_reports_per_s, and a rank
+// keeping to the slower pace it was asked for is not named silent when its run stalls.
+TEST_F(SupervisorTest, RanksShareTheProgressBudgetAndKeepingToItsPaceIsNotSilence) {
+  SupervisorOptions options{kRoot};
+  options.progress_reports_per_s = 1;
+  sup_ = std::make_unique<Supervisor>(*store_, clock_, options);
+  AddNode("n1", 2);
+  const v1::Job a = Submit("a", 0);
+  StartRunning(a);
+  EXPECT_EQ(last_progress_.next_report_ms(), 2000);  // 2 ranks, 1 report a second in all
+  AddNode("n2", 2);
+  const v1::Job b = SubmitText(
+      absl::StrReplaceAll(Spec("b", 0), {{"stall_timeout_s: 30", "stall_timeout_s: 300"}}));
+  Schedule();
+  ASSERT_EQ(Beat("n2").size(), 2u);
+  EXPECT_EQ(sup_->NextReportMs(), 4000);
+  ASSERT_TRUE(Progress(a, 1, 0, 2).ok());
+  ASSERT_TRUE(Progress(a, 1, 1, 2).ok());
+  EXPECT_EQ(last_progress_.next_report_ms(), 4000);
+  clock_.AdvanceMicros(23'000'000);
+  ASSERT_TRUE(Progress(a, 1, 1, 2).ok());  // rank 1's last report: 8 s before the check
+  clock_.AdvanceMicros(7'000'000);
+  ASSERT_TRUE(Progress(a, 1, 0, 2).ok());
+  clock_.AdvanceMicros(1'000'000);
+  std::vector<v1::Event> events;
+  ASSERT_TRUE(sup_->CheckStalls(&events).ok());
+  // 8 s without a report is within 2.5x the 4 s pace (at the rank's own pace, 5 s would be).
+  EXPECT_EQ(Run(a.id(), 1).reason(),
+            "no progress for 31 s (restart.stall_timeout_s 30) at step 2");
+  // Once a's ranks are gone, b's two ranks share the budget.
+  EXPECT_TRUE(Beat("n1", {Status(a, 1, 0, false, 0, 15), Status(a, 1, 1, false, 0, 15)}).empty());
+  ASSERT_TRUE(sup_->CheckStalls(&events).ok());
+  EXPECT_EQ(sup_->runs().size(), 1u);
+  ASSERT_TRUE(Progress(b, 1, 0, 0).ok());
+  EXPECT_EQ(last_progress_.next_report_ms(), 2000);
+  // Not asked for when there is no budget.
+  options.progress_reports_per_s = 0;
+  EXPECT_EQ(Supervisor(*store_, clock_, options).NextReportMs(), 0);
 }
 
 // One heartbeat looks at the ranks placed on its node and at nothing else, however many runs
