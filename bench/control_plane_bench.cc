@@ -127,9 +127,13 @@ int Main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 10000));
   app.add_option("--progress-interval-ms", o.progress_interval_ms,
-                 "ReportProgress period per run (from its rank 0)")
+                 "ReportProgress period per reporting rank, or longer when the controller "
+                 "asks (next_report_ms)")
       ->capture_default_str()
       ->check(CLI::Range(100, 600000));
+  app.add_flag("--every-rank-reports", o.every_rank_reports,
+               "Every rank sends ReportProgress, as dhp-rank does (default: only each run's "
+               "rank 0, one reporter per run)");
   app.add_option("--probe-get-per-s", o.probe_get_per_s, "Prober GetJob calls per second")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -199,6 +203,7 @@ int Main(int argc, char** argv) {
                   {"channels", o.channels},
                   {"register_concurrency", o.register_concurrency},
                   {"progress_interval_ms", o.progress_interval_ms},
+                  {"every_rank_reports", o.every_rank_reports},
                   {"probe_get_per_s", o.probe_get_per_s},
                   {"probe_submit_per_s", o.probe_submit_per_s},
                   {"scrape_every_s", o.scrape_every_s},
@@ -218,8 +223,9 @@ int Main(int argc, char** argv) {
            "one per agent). Agents start at random moments over one heartbeat interval, "
            "register with 8 GPUs of 80 GB, heartbeat at the interval the controller returns "
            "(after the previous answer, 5 s deadline, as dhp-worker), report their ranks "
-           "RUNNING, and each run's rank 0 sends ReportProgress every " +
-           std::to_string(o.progress_interval_ms) + " ms. Full cases: the N jobs are submitted " +
+           "RUNNING, and " + (o.every_rank_reports ? "every rank" : "each run's rank 0") +
+           " sends ReportProgress every " + std::to_string(o.progress_interval_ms) +
+           " ms, or as seldom as the controller asks (next_report_ms). Full cases: the N jobs are submitted " +
            (o.jobs_first ? "before the agents start" : "once every node has registered") + ", by " +
            std::to_string(o.submitters) + " closed-loop submitters. Prober: " +
            Fixed(o.probe_get_per_s, 0) + " GetJob/s and " + Fixed(o.probe_submit_per_s, 0) +

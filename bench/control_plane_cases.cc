@@ -202,6 +202,7 @@ Json SamplesJson(const FleetSamples& s, double wall) {
   j["progress"] = Pct(s.progress_ns);
   j["progress"]["ok"] = s.progress_ok;
   j["progress"]["failed"] = s.progress_failed;
+  j["progress"]["ok_per_s"] = wall > 0 ? s.progress_ok / wall : 0;
   return j;
 }
 
@@ -271,6 +272,7 @@ Json RunNodeCase(const BenchOptions& o, const std::string& label, const std::str
   fo.channels = o.channels;
   fo.register_concurrency = o.register_concurrency;
   fo.progress_interval_ms = o.progress_interval_ms;
+  fo.every_rank_reports = o.every_rank_reports;
   fo.start_spread_ms = o.heartbeat_interval_ms > 0 ? o.heartbeat_interval_ms : 2000;
   AgentFleet fleet(fo);
   ControllerStubs stubs = ConnectStubs(target);
@@ -317,7 +319,7 @@ Json RunNodeCase(const BenchOptions& o, const std::string& label, const std::str
       std::cerr << log
                 << "not RUNNING: " << (tally.ok ? std::to_string(tally.not_running) : tally.error)
                 << "; agents run " << fc.ranks << " ranks, " << fc.reporting_runs
-                << " runs report progress\n";
+                << " ranks report progress\n";
       if (tally.ok && tally.not_running == 0) break;
       if (SteadyClock::now() + std::chrono::seconds(2) >= ramp_end) break;
       std::this_thread::sleep_for(std::chrono::seconds(2));

@@ -42,6 +42,7 @@ struct BenchOptions {
   int channels = 8;
   int register_concurrency = 64;
   int progress_interval_ms = 5000;
+  bool every_rank_reports = false;
   // Prober.
   double probe_get_per_s = 20;
   double probe_submit_per_s = 2;

@@ -39,6 +39,7 @@ struct Call {
   int64_t due_ns = 0, sent_ns = 0;
   std::string job_id;  // progress
   int32_t attempt = 0;
+  int32_t world_rank = 0;
   grpc::ClientContext ctx;
   grpc::Status status;
   v1::RegisterNodeRequest reg_req;
@@ -322,7 +323,8 @@ class AgentFleet::Shard {
   // progress report soon after a run's rank 0 is known RUNNING (STARTING -> RUNNING).
   void Reconcile(uint32_t i, const v1::HeartbeatResponse& resp, int64_t now) {
     SimAgent& a = agents_[i];
-    if (ApplyHeartbeatResponse(a, resp, &next_pid_) && a.progress_due == 0) {
+    if (ApplyHeartbeatResponse(a, resp, &next_pid_, o_.every_rank_reports) &&
+        a.progress_due == 0) {
       std::uniform_int_distribution<int64_t> jitter(0, 500 * kMs);
       Arm(i, Kind::kProgress, now + jitter(rng_));
     }
@@ -353,22 +355,27 @@ class AgentFleet::Shard {
       Call* c = NewCall(Kind::kProgress, i, o_.rpc_deadline_ms);
       c->job_id = r.job_id;
       c->attempt = r.attempt;
+      c->world_rank = r.world_rank;
       FillProgressRequest(r, o_.progress_interval_ms, &c->prog_req);
       r.progress_in_flight = true;
       c->prog_reader = stubs_[a.channel]->PrepareAsyncReportProgress(&c->ctx, c->prog_req, &cq_);
       c->prog_reader->StartCall();
       c->prog_reader->Finish(&c->prog_resp, &c->status, c);
     }
-    if (any) Arm(i, Kind::kProgress, now + int64_t{o_.progress_interval_ms} * kMs);
+    if (any) {
+      Arm(i, Kind::kProgress,
+          now + std::max(int64_t{o_.progress_interval_ms} * kMs, a.progress_pace_ns));
+    }
   }
 
   void OnProgress(Call* c, int64_t now) {
     SimAgent& a = agents_[c->agent];
-    SimRank* rank = FindRank(a, c->job_id, c->attempt, 0);
+    SimRank* rank = FindRank(a, c->job_id, c->attempt, c->world_rank);
     const grpc::StatusCode code = c->status.error_code();
     if (c->status.ok()) {
       ++prog_ok_;
       if (c->prog_resp.stop()) ++prog_stop_;
+      a.progress_pace_ns = int64_t{std::max(0, c->prog_resp.next_report_ms())} * kMs;
     } else {
       ++prog_failed_;
       NoteError("ReportProgress " + c->job_id + ": " + c->status.error_message());

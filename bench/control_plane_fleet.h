@@ -12,10 +12,11 @@
 //   - Every RankLaunch in a HeartbeatResponse becomes a "rank" that the following heartbeats
 //     report RUNNING (so the job goes SCHEDULED -> STARTING); a rank no longer listed is
 //     reported EXITED (stopped_by_agent) once and forgotten.
-//   - Once a heartbeat has reported it RUNNING, world rank 0 of each run sends ReportProgress
-//     with step 1, 2, 3, ... every progress_interval_ms (so the job goes RUNNING and keeps
-//     advancing). One reporter per run instead of one per rank per step keeps the generator
-//     cheap; the controller persists progress at most once a second per run anyway.
+//   - Once a heartbeat has reported it RUNNING, world rank 0 of each run (every rank with
+//     every_rank_reports, as dhp-rank does) sends ReportProgress with step 1, 2, 3, ... every
+//     progress_interval_ms, or less often when the controller's last answer to one of the
+//     agent's ranks asked so (next_report_ms, as RankReporter honours it); an agent's ranks
+//     report together. The job goes RUNNING and keeps advancing.
 //
 // The agents are split into `threads` shards. A shard owns its agents, one CompletionQueue, its
 // channels and a timer heap; its thread sends what is due and handles completions (AsyncNext
@@ -44,7 +45,8 @@ struct FleetOptions {
   int start_spread_ms = 2000;        // agents start at uniformly random moments over this
   int heartbeat_deadline_ms = 5000;  // dhp-worker's client deadline
   int rpc_deadline_ms = 10000;       // RegisterNode, ReportProgress
-  int progress_interval_ms = 5000;   // per run, from its world rank 0
+  int progress_interval_ms = 5000;   // per reporting rank, at least (next_report_ms)
+  bool every_rank_reports = false;   // false: only world rank 0 of each run reports
   int gpus_per_node = 8;
   int64_t gpu_memory_bytes = int64_t{81559} << 20;  // nvidia-smi's 80 GB (81,559 MiB)
   std::string node_prefix = "sim-node-";
@@ -59,7 +61,7 @@ struct FleetCounters {
   int64_t heartbeats_ok = 0, heartbeats_failed = 0, heartbeats_deadline = 0;
   int64_t progress_ok = 0, progress_failed = 0, progress_stop = 0;
   int64_t ranks = 0;           // ranks the agents run now (wanted by the controller)
-  int64_t reporting_runs = 0;  // runs whose rank 0 reports progress now
+  int64_t reporting_runs = 0;  // ranks that report progress now (rank 0s, or all)
   int64_t in_flight = 0;       // calls in flight now
   std::string first_error;
 };

@@ -87,7 +87,11 @@ std::string Row(const Json& c) {
   if (queued) {
     r << kNone << " | " << kNone << " | " << kNone << " | " << kNone << " | ";
   } else {
-    r << mark << Num(c, hb + "/heartbeats/ok_per_s", 0) << " | " << mark
+    r << mark << Num(c, hb + "/heartbeats/ok_per_s", 0);
+    if (At(c, hb + "/progress/ok_per_s") != nullptr) {
+      r << " (+" << Num(c, hb + "/progress/ok_per_s", 0) << ")";
+    }
+    r << " | " << mark
       << Num(c, hb + "/heartbeats/p50_ms", 1) << " / " << Num(c, hb + "/heartbeats/p99_ms", 1)
       << " / " << Num(c, hb + "/heartbeats/max_ms", 0) << " | " << Int(c, hb + "/heartbeats/failed")
       << " + " << Int(c, hb + "/heartbeats/deadline_exceeded") << " | " << LostCell(c) << " | ";
@@ -119,8 +123,8 @@ std::string Row(const Json& c) {
 }
 
 const char* kTableHead =
-    "| case | ramp-up | heartbeats/s | heartbeat p50 / p99 / max ms | heartbeats failed + "
-    "timed out | LOST events in window (all) / nodes LOST at end | controller CPU µs per "
+    "| case | ramp-up | heartbeats/s (+ progress reports/s) | heartbeat p50 / p99 / max ms | "
+    "heartbeats failed + timed out | LOST events in window (all) / nodes LOST at end | controller CPU µs per "
     "heartbeat (or submit): process / loop thread | loop thread busy % | controller threads "
     "(peak) | RSS peak MiB | db / wal MiB | GetJob p99 ms | SubmitJob p99 ms | generator "
     "cores / send lag p99 ms / longest gap between an agent's heartbeats ms | other processes, "
@@ -259,7 +263,7 @@ std::string ControlPlaneMarkdown(const Json& run) {
      << "Columns. ramp-up: time until every node registered (and, full, every job RUNNING), or "
         "what it reached by the ramp-up limit (the window is measured anyway). Heartbeats: over "
         "the window, latency of every heartbeat answered (timed-out ones at their 5 s "
-        "deadline). LOST: node.state -> LOST events stamped inside the window (all of the "
+        "deadline); in brackets, ReportProgress calls answered per second. LOST: node.state -> LOST events stamped inside the window (all of the "
         "case, ramp-up included, until the agents stop); every simulated agent heartbeats on time "
         "(see the send lag), "
         "so every LOST is spurious. Controller CPU per heartbeat: its CPU over the window "

@@ -42,7 +42,8 @@ void FillHeartbeatRequest(SimAgent& a, v1::HeartbeatRequest* req) {
   }
 }
 
-bool ApplyHeartbeatResponse(SimAgent& a, const v1::HeartbeatResponse& resp, int64_t* next_pid) {
+bool ApplyHeartbeatResponse(SimAgent& a, const v1::HeartbeatResponse& resp, int64_t* next_pid,
+                            bool every_rank_reports) {
   // One heartbeat is in flight at a time, so it carried every rank the agent has.
   for (SimRank& r : a.ranks) {
     if (r.wanted) r.reported = true;
@@ -60,6 +61,7 @@ bool ApplyHeartbeatResponse(SimAgent& a, const v1::HeartbeatResponse& resp, int6
     r.job_id = l.job_id();
     r.attempt = l.attempt();
     r.world_rank = l.world_rank();
+    r.reports = every_rank_reports || r.world_rank == 0;
     r.pid = 100000 + ((*next_pid)++ % 4000000);
     a.ranks.push_back(std::move(r));
   }

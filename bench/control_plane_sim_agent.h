@@ -23,11 +23,12 @@ struct SimRank {
   bool wanted = true;      // listed in the latest HeartbeatResponse
   bool reported = false;   // a heartbeat that reported it RUNNING was answered OK
   bool exit_sent = false;  // unwanted, and the heartbeat in flight reports it EXITED
-  int64_t step = 0;        // rank 0: the last step reported
+  bool reports = false;    // sends ReportProgress: world rank 0, or every rank (see the fleet)
+  int64_t step = 0;        // the last step it reported
   bool progress_in_flight = false;
-  bool stopped = false;  // rank 0: the controller said stop (or the attempt is gone)
-  // Whether this rank sends ReportProgress: world rank 0 of a run, once known RUNNING.
-  bool Reporting() const { return world_rank == 0 && reported && wanted && !stopped; }
+  bool stopped = false;  // the controller said stop (or the attempt is gone)
+  // Whether this rank sends ReportProgress now: a reporting rank, once known RUNNING.
+  bool Reporting() const { return reports && reported && wanted && !stopped; }
 };
 
 struct SimAgent {
@@ -38,6 +39,9 @@ struct SimAgent {
   int64_t hb_interval_ns = 2000000000;
   int64_t hb_due = 0;        // the pending heartbeat timer (0: none)
   int64_t progress_due = 0;  // the pending progress timer (0: none)
+  // The controller's latest ReportProgressResponse.next_report_ms to any of its ranks, in ns:
+  // its ranks report no more often than this (as RankReporter).
+  int64_t progress_pace_ns = 0;
   int64_t register_due = 0;  // the pending registration retry (0: none)
   int64_t last_sent_ns = 0;  // the last heartbeat sent
   int backoff_ms = 200;
@@ -55,13 +59,15 @@ void FillHeartbeatRequest(SimAgent& a, v1::HeartbeatRequest* req);
 
 // After a heartbeat was answered OK: the ranks it reported RUNNING are `reported`, the exits it
 // carried are forgotten, and the response's ranks are the wanted set (new ones start, not yet
-// reported; `*next_pid` numbers them). Returns whether some rank now reports progress.
-bool ApplyHeartbeatResponse(SimAgent& a, const v1::HeartbeatResponse& resp, int64_t* next_pid);
+// reported; `*next_pid` numbers them; world rank 0, or all with `every_rank_reports`, report
+// progress). Returns whether some rank now reports progress.
+bool ApplyHeartbeatResponse(SimAgent& a, const v1::HeartbeatResponse& resp, int64_t* next_pid,
+                            bool every_rank_reports);
 
 // After a heartbeat failed: the exits it carried go again with the next one.
 void HeartbeatFailed(SimAgent& a);
 
-// The next step of rank `r` (rank 0 of its run), as a rank that takes `step_ms` per step.
+// The next step of rank `r`, as a rank that takes `step_ms` per step.
 void FillProgressRequest(SimRank& r, int step_ms, v1::ReportProgressRequest* req);
 
 // The rank of `a` with that key, or nullptr.
