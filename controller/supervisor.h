@@ -72,6 +72,7 @@ struct RankView {
   bool stopped_by_agent = false;
   int64_t step = -1;              // newest step the rank reported; -1: none yet
   int64_t report_micros = 0;      // when it last reported progress
+  int asked_report_ms = 0;        // the pace its last answer asked for (next_report_ms)
   std::string waiting_on;         // its watchdog's description while a step takes long
   std::map<std::string, double> metrics;  // its newest ReportProgressRequest.metrics
 };

@@ -16,8 +16,8 @@
 namespace dhp::controller {
 namespace {
 
-// A rank whose reporter has been silent this long, or 2.5x the pace it was asked for
-// (NextReportMs) when longer, is named as not reporting (its reporter re-sends every 2 s, or at
+// A rank whose reporter has been silent this long, or 2.5x the pace its last answer asked
+// for (RankView::asked_report_ms) when longer, is named as not reporting (its reporter re-sends every 2 s, or at
 // that pace, even while a step hangs).
 constexpr int64_t kSilentMicros = 5000000;
 
@@ -71,6 +71,7 @@ absl::Status Supervisor::OnProgress(const v1::ReportProgressRequest& req,
   RankView& rank = run->ranks[req.rank()];
   rank.step = std::max(rank.step, req.step());
   rank.report_micros = now;
+  rank.asked_report_ms = resp->next_report_ms();
   rank.waiting_on = req.waiting_on();
   if (!req.metrics().empty()) rank.metrics = {req.metrics().begin(), req.metrics().end()};
   if (!std::isnan(req.loss())) run->loss = req.loss();
@@ -247,14 +248,14 @@ std::string Supervisor::StallReason(const ActiveRun& run, int64_t now) const {
   std::string out = absl::StrCat("no progress for ", (now - run.last_advance_micros) / 1000000,
                                  " s (restart.stall_timeout_s ", run.stall_timeout_s, ") at step ",
                                  std::max<int64_t>(run.max_step, 0));
-  const int64_t silent_micros = std::max<int64_t>(kSilentMicros, NextReportMs() * int64_t{2500});
   std::string silent, behind, waiting;
   for (size_t w = 0; w < run.ranks.size(); ++w) {
     const RankView& r = run.ranks[w];
     const std::string who = absl::StrCat("rank ", w, " (node ", run.placement[w].node_id(), ")");
     if (r.report_micros == 0) {
       absl::StrAppend(&silent, silent.empty() ? "" : ", ", who, " never reported");
-    } else if (now - r.report_micros > silent_micros) {
+    } else if (now - r.report_micros >
+               std::max<int64_t>(kSilentMicros, r.asked_report_ms * int64_t{2500})) {
       absl::StrAppend(&silent, silent.empty() ? "" : ", ", who, " silent for ",
                       (now - r.report_micros) / 1000000, " s after step ", r.step);
     } else if (r.step < run.max_step) {
