@@ -1,10 +1,12 @@
 #include "common/proto_utf8.h"
 
 #include <functional>
+#include <map>
 #include <vector>
 
 #include "common/utf8.h"
 #include "google/protobuf/descriptor.h"
+#include "google/protobuf/unknown_field_set.h"
 
 namespace dhp {
 namespace {
@@ -96,7 +98,42 @@ std::string Visit(const Message& msg, const std::string& path, const Check& chec
   return "";
 }
 
+// Nesting deeper than protobuf's own parser accepts (its default recursion limit).
+constexpr int kMaxWireDepth = 100;
+
+// InvalidUtf8InEncoding below `path`. Every length-delimited field is kept as bytes by
+// UnknownFieldSet, which checks nothing but the framing; the descriptor says which are text.
+std::string VisitWire(std::string_view wire, const google::protobuf::Descriptor& type,
+                      const std::string& path, int depth) {
+  google::protobuf::UnknownFieldSet fields;
+  if (depth > kMaxWireDepth || !fields.ParseFromArray(wire.data(), static_cast<int>(wire.size())))
+    return "";
+  std::map<int, int> seen;  // occurrences so far, per field number: a repeated field's index
+  for (int i = 0; i < fields.field_count(); ++i) {
+    const google::protobuf::UnknownField& u = fields.field(i);
+    const FieldDescriptor* f = type.FindFieldByNumber(u.number());
+    if (f == nullptr || u.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) continue;
+    const int index = seen[u.number()]++;
+    const std::string field_path =
+        Join(path, f->is_repeated() ? f->name() + "[" + std::to_string(index) + "]" : f->name());
+    std::string found;
+    if (f->type() == FieldDescriptor::TYPE_STRING) {
+      found = Utf8Error(u.length_delimited());
+      if (!found.empty()) found = field_path + ": " + found;
+    } else if (f->type() == FieldDescriptor::TYPE_MESSAGE) {
+      found = VisitWire(u.length_delimited(), *f->message_type(), field_path, depth + 1);
+    }
+    if (!found.empty()) return found;
+  }
+  return "";
+}
+
 }  // namespace
+
+std::string InvalidUtf8InEncoding(std::string_view wire,
+                                  const google::protobuf::Descriptor& type) {
+  return VisitWire(wire, type, "", 0);
+}
 
 std::string InvalidUtf8Field(const Message& msg) {
   return Visit(msg, "", [](std::string_view text) { return Utf8Error(text); });

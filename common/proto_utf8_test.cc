@@ -80,6 +80,42 @@ TEST(ProtoUtf8Test, BytesFieldsAreNotText) {
   EXPECT_EQ(InvalidUtf8Field(chunk).rfind("job_id: not valid UTF-8", 0), 0u);
 }
 
+// Requests as gRPC hands them over: bytes that protobuf's parser refuses because a string field
+// holds ill-formed UTF-8. The check names the field from the encoding alone.
+TEST(ProtoUtf8Test, NamesTheFieldInAnEncodingTheParserRefuses) {
+  v1::RegisterNodeRequest reg;
+  reg.mutable_node()->set_id("n1");
+  reg.mutable_node()->set_hostname("h\xffost");
+  const std::string wire = reg.SerializeAsString();
+  ASSERT_FALSE(v1::RegisterNodeRequest().ParseFromString(wire));
+  EXPECT_EQ(InvalidUtf8InEncoding(wire, *v1::RegisterNodeRequest::descriptor()),
+            "node.hostname: not valid UTF-8: byte 0xFF at line 1, column 2 (offset 1)");
+
+  v1::AppendLogsRequest logs;  // repeated messages: the element's index; bytes are not text
+  logs.add_chunks()->set_data("\xff\xfe raw");
+  logs.add_chunks()->set_job_id("ok");
+  logs.add_chunks()->set_job_id("j\xc3");
+  EXPECT_EQ(InvalidUtf8InEncoding(logs.SerializeAsString(), *v1::AppendLogsRequest::descriptor()),
+            "chunks[2].job_id: not valid UTF-8: byte 0xC3 at line 1, column 2 (offset 1)");
+
+  v1::SubmitJobRequest submit;  // a map entry is named by its index
+  (*submit.mutable_spec()->mutable_labels())["team"] = "x\xffy";
+  EXPECT_EQ(InvalidUtf8InEncoding(submit.SerializeAsString(), *v1::SubmitJobRequest::descriptor()),
+            "spec.labels[0].value: not valid UTF-8: byte 0xFF at line 1, column 2 (offset 1)");
+}
+
+TEST(ProtoUtf8Test, AnEncodingWithWellFormedTextOrNoFramingNamesNothing) {
+  v1::RegisterNodeRequest reg;
+  reg.mutable_node()->set_hostname("h\xc3\xa9");
+  EXPECT_EQ(InvalidUtf8InEncoding(reg.SerializeAsString(), *v1::RegisterNodeRequest::descriptor()),
+            "");
+  // Not protobuf at all (a truncated varint), and a length running past the end.
+  EXPECT_EQ(InvalidUtf8InEncoding("\xff\xff\xff\xff", *v1::RegisterNodeRequest::descriptor()), "");
+  EXPECT_EQ(InvalidUtf8InEncoding("\x0a\x7f" "ab", *v1::RegisterNodeRequest::descriptor()), "");
+  // A field number this build does not know, holding bad bytes, is skipped as the parser skips it.
+  EXPECT_EQ(InvalidUtf8InEncoding("\xfa\x3e\x01\xff", *v1::RegisterNodeRequest::descriptor()), "");
+}
+
 TEST(ProtoUtf8Test, FieldContainingFindsTheFirstHolder) {
   v1::Job job;
   job.set_id("j-1");
