@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <condition_variable>
@@ -124,7 +125,7 @@ TEST(GrpcAsyncTest, CallsWaitingForTheServiceHoldNoServerThread) {
   (*server)->Shutdown();
 }
 
-TEST(GrpcAsyncTest, SynchronousMethodsStillAnswer) {
+TEST(GrpcAsyncTest, MethodsRunOffTheLoopAnswerWithoutDispatch) {
   HeldService service;
   auto server = GrpcServer::Start("127.0.0.1:0", service, TokenAuth(), TlsPems(), 64);
   ASSERT_TRUE(server.ok()) << server.status();
@@ -134,9 +135,176 @@ TEST(GrpcAsyncTest, SynchronousMethodsStillAnswer) {
   v1::KvGetRequest req;
   req.mutable_scope()->set_job_id("j-1");
   v1::KvGetResponse resp;
-  const grpc::Status s = stub->KvGet(&ctx, req, &resp);  // not dispatched: answered at once
+  const grpc::Status s = stub->KvGet(&ctx, req, &resp);  // on the call pool: answered at once
   EXPECT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(service.calls, 1);
+  (*server)->Shutdown();
+}
+
+// KvWait held in the service until Release(), as a rendezvous waits for its key.
+class BlockingKvService : public FakeOwnersService {
+ public:
+  absl::Status KvWait(const v1::KvWaitRequest&, v1::KvWaitResponse*) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++calls;
+    ++waiting_;
+    cv_.notify_all();
+    cv_.wait(lock, [this] { return released_; });
+    return absl::OkStatus();
+  }
+  bool WaitWaiting(int n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(20), [&] { return waiting_ >= n; });
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int waiting_ = 0;
+  bool released_ = false;
+};
+
+struct PendingWait {
+  grpc::ClientContext ctx;
+  v1::KvWaitRequest req;
+  v1::KvWaitResponse resp;
+  grpc::Status status;
+  std::atomic<bool> done{false};
+};
+
+// Methods that may block run on a pool bounded by max_threads: past the bound a call is
+// refused at once with RESOURCE_EXHAUSTED, and the pool's threads serve later calls.
+TEST(GrpcAsyncTest, CallsThatMayBlockAreBoundedByMaxThreads) {
+  BlockingKvService service;
+  auto server = GrpcServer::Start("127.0.0.1:0", service, TokenAuth(), TlsPems(), 2);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::WorkerService::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string((*server)->port()), grpc::InsecureChannelCredentials()));
+  std::vector<std::unique_ptr<PendingWait>> waits;
+  for (int i = 0; i < 2; ++i) {
+    auto w = std::make_unique<PendingWait>();
+    PendingWait* p = w.get();
+    stub->async()->KvWait(&p->ctx, &p->req, &p->resp, [p](grpc::Status s) {
+      p->status = std::move(s);
+      p->done = true;
+    });
+    waits.push_back(std::move(w));
+  }
+  ASSERT_TRUE(service.WaitWaiting(2));
+  {
+    grpc::ClientContext ctx;
+    v1::KvWaitResponse resp;
+    const grpc::Status s = stub->KvWait(&ctx, v1::KvWaitRequest(), &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+    EXPECT_EQ(s.error_message(),
+              "KvWait: the controller is already running 2 calls that may block "
+              "(listen.grpc_max_threads); retry later");
+  }
+  service.Release();
+  for (const auto& w : waits) {
+    for (int i = 0; i < 2000 && !w->done; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_TRUE(w->done);
+    EXPECT_TRUE(w->status.ok()) << w->status.error_message();
+  }
+  grpc::ClientContext ctx;
+  v1::KvWaitResponse resp;
+  EXPECT_TRUE(stub->KvWait(&ctx, v1::KvWaitRequest(), &resp).ok());  // a freed thread serves it
+  EXPECT_EQ(service.calls, 3);
+  (*server)->Shutdown();
+}
+
+// A watch that streams one event per 10 ms until its client goes.
+class EndlessWatchService : public FakeOwnersService {
+ public:
+  absl::Status WatchJob(const v1::WatchJobRequest& req, EventSink& sink) override {
+    ++watches;
+    v1::Event event;
+    event.set_job_id(req.job_id());
+    while (!sink.IsCancelled()) {
+      if (!sink.Write(event)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ++ended;
+    return absl::OkStatus();
+  }
+  std::atomic<int> watches{0};
+  std::atomic<int> ended{0};
+};
+
+// Watch streams hold a thread of the bounded pool each, stream their events, and give the
+// thread back when the client cancels.
+TEST(GrpcAsyncTest, WatchStreamsShareTheBoundAndFreeItWhenCancelled) {
+  EndlessWatchService service;
+  auto server = GrpcServer::Start("127.0.0.1:0", service, TokenAuth(), TlsPems(), 2);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::JobService::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string((*server)->port()), grpc::InsecureChannelCredentials()));
+  v1::WatchJobRequest req;
+  req.set_job_id("j-7");
+  grpc::ClientContext a, b;
+  auto first = stub->WatchJob(&a, req);
+  auto second = stub->WatchJob(&b, req);
+  v1::Event event;
+  for (int i = 0; i < 3; ++i) {  // both stream
+    ASSERT_TRUE(first->Read(&event));
+    EXPECT_EQ(event.job_id(), "j-7");
+    ASSERT_TRUE(second->Read(&event));
+  }
+  {
+    grpc::ClientContext c;
+    auto third = stub->WatchJob(&c, req);
+    EXPECT_FALSE(third->Read(&event));
+    const grpc::Status s = third->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  }
+  a.TryCancel();
+  while (first->Read(&event)) {
+  }
+  EXPECT_EQ(first->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  for (int i = 0; i < 500 && service.ended < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(service.ended.load(), 1);  // the server's watch saw the cancel and returned
+  grpc::ClientContext d;
+  auto fourth = stub->WatchJob(&d, req);  // the freed thread serves it
+  ASSERT_TRUE(fourth->Read(&event));
+  EXPECT_EQ(service.watches.load(), 3);
+  b.TryCancel();
+  d.TryCancel();
+  while (second->Read(&event) || fourth->Read(&event)) {
+  }
+  second->Finish();
+  fourth->Finish();
+  (*server)->Shutdown();
+}
+
+// Who the caller is comes before what they sent: undecodable bytes without the token are
+// UNAUTHENTICATED, with it INVALID_ARGUMENT.
+TEST(GrpcAsyncTest, UndecodableRequestsAreAuthenticatedFirst) {
+  FakeOwnersService service;
+  auto server = GrpcServer::Start("127.0.0.1:0", service, TokenAuth("s3cret"), TlsPems(), 8);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::NodeService::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string((*server)->port()), grpc::InsecureChannelCredentials()));
+  v1::DrainNodeRequest req;
+  req.set_node_id("n\xff");  // the generated stub sends it (protobuf only logs a complaint)
+  for (const bool with_token : {false, true}) {
+    grpc::ClientContext ctx;
+    if (with_token) ctx.AddMetadata("authorization", "Bearer s3cret");
+    v1::DrainNodeResponse resp;
+    const grpc::Status s = stub->DrainNode(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), with_token ? grpc::StatusCode::INVALID_ARGUMENT
+                                         : grpc::StatusCode::UNAUTHENTICATED)
+        << s.error_message();
+  }
+  EXPECT_EQ(service.calls, 0);
   (*server)->Shutdown();
 }
 

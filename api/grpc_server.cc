@@ -1,23 +1,28 @@
 #include "api/grpc_server.h"
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "api/authz.h"
 #include "api/grpc_status.h"
+#include "common/call_pool.h"
+#include "common/proto_utf8.h"
 #include "common/serial_worker.h"
 #include "dhp/v1/service.grpc.pb.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
+#include "grpcpp/support/proto_buffer_reader.h"
 
 namespace dhp::api {
 namespace {
-
-using grpc::ServerContext;
 
 // The "authorization" metadata of a call, empty when absent.
 std::string_view Authorization(const grpc::ServerContextBase* ctx) {
@@ -25,18 +30,6 @@ std::string_view Authorization(const grpc::ServerContextBase* ctx) {
   if (it == ctx->client_metadata().end()) return {};
   return std::string_view(it->second.data(), it->second.size());
 }
-
-class GrpcEventSink : public EventSink {
- public:
-  GrpcEventSink(ServerContext* ctx, grpc::ServerWriter<v1::Event>* writer)
-      : ctx_(ctx), writer_(writer) {}
-  bool Write(const v1::Event& event) override { return writer_->Write(event); }
-  bool IsCancelled() const override { return ctx_->IsCancelled(); }
-
- private:
-  ServerContext* ctx_;
-  grpc::ServerWriter<v1::Event>* writer_;
-};
 
 std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const TlsPems& tls) {
   if (tls.cert.empty()) return grpc::InsecureServerCredentials();
@@ -51,95 +44,233 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const TlsPems& tls) {
   return grpc::SslServerCredentials(options);
 }
 
-}  // namespace
+// `Base` with each of `Raw` layered on top (the first outermost): a service whose listed
+// methods are raw callback methods.
+template <class Base, template <class> class... Raw>
+struct Layered {
+  using type = Base;
+};
+template <class Base, template <class> class First, template <class> class... Rest>
+struct Layered<Base, First, Rest...> {
+  using type = First<typename Layered<Base, Rest...>::type>;
+};
 
-// The methods served with gRPC's callback API: those that wait only for the controller's loop.
-// Each is handed to DhpService::Dispatch, which runs it on the loop and finishes the call from
-// there, so that a call waiting for the loop holds no thread. SubmitJob first does its stateless
-// part (DhpService::PrepareSubmitJob) on gRPC's thread. The rest (WatchJob, GetLogs,
-// AppendLogs, KvGet, KvWait) may wait for other things (events, files, keys) and stay
-// synchronous, one gRPC thread per call in flight.
-using AsyncJobService = v1::JobService::WithCallbackMethod_SubmitJob<
-    v1::JobService::WithCallbackMethod_GetJob<v1::JobService::WithCallbackMethod_ListJobs<
-        v1::JobService::WithCallbackMethod_CancelJob<v1::JobService::WithCallbackMethod_ResumeJob<
-            v1::JobService::WithCallbackMethod_CheckpointJob<v1::JobService::Service>>>>>>;
-using AsyncNodeService = v1::NodeService::WithCallbackMethod_ListNodes<
-    v1::NodeService::WithCallbackMethod_DrainNode<
-        v1::NodeService::WithCallbackMethod_UncordonNode<v1::NodeService::Service>>>;
-using AsyncWorkerService = v1::WorkerService::WithCallbackMethod_RegisterNode<
-    v1::WorkerService::WithCallbackMethod_Heartbeat<v1::WorkerService::WithCallbackMethod_KvSet<
-        v1::WorkerService::WithCallbackMethod_KvAdd<v1::WorkerService::WithCallbackMethod_KvCheck<
-            v1::WorkerService::WithCallbackMethod_KvDelete<
-                v1::WorkerService::WithCallbackMethod_ReportProgress<
-                    v1::WorkerService::WithCallbackMethod_ReportCheckpoint<
-                        v1::WorkerService::WithCallbackMethod_RejectCheckpoint<
-                            v1::WorkerService::Service>>>>>>>>>;
+// Every unary method of api/methods.h is a raw callback method: gRPC hands over the request's
+// bytes and holds no thread while the call waits. dhp decodes the bytes itself so that a
+// request protobuf refuses (ill-formed UTF-8 in a string field, truncated bytes) is answered
+// INVALID_ARGUMENT naming the field, where gRPC's own decoding would answer UNIMPLEMENTED with
+// no message. (A method missing from these lists fails to compile: its `override` in
+// GrpcServices has nothing to override.) WatchJob, the one streaming method, too.
+using RawJobService =
+    Layered<v1::JobService::Service, v1::JobService::WithRawCallbackMethod_SubmitJob,
+            v1::JobService::WithRawCallbackMethod_GetJob,
+            v1::JobService::WithRawCallbackMethod_ListJobs,
+            v1::JobService::WithRawCallbackMethod_CancelJob,
+            v1::JobService::WithRawCallbackMethod_ResumeJob,
+            v1::JobService::WithRawCallbackMethod_CheckpointJob,
+            v1::JobService::WithRawCallbackMethod_GetLogs,
+            v1::JobService::WithRawCallbackMethod_ExportCheckpoint,
+            v1::JobService::WithRawCallbackMethod_ListExports,
+            v1::JobService::WithRawCallbackMethod_GetExport,
+            v1::JobService::WithRawCallbackMethod_WatchJob>::type;
+using RawNodeService =
+    Layered<v1::NodeService::Service, v1::NodeService::WithRawCallbackMethod_ListNodes,
+            v1::NodeService::WithRawCallbackMethod_DrainNode,
+            v1::NodeService::WithRawCallbackMethod_UncordonNode>::type;
+using RawWorkerService =
+    Layered<v1::WorkerService::Service, v1::WorkerService::WithRawCallbackMethod_RegisterNode,
+            v1::WorkerService::WithRawCallbackMethod_Heartbeat,
+            v1::WorkerService::WithRawCallbackMethod_AppendLogs,
+            v1::WorkerService::WithRawCallbackMethod_KvSet,
+            v1::WorkerService::WithRawCallbackMethod_KvGet,
+            v1::WorkerService::WithRawCallbackMethod_KvAdd,
+            v1::WorkerService::WithRawCallbackMethod_KvWait,
+            v1::WorkerService::WithRawCallbackMethod_KvCheck,
+            v1::WorkerService::WithRawCallbackMethod_KvDelete,
+            v1::WorkerService::WithRawCallbackMethod_ReportProgress,
+            v1::WorkerService::WithRawCallbackMethod_ReportCheckpoint,
+            v1::WorkerService::WithRawCallbackMethod_RejectCheckpoint>::type;
+
+// The methods that may wait for something other than the controller's loop (a rendezvous key,
+// a log or export file): they run on the CallPool, as WatchJob's streams do. The others are handed to
+// DhpService::Dispatch, which runs them on the loop.
+constexpr bool MayBlock(std::string_view method) {
+  return method == "GetLogs" || method == "AppendLogs" || method == "KvGet" ||
+         method == "KvWait" || method == "ExportCheckpoint" || method == "ListExports" ||
+         method == "GetExport";
+}
+
+// `bytes` decoded into `msg`, or INVALID_ARGUMENT saying why not, naming the field whose text
+// is not UTF-8 when that is the reason.
+absl::Status DecodeRequest(const grpc::ByteBuffer& bytes, google::protobuf::Message* msg) {
+  grpc::ByteBuffer copy(bytes);  // shares the slices; the reader needs a mutable buffer
+  grpc::ProtoBufferReader reader(&copy);
+  if (msg->ParseFromZeroCopyStream(&reader)) return absl::OkStatus();
+  std::vector<grpc::Slice> slices;
+  std::string wire;
+  if (bytes.Dump(&slices).ok()) {
+    for (const grpc::Slice& slice : slices) {
+      wire.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+    }
+  }
+  const std::string what = "request (protobuf " + msg->GetTypeName() + "): ";
+  const std::string field = InvalidUtf8InEncoding(wire, *msg->GetDescriptor());
+  if (!field.empty()) return absl::InvalidArgumentError(what + field);
+  return absl::InvalidArgumentError(what + std::to_string(wire.size()) +
+                                    " bytes that do not decode as this message (truncated, or "
+                                    "not protobuf's binary encoding)");
+}
+
+// One WatchJob stream. The watch runs on a CallPool thread (DhpService::WatchJob blocks until
+// the stream ends); each event is written with StartWrite, and Write waits for its
+// OnWriteDone, so that one event is in flight at a time and the buffer is not reused early.
+// The pool thread's last act is Finish; gRPC then calls OnDone, which deletes the reactor.
+class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public EventSink {
+ public:
+  bool Write(const v1::Event& event) override {
+    bool own_buffer = false;
+    buffer_.Clear();  // the previous event's, written by now
+    if (!grpc::SerializationTraits<v1::Event>::Serialize(event, &buffer_, &own_buffer).ok()) {
+      return false;
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    if (cancelled_) return false;
+    write_pending_ = true;
+    lock.unlock();  // OnWriteDone takes the lock, and gRPC may call it before StartWrite returns
+    StartWrite(&buffer_);
+    lock.lock();
+    cv_.wait(lock, [this] { return !write_pending_; });  // a cancelled write ends with ok false
+    return write_ok_;
+  }
+  bool IsCancelled() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cancelled_;
+  }
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    write_pending_ = false;
+    write_ok_ = ok;
+    cv_.notify_all();
+  }
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    cv_.notify_all();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  grpc::ByteBuffer buffer_;  // the event being written
+  mutable std::mutex mu_;    // guards the flags below
+  std::condition_variable cv_;
+  bool write_pending_ = false;
+  bool write_ok_ = true;
+  bool cancelled_ = false;
+};
+
+}  // namespace
 
 // The three gRPC services of dhp.v1 in one object: each method of api/methods.h forwards to
 // the same-named DhpService method through the Authorizer (api/authz.h). Registered once per
 // service.
-class GrpcServices final : public AsyncJobService,
-                           public AsyncNodeService,
-                           public AsyncWorkerService {
+class GrpcServices final : public RawJobService, public RawNodeService, public RawWorkerService {
  public:
-  GrpcServices(DhpService& service, const TokenAuth& auth)
-      : service_(service), authz_(auth, service) {}
+  GrpcServices(DhpService& service, const TokenAuth& auth, int max_threads)
+      : service_(service), authz_(auth, service), calls_("dhp-grpc-call", max_threads) {}
+  ~GrpcServices() override {
+    calls_.Stop();
+    finisher_.Stop();
+  }
 
-  // Both forms of every method: gRPC calls the synchronous one for the methods left
-  // synchronous and the callback one for the others (the callback form of a synchronous method
-  // overrides nothing and is never called).
 #define DHP_GRPC_UNARY(S, M, A, V, P, D)                                                      \
-  grpc::Status M(ServerContext* ctx, const v1::M##Request* req, v1::M##Response* resp)        \
-      override {                                                                              \
-    return ToGrpcStatus(authz_.Call(Authorization(ctx), #M, &DhpService::M, *req, resp));    \
-  }                                                                                           \
-  grpc::ServerUnaryReactor* M(grpc::CallbackServerContext* ctx, const v1::M##Request* req,   \
-                              v1::M##Response* resp) {                                        \
-    return Dispatched(ctx, #M, &DhpService::M, req, resp);                                    \
+  grpc::ServerUnaryReactor* M(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req, \
+                              grpc::ByteBuffer* resp) override {                              \
+    return Serve<v1::M##Request, v1::M##Response>(ctx, #M, &DhpService::M, *req, resp);       \
   }
   DHP_UNARY_METHODS(DHP_GRPC_UNARY)
 #undef DHP_GRPC_UNARY
 
-  grpc::Status WatchJob(ServerContext* ctx, const v1::WatchJobRequest* req,
-                        grpc::ServerWriter<v1::Event>* writer) override {
-    GrpcEventSink sink(ctx, writer);
-    return ToGrpcStatus(authz_.Watch(Authorization(ctx), *req, sink));
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchJob(grpc::CallbackServerContext* ctx,
+                                                        const grpc::ByteBuffer* bytes) override {
+    auto* reactor = new WatchReactor();
+    std::string token(Authorization(ctx));
+    auto req = std::make_shared<v1::WatchJobRequest>();
+    if (absl::Status s = Decode(bytes, token, req.get()); !s.ok()) {
+      reactor->Finish(ToGrpcStatus(s));
+      return reactor;
+    }
+    if (!calls_.TryRun([this, reactor, token = std::move(token), req] {
+          reactor->Finish(ToGrpcStatus(authz_.Watch(token, *req, *reactor)));
+        })) {
+      reactor->Finish(Busy("WatchJob"));
+    }
+    return reactor;
   }
 
  private:
-  // A callback method's call, handed to DhpService::Dispatch and finished from where it ran.
-  // SubmitJob's stateless part (authentication, the spec parsed and validated) runs first,
-  // here on gRPC's thread, so that the loop does not parse YAML.
-  // The call is finished (the response serialized and written) on finisher_, not where it
-  // ran: Finish does that work inline, and on the loop it was ~40% of the loop's time.
+  // One call: decoded here, on gRPC's thread; run on the loop (DhpService::Dispatch) or, for
+  // the methods that may block, on calls_; finished from there. SubmitJob's stateless part
+  // (authentication, the spec parsed and validated) runs first, here, so that the loop does
+  // not parse YAML. A call the loop ran is finished (the response serialized and written) on
+  // finisher_: Finish does that work inline, and on the loop it was ~40% of the loop's time.
   template <typename Req, typename Resp>
-  grpc::ServerUnaryReactor* Dispatched(grpc::CallbackServerContext* ctx, const char* method,
-                                       absl::Status (DhpService::*call)(const Req&, Resp*),
-                                       const Req* req, Resp* resp) {
+  grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* ctx, const char* method,
+                                  absl::Status (DhpService::*call)(const Req&, Resp*),
+                                  const grpc::ByteBuffer& bytes, grpc::ByteBuffer* out) {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    auto finish = [this, reactor](const absl::Status& s) {
-      finisher_.Post([reactor, status = ToGrpcStatus(s)] { reactor->Finish(status); });
-    };
     std::string token(Authorization(ctx));
-    std::shared_ptr<const Req> prepared;  // SubmitJob: the request after its stateless part
+    auto req = std::make_shared<Req>();
+    if (absl::Status s = Decode(&bytes, token, req.get()); !s.ok()) {
+      reactor->Finish(ToGrpcStatus(s));
+      return reactor;
+    }
     if constexpr (std::is_same_v<Req, v1::SubmitJobRequest>) {
-      auto copy = std::make_shared<v1::SubmitJobRequest>(*req);
-      if (absl::Status s = authz_.Prepare(token, copy.get()); !s.ok()) {
-        reactor->Finish(ToGrpcStatus(s));  // already on gRPC's thread
+      if (absl::Status s = authz_.Prepare(token, req.get()); !s.ok()) {
+        reactor->Finish(ToGrpcStatus(s));
         return reactor;
       }
-      prepared = std::move(copy);
     }
-    service_.Dispatch(
-        [this, token = std::move(token), method, call, req, prepared, resp] {
-          return authz_.Call(token, method, call, prepared ? *prepared : *req, resp);
-        },
-        finish);
+    auto resp = std::make_shared<Resp>();
+    auto finish = [reactor, resp, out](const absl::Status& s) {
+      grpc::Status status = ToGrpcStatus(s);
+      bool own_buffer = false;
+      if (status.ok()) status = grpc::SerializationTraits<Resp>::Serialize(*resp, out, &own_buffer);
+      reactor->Finish(status);
+    };
+    auto run = [this, token = std::move(token), method, call, req, resp] {
+      return authz_.Call(token, method, call, *req, resp.get());
+    };
+    if (MayBlock(method)) {
+      if (!calls_.TryRun([run = std::move(run), finish] { finish(run()); })) {
+        reactor->Finish(Busy(method));
+      }
+      return reactor;
+    }
+    service_.Dispatch(std::move(run), [this, finish](const absl::Status& s) {
+      finisher_.Post([finish, s] { finish(s); });
+    });
     return reactor;
+  }
+
+  // The request decoded, or why not: the caller is authenticated first (who, before what).
+  absl::Status Decode(const grpc::ByteBuffer* bytes, std::string_view token,
+                      google::protobuf::Message* req) const {
+    absl::Status s = DecodeRequest(*bytes, req);
+    if (s.ok()) return s;
+    absl::StatusOr<Identity> who = authz_.auth().Authenticate(token);
+    return who.ok() ? s : who.status();
+  }
+
+  grpc::Status Busy(std::string_view method) const {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        std::string(method) + ": the controller is already running " +
+                            std::to_string(calls_.Threads()) +
+                            " calls that may block (listen.grpc_max_threads); retry later");
   }
 
   DhpService& service_;
   const Authorizer authz_;
+  CallPool calls_;                            // the methods that MayBlock; stopped first
   SerialWorker finisher_{"dhp-grpc-finish"};  // stopped (drained) before the services go
 };
 
@@ -152,7 +283,7 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string&
 
   std::unique_ptr<GrpcServer> s(new GrpcServer());
   s->auth_ = std::move(auth);
-  auto services = std::make_unique<GrpcServices>(service, s->auth_);
+  auto services = std::make_unique<GrpcServices>(service, s->auth_, max_threads);
 
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address, ServerCredentials(tls), &s->port_);
@@ -161,7 +292,7 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string&
   builder.RegisterService(static_cast<v1::WorkerService::Service*>(services.get()));
   s->services_ = std::move(services);
   builder.SetMaxReceiveMessageSize(16 << 20);
-  if (max_threads > 0) {
+  if (max_threads > 0) {  // gRPC's own synchronous threads (server reflection)
     grpc::ResourceQuota quota("dhp-grpc");
     quota.SetMaxThreads(max_threads);
     builder.SetResourceQuota(quota);

@@ -22,6 +22,7 @@
 #include "common/proto_yaml.h"
 #include "controller/controller.h"
 #include "controller/store.h"
+#include "dhp/v1/service.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -407,15 +408,56 @@ TEST_F(ApiTest, EveryRestEntryPointRefusesTextThatIsNotUtf8) {
 }
 
 // gRPC refuses such bytes on the wire (the message does not parse), so the transports agree.
+// Bytes protobuf will not parse are INVALID_ARGUMENT naming the field (gRPC itself would answer
+// UNIMPLEMENTED with no message), on the loop's methods and the blocking ones alike, and nothing
+// is stored.
 TEST_F(ApiTest, GrpcRefusesTextThatIsNotUtf8) {
   v1::RegisterNodeRequest req;
   req.mutable_node()->set_id("n1");
   req.mutable_node()->set_hostname("h\xffost");
-  EXPECT_FALSE(GenericUnary(target_, "/dhp.v1.WorkerService/RegisterNode", req.SerializeAsString())
-                   .first.ok());
+  auto [status, body] =
+      GenericUnary(target_, "/dhp.v1.WorkerService/RegisterNode", req.SerializeAsString());
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_EQ(status.error_message(),
+            "request (protobuf dhp.v1.RegisterNodeRequest): node.hostname: not valid UTF-8: byte "
+            "0xFF at line 1, column 2 (offset 1)");
+
+  v1::KvGetRequest get;  // a method run off the loop
+  get.mutable_scope()->set_job_id("j\xc3");
+  status = GenericUnary(target_, "/dhp.v1.WorkerService/KvGet", get.SerializeAsString()).first;
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_NE(status.error_message().find("scope.job_id: not valid UTF-8: byte 0xC3"),
+            std::string::npos)
+      << status.error_message();
+
+  status = GenericUnary(target_, "/dhp.v1.JobService/SubmitJob", "\xff\xff\xff\xff").first;
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_EQ(status.error_message(),
+            "request (protobuf dhp.v1.SubmitJobRequest): 4 bytes that do not decode as this "
+            "message (truncated, or not protobuf's binary encoding)");
+
+  {  // the streaming method too (the generated stub sends the bad text, with a logged complaint)
+    auto stub = v1::JobService::NewStub(
+        grpc::CreateChannel(target_, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    v1::WatchJobRequest watch;
+    watch.set_job_id("j\xff");
+    auto reader = stub->WatchJob(&ctx, watch);
+    v1::Event event;
+    EXPECT_FALSE(reader->Read(&event));
+    status = reader->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+    EXPECT_NE(status.error_message().find("dhp.v1.WatchJobRequest): job_id: not valid UTF-8"),
+              std::string::npos)
+        << status.error_message();
+  }
+
   absl::StatusOr<v1::ListNodesResponse> nodes = client_->ListNodes(v1::ListNodesRequest());
   ASSERT_TRUE(nodes.ok());
   EXPECT_EQ(nodes->nodes_size(), 0);
+  absl::StatusOr<v1::ListJobsResponse> jobs = client_->ListJobs(v1::ListJobsRequest());
+  ASSERT_TRUE(jobs.ok());
+  EXPECT_EQ(jobs->jobs_size(), 0);
 }
 
 // JSON bodies go by the proto JSON mapping and the Content-Type; YAML is for job specs.
