@@ -433,9 +433,21 @@ void RestGateway::Router::AddRoutes() {
                             return absl::OkStatus();
                           });
                         }};
-  own["ListNodes"] = {{}, [this](Call& c) {
-                        Unary(c, &DhpService::ListNodes,
-                              [](v1::ListNodesRequest&) { return absl::OkStatus(); });
+  own["ListNodes"] = {{{"page_size", Q::kInt32, "At most this many (0: the default)", 0},
+                       {"page_token", Q::kString, "next_page_token of the previous page"}},
+                      [this](Call& c) {
+                        Unary(c, &DhpService::ListNodes, [&](v1::ListNodesRequest& req) {
+                          for (const auto& [key, value] : c.query) {
+                            if (key == "page_size") {
+                              absl::StatusOr<int32_t> n = ParseIntParam<int32_t>(key, value);
+                              if (!n.ok()) return n.status();
+                              req.set_page_size(*n);
+                            } else if (key == "page_token") {
+                              req.set_page_token(value);
+                            }
+                          }
+                          return absl::OkStatus();
+                        });
                       }};
   own["WatchJob"] = {{after, follow}, [this](Call& c) { Watch(c, c.id); }};
   // Every unary method, in the table's order; by default a POST whose body is the request.

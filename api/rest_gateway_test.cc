@@ -441,6 +441,14 @@ TEST_F(RestGatewayTest, WorkerFacingRoutes) {
   res = client_->Get("/v1/nodes");
   EXPECT_EQ(res.result_int(), 200);
   EXPECT_NE(res.body().find("n-1"), std::string::npos) << res.body();
+  res = client_->Get("/v1/nodes?page_size=2&page_token=n6e2d31");
+  EXPECT_EQ(res.result_int(), 200) << res.body();
+  const v1::ListNodesRequest page = service_.Last<v1::ListNodesRequest>();
+  EXPECT_EQ(page.page_size(), 2);
+  EXPECT_EQ(page.page_token(), "n6e2d31");
+  res = client_->Get("/v1/nodes?page_size=lots");
+  EXPECT_EQ(res.result_int(), 400) << res.body();
+  EXPECT_NE(res.body().find("page_size"), std::string::npos) << res.body();
   EXPECT_TRUE(Observed("KvAdd", 200));
   EXPECT_TRUE(Observed("Heartbeat", 200));
   EXPECT_TRUE(Observed("ListNodes", 200));

@@ -250,18 +250,23 @@ JobTally TallyJobsNotRunning(ControllerStubs& stubs, int deadline_ms) {
 
 NodeTally CountNodes(ControllerStubs& stubs, int deadline_ms) {
   NodeTally t;
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, deadline_ms);
-  v1::ListNodesResponse resp;
-  grpc::Status s = stubs.nodes->ListNodes(&ctx, v1::ListNodesRequest(), &resp);
-  if (!s.ok()) {
-    t.error = "ListNodes: " + s.error_message();
-    return t;
-  }
-  for (const v1::Node& n : resp.nodes()) {
-    ++t.total;
-    t.ready += n.state() == v1::NODE_STATE_READY;
-    t.lost += n.state() == v1::NODE_STATE_LOST;
+  v1::ListNodesRequest req;  // every page
+  while (true) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, deadline_ms);
+    v1::ListNodesResponse resp;
+    grpc::Status s = stubs.nodes->ListNodes(&ctx, req, &resp);
+    if (!s.ok()) {
+      t.error = "ListNodes: " + s.error_message();
+      return t;
+    }
+    for (const v1::Node& n : resp.nodes()) {
+      ++t.total;
+      t.ready += n.state() == v1::NODE_STATE_READY;
+      t.lost += n.state() == v1::NODE_STATE_LOST;
+    }
+    if (resp.next_page_token().empty()) break;
+    req.set_page_token(resp.next_page_token());
   }
   t.ok = true;
   return t;

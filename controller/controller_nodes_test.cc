@@ -3,6 +3,7 @@
 // stopping in ListNodes, and is placed on again once an agent registers it anew.
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/metrics_exposition.h"
@@ -58,6 +59,54 @@ TEST_F(ControllerNodesTest, AStoppingAgentsNodeGetsNoNewRanksUntilItRegistersAga
   ASSERT_TRUE(Register("n1").ok());
   EXPECT_FALSE(Listed("n1").stopping());
   EXPECT_EQ(Beat("n1"), 1);
+}
+
+// ListNodes pages by id: every node once, in order, each page at most page_size, the last page
+// without a token; a node removed or added between pages does not upset the walk.
+TEST_F(ControllerNodesTest, ListNodesPagesByIdWithATokenNamingTheLastNode) {
+  for (const char* id : {"n-c", "n-a", "n-z", "n-b", "n-e"}) ASSERT_TRUE(Register(id).ok());
+  v1::ListNodesRequest req;
+  req.set_page_size(2);
+  std::vector<std::string> pages;
+  std::vector<std::string> ids;
+  for (int i = 0; i < 10; ++i) {
+    v1::ListNodesResponse resp;
+    ASSERT_TRUE(controller_->ListNodes(req, &resp).ok());
+    std::string page;
+    for (const v1::Node& n : resp.nodes()) page += n.id() + " ";
+    pages.push_back(page);
+    for (const v1::Node& n : resp.nodes()) ids.push_back(n.id());
+    if (i == 0) ASSERT_TRUE(Register("n-bb").ok());  // lands after the first page: listed
+    if (resp.next_page_token().empty()) break;
+    req.set_page_token(resp.next_page_token());
+  }
+  EXPECT_EQ(pages, (std::vector<std::string>{"n-a n-b ", "n-bb n-c ", "n-e n-z "}));
+  EXPECT_EQ(ids.size(), 6u);
+
+  v1::ListNodesResponse all;  // page_size 0: the default page holds all six, with no token
+  ASSERT_TRUE(controller_->ListNodes(v1::ListNodesRequest(), &all).ok());
+  EXPECT_EQ(all.nodes_size(), 6);
+  EXPECT_EQ(all.next_page_token(), "");
+}
+
+TEST_F(ControllerNodesTest, ListNodesRefusesABadPageSizeOrToken) {
+  ASSERT_TRUE(Register("n1").ok());
+  v1::ListNodesResponse resp;
+  v1::ListNodesRequest req;
+  req.set_page_size(1001);
+  absl::Status s = controller_->ListNodes(req, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "page_size: 1001 must be in 0..1000 (0: default 1000)");
+  req.set_page_size(-1);
+  EXPECT_EQ(controller_->ListNodes(req, &resp).code(), absl::StatusCode::kInvalidArgument);
+  req.set_page_size(0);
+  for (const char* token : {"p12", "n", "nzz", "n123", "\xff"}) {
+    req.set_page_token(token);
+    s = controller_->ListNodes(req, &resp);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << token;
+    EXPECT_NE(s.message().find("is not a token returned by ListNodes"), std::string::npos) << s;
+  }
+  EXPECT_EQ(resp.nodes_size(), 0);
 }
 
 }  // namespace

@@ -3,12 +3,15 @@
 A dhp-controller and a dhp-worker agent with real dhp-rank processes on loopback; everything
 below goes through dhp_client only (no dhpctl): the tiny job trains to SUCCEEDED with its
 checkpoints, events, logs and listing; a long job is cancelled and resumed (on a new layout;
-a bad one refused); errors come back as the exceptions of the controller's codes.
+a bad one refused); errors come back as the exceptions of the controller's codes. Last, on a
+controller of its own, 1,003 registered nodes are listed whole, over more than one page, by the
+client, dhpctl and REST.
 
 Usage (tools/test.sh, after `pip install clients/python` into .venv):
   .venv/bin/python tests/python_client_test.py CONTROLLER WORKER DHPCTL CONFIGS RANK GEN_SHAPES
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -174,6 +177,43 @@ class PythonClientTest(unittest.TestCase):
         self.assertEqual(c.get(job.id).job.state, job_pb2.JOB_STATE_QUEUED)
         self.assertFalse(c.uncordon_node("node-a").cordoned)
         self.assertEqual(c.wait(job.id, timeout=120).state, job_pb2.JOB_STATE_SUCCEEDED)
+
+
+class ManyNodesTest(unittest.TestCase):
+    """Past one page of ListNodes (1,000), the client, dhpctl and REST still see every node."""
+
+    def test_every_page_of_nodes_is_read(self):
+        from dhp_client._gen.dhp.v1 import service_pb2, service_pb2_grpc
+        import grpc
+        cluster = Cluster(BINS)
+        try:
+            cluster.start_controller()
+            target = "127.0.0.1:%d" % cluster.grpc_port
+            with grpc.insecure_channel(target) as channel:
+                workers = service_pb2_grpc.WorkerServiceStub(channel)
+                for i in range(1003):
+                    node = node_pb2.Node(id="m-%04d" % i, hostname="m-%04d" % i,
+                                         resources=node_pb2.NodeResources(cpu_slots=1))
+                    workers.RegisterNode(service_pb2.RegisterNodeRequest(node=node), timeout=10)
+            want = ["m-%04d" % i for i in range(1003)]
+            with dhp_client.Client(target) as c:
+                self.assertEqual([n.id for n in c.nodes()], want)
+            self.assertEqual([n["id"] for n in cluster.dhpctl_json("nodes")["nodes"]], want)
+            status, body = cluster.http("GET", "/v1/nodes")
+            self.assertEqual(status, 200, body)
+            first = json.loads(body)
+            self.assertEqual(len(first["nodes"]), 1000)
+            status, body = cluster.http(
+                "GET", "/v1/nodes?page_size=1000&page_token=" + first["next_page_token"])
+            self.assertEqual(status, 200, body)
+            rest = json.loads(body)
+            self.assertEqual([n["id"] for n in rest["nodes"]], want[1000:])
+            self.assertEqual(rest.get("next_page_token", ""), "")  # empty on the last page
+            status, body = cluster.http("GET", "/v1/nodes?page_token=bogus")
+            self.assertEqual(status, 400, body)
+            self.assertIn("is not a token returned by ListNodes", body)
+        finally:
+            cluster.close()
 
 
 if __name__ == "__main__":

@@ -777,11 +777,17 @@ int main(int argc, char** argv) {
     if (!resp.ok()) return Report(resp.status(), g.server);
     return Print(*resp, g, "node " + node_id + " uncordoned: ranks may be placed there again\n");
   }
-  if (nodes->parsed()) {
-    absl::StatusOr<v1::ListNodesResponse> resp = client.ListNodes(v1::ListNodesRequest());
-    if (!resp.ok()) return Report(resp.status(), g.server);
-    std::vector<v1::Node> list_nodes(resp->nodes().begin(), resp->nodes().end());
-    return Print(*resp, g, NodesTable(list_nodes, Now()));
+  if (nodes->parsed()) {  // every page
+    v1::ListNodesRequest req;
+    v1::ListNodesResponse all;
+    do {
+      absl::StatusOr<v1::ListNodesResponse> page = client.ListNodes(req);
+      if (!page.ok()) return Report(page.status(), g.server);
+      for (const v1::Node& n : page->nodes()) *all.add_nodes() = n;
+      req.set_page_token(page->next_page_token());
+    } while (!req.page_token().empty());
+    std::vector<v1::Node> list_nodes(all.nodes().begin(), all.nodes().end());
+    return Print(all, g, NodesTable(list_nodes, Now()));
   }
   return 2;
 }

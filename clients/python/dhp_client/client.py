@@ -266,8 +266,16 @@ class Client:
     # ---- nodes ----------------------------------------------------------------------------
 
     def nodes(self) -> List[node_pb2.Node]:
-        """Registered worker nodes with their GPUs or CPU slots and state."""
-        return list(self._call(self._nodes.ListNodes, service_pb2.ListNodesRequest()).nodes)
+        """Registered worker nodes with their GPUs or CPU slots and state, by id (every page)."""
+        nodes: List[node_pb2.Node] = []
+        token = ""
+        while True:
+            response = self._call(self._nodes.ListNodes,
+                                  service_pb2.ListNodesRequest(page_token=token))
+            nodes.extend(response.nodes)
+            token = response.next_page_token
+            if not token:
+                return nodes
 
     def drain_node(self, node_id: str, reason: str = "") -> service_pb2.DrainNodeResponse:
         """Cordons a node (no new ranks are placed there) and asks every running job with ranks
