@@ -17,6 +17,7 @@
 
 #include "api/fake_owners_service.h"
 #include "api/grpc_server.h"
+#include "common/test_gate.h"
 #include "dhp/v1/service.grpc.pb.h"
 
 namespace dhp::api {
@@ -141,32 +142,16 @@ TEST(GrpcAsyncTest, MethodsRunOffTheLoopAnswerWithoutDispatch) {
   (*server)->Shutdown();
 }
 
-// KvWait held in the service until Release(), as a rendezvous waits for its key.
+// KvWait held in the service until the gate opens, as a rendezvous waits for its key.
 class BlockingKvService : public FakeOwnersService {
  public:
   absl::Status KvWait(const v1::KvWaitRequest&, v1::KvWaitResponse*) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    ++calls;
-    ++waiting_;
-    cv_.notify_all();
-    cv_.wait(lock, [this] { return released_; });
+    ++calls_waited;
+    gate.Block();
     return absl::OkStatus();
   }
-  bool WaitWaiting(int n) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, std::chrono::seconds(20), [&] { return waiting_ >= n; });
-  }
-  void Release() {
-    std::lock_guard<std::mutex> lock(mu_);
-    released_ = true;
-    cv_.notify_all();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int waiting_ = 0;
-  bool released_ = false;
+  std::atomic<int> calls_waited{0};
+  Gate gate;
 };
 
 struct PendingWait {
@@ -195,7 +180,7 @@ TEST(GrpcAsyncTest, CallsThatMayBlockAreBoundedByMaxThreads) {
     });
     waits.push_back(std::move(w));
   }
-  ASSERT_TRUE(service.WaitWaiting(2));
+  ASSERT_TRUE(service.gate.WaitBlocked(2));
   {
     grpc::ClientContext ctx;
     v1::KvWaitResponse resp;
@@ -205,7 +190,7 @@ TEST(GrpcAsyncTest, CallsThatMayBlockAreBoundedByMaxThreads) {
               "KvWait: the controller is already running 2 calls that may block "
               "(listen.grpc_max_threads); retry later");
   }
-  service.Release();
+  service.gate.Release();
   for (const auto& w : waits) {
     for (int i = 0; i < 2000 && !w->done; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -216,7 +201,7 @@ TEST(GrpcAsyncTest, CallsThatMayBlockAreBoundedByMaxThreads) {
   grpc::ClientContext ctx;
   v1::KvWaitResponse resp;
   EXPECT_TRUE(stub->KvWait(&ctx, v1::KvWaitRequest(), &resp).ok());  // a freed thread serves it
-  EXPECT_EQ(service.calls, 3);
+  EXPECT_EQ(service.calls_waited.load(), 3);
   (*server)->Shutdown();
 }
 

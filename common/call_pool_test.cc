@@ -2,43 +2,17 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <mutex>
 #include <set>
 #include <thread>
 
+#include "common/test_gate.h"
 #include "gtest/gtest.h"
 
 namespace dhp {
 namespace {
 
 using namespace std::chrono_literals;
-
-// Holds the tasks that call Block() until Release().
-class Gate {
- public:
-  void Block() {
-    std::unique_lock<std::mutex> lock(mu_);
-    ++blocked_;
-    cv_.notify_all();
-    cv_.wait(lock, [this] { return open_; });
-  }
-  bool WaitBlocked(int n) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, 10s, [&] { return blocked_ >= n; });
-  }
-  void Release() {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_ = true;
-    cv_.notify_all();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int blocked_ = 0;
-  bool open_ = false;
-};
 
 TEST(CallPoolTest, RunsBlockingTasksSideBySideAndRefusesPastTheBound) {
   CallPool pool("test", 3);
