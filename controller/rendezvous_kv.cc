@@ -3,8 +3,10 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "controller/rendezvous_kv_internal.h"
+
 namespace dhp::controller {
-namespace {
+namespace kv_internal {
 
 absl::Status CheckKey(const std::string& key) {
   if (key.empty()) return absl::InvalidArgumentError("key: must not be empty");
@@ -14,13 +16,6 @@ absl::Status CheckKey(const std::string& key) {
                                       std::to_string(RendezvousKv::kMaxKeyBytes));
   }
   return absl::OkStatus();
-}
-
-absl::Status CheckRequestId(const std::string& request_id) {
-  if (request_id.size() <= RendezvousKv::kMaxRequestIdBytes) return absl::OkStatus();
-  return absl::InvalidArgumentError("request_id: " + std::to_string(request_id.size()) +
-                                    " bytes exceeds the limit of " +
-                                    std::to_string(RendezvousKv::kMaxRequestIdBytes));
 }
 
 absl::Status Closed() { return absl::UnavailableError("the controller is shutting down"); }
@@ -38,6 +33,21 @@ std::string JoinQuoted(const std::vector<std::string>& keys) {
   return out;
 }
 
+}  // namespace kv_internal
+
+namespace {
+
+using kv_internal::CheckKey;
+using kv_internal::Closed;
+using kv_internal::ScopeName;
+
+absl::Status CheckRequestId(const std::string& request_id) {
+  if (request_id.size() <= RendezvousKv::kMaxRequestIdBytes) return absl::OkStatus();
+  return absl::InvalidArgumentError("request_id: " + std::to_string(request_id.size()) +
+                                    " bytes exceeds the limit of " +
+                                    std::to_string(RendezvousKv::kMaxRequestIdBytes));
+}
+
 }  // namespace
 
 absl::Status RendezvousKv::Load() {
@@ -52,8 +62,7 @@ absl::Status RendezvousKv::Load() {
       scope.replies.merge(s.replies);
     }
   }
-  changed_.notify_all();
-  return absl::OkStatus();
+  return absl::OkStatus();  // before serving: no wait is in flight
 }
 
 absl::Status RendezvousKv::PersistLocked(const KvScopeKey& scope, const std::string& key,
@@ -78,6 +87,7 @@ absl::Status RendezvousKv::Set(const KvScopeKey& scope, const std::string& key,
                                       " bytes exceeds the limit of " +
                                       std::to_string(kMaxValueBytes));
   }
+  Ended ended;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return Closed();
@@ -88,8 +98,9 @@ absl::Status RendezvousKv::Set(const KvScopeKey& scope, const std::string& key,
     }
     if (absl::Status s = PersistLocked(scope, key, value, "", 0); !s.ok()) return s;
     scopes_[scope].keys[key] = value;
+    NotifyLocked(scope, key, &ended);
   }
-  changed_.notify_all();
+  Run(ended);
   return absl::OkStatus();
 }
 
@@ -103,54 +114,12 @@ std::vector<std::string> RendezvousKv::MissingLocked(const KvScopeKey& scope,
   return missing;
 }
 
-absl::Status RendezvousKv::Wait(const KvScopeKey& scope, const std::vector<std::string>& keys,
-                                std::chrono::milliseconds timeout) {
-  for (const std::string& k : keys) {
-    if (absl::Status s = CheckKey(k); !s.ok()) return s;
-  }
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  std::unique_lock<std::mutex> lock(mu_);
-  const uint64_t generation = dropped_generation_;
-  while (true) {
-    if (closed_) return Closed();
-    std::vector<std::string> missing = MissingLocked(scope, keys);
-    if (missing.empty()) return absl::OkStatus();
-    if (dropped_generation_ != generation && scopes_.count(scope) == 0) {
-      return absl::CancelledError("rendezvous of " + ScopeName(scope) +
-                                  " was closed while waiting for " + JoinQuoted(missing));
-    }
-    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
-      if (closed_) return Closed();
-      missing = MissingLocked(scope, keys);
-      if (missing.empty()) return absl::OkStatus();
-      return absl::DeadlineExceededError(
-          "rendezvous of " + ScopeName(scope) + ": still missing " + JoinQuoted(missing) +
-          " after " + std::to_string(timeout.count()) + " ms");
-    }
-  }
-}
-
-absl::StatusOr<std::string> RendezvousKv::Get(const KvScopeKey& scope, const std::string& key,
-                                              std::chrono::milliseconds timeout) {
-  if (timeout.count() > 0) {
-    if (absl::Status s = Wait(scope, {key}, timeout); !s.ok()) return s;
-  } else if (absl::Status s = CheckKey(key); !s.ok()) {
-    return s;
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (closed_) return Closed();
-  auto it = scopes_.find(scope);
-  if (it == scopes_.end() || it->second.keys.count(key) == 0) {
-    return absl::NotFoundError("key \"" + key + "\" is not set in " + ScopeName(scope));
-  }
-  return it->second.keys[key];
-}
-
 absl::StatusOr<int64_t> RendezvousKv::Add(const KvScopeKey& scope, const std::string& key,
                                           int64_t delta, const std::string& request_id) {
   if (absl::Status s = CheckKey(key); !s.ok()) return s;
   if (absl::Status s = CheckRequestId(request_id); !s.ok()) return s;
   int64_t value = 0;
+  Ended ended;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return Closed();
@@ -181,8 +150,9 @@ absl::StatusOr<int64_t> RendezvousKv::Add(const KvScopeKey& scope, const std::st
     Scope& stored = scopes_[scope];
     stored.keys[key] = std::to_string(value);
     if (!request_id.empty()) stored.replies[request_id] = value;
+    NotifyLocked(scope, key, &ended);
   }
-  changed_.notify_all();
+  Run(ended);
   return value;
 }
 
@@ -213,28 +183,7 @@ absl::StatusOr<bool> RendezvousKv::Delete(const KvScopeKey& scope, const std::st
     stored.keys.erase(key);
     if (!request_id.empty()) stored.replies[request_id] = existed ? 1 : 0;
   }
-  changed_.notify_all();
-  return existed;
-}
-
-absl::Status RendezvousKv::DropScope(const KvScopeKey& scope) {
-  absl::Status stored;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (store_ != nullptr) stored = store_->DeleteKvScope(scope.job_id, scope.attempt);
-    scopes_.erase(scope);
-    ++dropped_generation_;
-  }
-  changed_.notify_all();
-  return stored;
-}
-
-void RendezvousKv::Close() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    closed_ = true;
-  }
-  changed_.notify_all();
+  return existed;  // a key removed satisfies no wait
 }
 
 size_t RendezvousKv::KeyCount(const KvScopeKey& scope) {

@@ -6,29 +6,42 @@
 // before it becomes visible (a few writes per rank and process group, once per attempt; none
 // while training), and Load brings back the keys of attempts whose run has not ended. A new
 // attempt starts a fresh namespace; DropScope forgets one, in memory and in the store, when its
-// run ends. Waits block the calling (gRPC/REST) thread, never the controller's loop; Close ends
-// them with UNAVAILABLE when the controller stops, and the rank's client re-issues them to the
-// next controller.
+// run ends.
+//
+// Waits hold no thread: GetAsync and WaitAsync register a waiter under the first key it lacks
+// and return; the change that sets that key moves it to the next one it lacks, or ends it.
+// A change visits only the waiters of its own key, so an 80,000-rank job whose ranks all wait
+// for rank 0's key costs one visit per rank when that key is set, not one per rank per change.
+// One timer thread ends the waits whose timeout passes. Get and Wait are the blocking forms
+// (for REST's threads and tests), built on the same waiters. Close ends every wait with
+// UNAVAILABLE when the controller stops, and the rank's client re-issues it to the next
+// controller.
 //
 // Retried calls: an Add or Delete with a request id remembers its answer (in memory, and in the
 // store in the same transaction as its change) and answers a repeat of that id with it instead
 // of applying it again, so a client that retries after a lost reply changes nothing twice. Set
 // is idempotent; Get, Wait and Check change nothing.
 //
-// Thread-safety: all methods are thread-safe; mu_ guards scopes_ and closed_, and every waiter
-// is woken on each change. The store is written under mu_ on the calling thread, so with a
-// store the changing methods (Set, Add, Delete, DropScope, Load) must be called on the store's
-// thread only (the controller's loop); Get, Wait, Check and KeyCount on any.
+// Thread-safety: all methods are thread-safe; mu_ guards the keys and the waiters. A wait's
+// `done` runs outside mu_, once, on the thread that ended the wait: the caller's when the keys
+// are there already or the request is refused, else the one that set the last missing key
+// (Set, Add), the timer thread (timeout), DropScope's or Close's. It may call back in. The store
+// is written under mu_ on the calling thread, so with a store the changing methods (Set, Add,
+// Delete, DropScope, Load) must be called on the store's thread only (the controller's loop);
+// the others on any.
 #ifndef DHP_CONTROLLER_RENDEZVOUS_KV_H_
 #define DHP_CONTROLLER_RENDEZVOUS_KV_H_
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -54,7 +67,14 @@ class RendezvousKv {
   static constexpr size_t kMaxRequestIdBytes = 128;
 
   // `store`: where changes are kept (borrowed; must outlive this); null: memory only.
-  explicit RendezvousKv(Store* store = nullptr) : store_(store) {}
+  explicit RendezvousKv(Store* store = nullptr);
+  // Closes (ending the waits in flight) and joins the timer thread.
+  ~RendezvousKv();
+  RendezvousKv(const RendezvousKv&) = delete;
+  RendezvousKv& operator=(const RendezvousKv&) = delete;
+
+  // How a wait ends: Get's value (empty for Wait), or why not.
+  using WaitDone = std::function<void(absl::StatusOr<std::string>)>;
 
   // Adds the stored keys of attempts whose run has not ended (Store::LoadKv). Call once,
   // before serving.
@@ -73,6 +93,12 @@ class RendezvousKv {
   // Waits until all keys exist; DEADLINE_EXCEEDED lists the keys still missing.
   absl::Status Wait(const KvScopeKey& scope, const std::vector<std::string>& keys,
                     std::chrono::milliseconds timeout);
+  // Get and Wait without blocking: `done` runs once, with what they would return (see the
+  // thread-safety note above for where).
+  void GetAsync(const KvScopeKey& scope, const std::string& key,
+                std::chrono::milliseconds timeout, WaitDone done);
+  void WaitAsync(const KvScopeKey& scope, const std::vector<std::string>& keys,
+                 std::chrono::milliseconds timeout, WaitDone done);
   bool Check(const KvScopeKey& scope, const std::vector<std::string>& keys);
   // True if the key existed. A `request_id` seen before returns that call's answer.
   absl::StatusOr<bool> Delete(const KvScopeKey& scope, const std::string& key,
@@ -85,8 +111,35 @@ class RendezvousKv {
   // end with UNAVAILABLE, which the ranks' clients retry against the next controller.
   void Close();
   size_t KeyCount(const KvScopeKey& scope);
+  // Waits in flight (registered, not yet ended).
+  size_t Waiting();
 
  private:
+  using Clock = std::chrono::steady_clock;
+  using WatchKey = std::pair<KvScopeKey, std::string>;
+  // One wait in flight: registered in watchers_ under keys[next], the first key it lacks.
+  struct Waiter {
+    KvScopeKey scope;
+    std::vector<std::string> keys;
+    bool get = false;  // Get: ends with keys[0]'s value
+    size_t next = 0;   // keys before it were present when last looked at
+    std::chrono::milliseconds timeout{0};
+    std::multimap<Clock::time_point, uint64_t>::iterator expiry;
+    WaitDone done;
+  };
+  // A wait that ended: its `done` and what it gets, run once mu_ is released.
+  using Ended = std::vector<std::pair<WaitDone, absl::StatusOr<std::string>>>;
+
+  void Register(Waiter waiter, Ended* ended);
+  // Moves `id` on to the next key it lacks, or ends it. mu_ held.
+  void Advance(uint64_t id, Ended* ended);
+  // Ends every wait for (scope, key), or moves it on. mu_ held.
+  void NotifyLocked(const KvScopeKey& scope, const std::string& key, Ended* ended);
+  // Removes `id` from the indexes and hands back its done. mu_ held.
+  WaitDone Unregister(uint64_t id);
+  void ExpireLoop();
+  static void Run(Ended& ended);
+
   struct Scope {
     std::map<std::string, std::string> keys;
     std::map<std::string, int64_t> replies;  // by request id: Add's sum, Delete's 1 or 0
@@ -100,11 +153,15 @@ class RendezvousKv {
                              int64_t reply);
 
   Store* const store_;
-  std::mutex mu_;  // guards scopes_, dropped_generation_ and closed_
-  std::condition_variable changed_;
+  std::mutex mu_;  // guards everything below but timer_
+  std::condition_variable timer_cv_;  // an earlier expiry, or closed_
   std::map<KvScopeKey, Scope> scopes_;
-  uint64_t dropped_generation_ = 0;
+  std::map<uint64_t, Waiter> waiters_;  // by id
+  std::map<WatchKey, std::set<uint64_t>> watchers_;  // the waits lacking each key
+  std::multimap<Clock::time_point, uint64_t> expiries_;
+  uint64_t next_id_ = 0;
   bool closed_ = false;
+  std::thread timer_;  // ExpireLoop; last, started once the rest is built
 };
 
 }  // namespace dhp::controller

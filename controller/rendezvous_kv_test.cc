@@ -1,7 +1,10 @@
 #include "controller/rendezvous_kv.h"
 
+#include <atomic>
+#include <filesystem>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "controller/store.h"
 #include "dhp/v1/job.pb.h"
@@ -213,6 +216,132 @@ TEST(RendezvousKvTest, CloseEndsWaitsAndLaterCallsWithUnavailable) {
             absl::StatusCode::kUnavailable);
   EXPECT_EQ(kv.Set(kRun1, "k", "v").code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(kv.Add(kRun1, "n", 1).status().code(), absl::StatusCode::kUnavailable);
+}
+
+// This process's threads.
+size_t Threads() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    ++n;
+  }
+  return n;
+}
+
+// What asynchronous waits ended with, in the order they ended.
+struct Results {
+  std::mutex mu;
+  std::vector<std::pair<int, absl::StatusOr<std::string>>> ended;  // (wait's tag, result)
+  RendezvousKv::WaitDone For(int tag) {
+    return [this, tag](absl::StatusOr<std::string> r) {
+      std::lock_guard<std::mutex> lock(mu);
+      ended.emplace_back(tag, std::move(r));
+    };
+  }
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mu);
+    return ended.size();
+  }
+  // Waits up to 5 s for `n` results.
+  bool AwaitCount(size_t n) {
+    for (int i = 0; i < 500 && size() < n; ++i) std::this_thread::sleep_for(milliseconds(10));
+    return size() >= n;
+  }
+};
+
+TEST(RendezvousKvTest, TenThousandWaitsHoldNoThreadAndEndWhenTheirKeyIsSet) {
+  RendezvousKv kv;
+  Results results;
+  const size_t threads = Threads();
+  for (int i = 0; i < 10000; ++i) {
+    if (i % 2 == 0) {
+      kv.GetAsync(kRun1, "rank0/addr", milliseconds(60000), results.For(i));
+    } else {
+      kv.WaitAsync(kRun1, {"rank0/addr"}, milliseconds(60000), results.For(i));
+    }
+  }
+  EXPECT_EQ(kv.Waiting(), 10000u);
+  EXPECT_EQ(results.size(), 0u);
+  EXPECT_EQ(Threads(), threads);  // no thread per wait
+  ASSERT_TRUE(kv.Set(kRun1, "other", "x").ok());  // another key ends nothing
+  EXPECT_EQ(results.size(), 0u);
+  ASSERT_TRUE(kv.Set(kRun1, "rank0/addr", "10.0.0.1:29500").ok());
+  // Ended on this thread, by the Set, before it returned.
+  ASSERT_EQ(results.size(), 10000u);
+  EXPECT_EQ(kv.Waiting(), 0u);
+  for (const auto& [tag, r] : results.ended) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(*r, tag % 2 == 0 ? "10.0.0.1:29500" : "") << tag;
+  }
+}
+
+TEST(RendezvousKvTest, AWaitForSeveralKeysEndsWithTheLastAndNotBeforeAll) {
+  RendezvousKv kv;
+  Results results;
+  ASSERT_TRUE(kv.Set(kRun1, "b", "1").ok());
+  kv.WaitAsync(kRun1, {"a", "b", "c"}, milliseconds(60000), results.For(1));
+  ASSERT_TRUE(kv.Set(kRun1, "c", "1").ok());
+  EXPECT_EQ(results.size(), 0u);
+  ASSERT_TRUE(kv.Set(kRun2, "a", "1").ok());  // another attempt's key
+  EXPECT_EQ(results.size(), 0u);
+  ASSERT_TRUE(kv.Delete(kRun1, "b").ok());  // seen, then gone: waited for again
+  ASSERT_TRUE(kv.Set(kRun1, "a", "1").ok());
+  EXPECT_EQ(results.size(), 0u);
+  EXPECT_EQ(kv.Waiting(), 1u);
+  ASSERT_TRUE(kv.Add(kRun1, "b", 2).ok());  // an Add sets a key too
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_TRUE(results.ended[0].second.ok()) << results.ended[0].second.status();
+  // Keys already there: ended at once, on the calling thread.
+  kv.WaitAsync(kRun1, {"a", "b", "c"}, milliseconds(60000), results.For(2));
+  kv.GetAsync(kRun1, "b", milliseconds(60000), results.For(3));
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_EQ(*results.ended[2].second, "2");
+}
+
+TEST(RendezvousKvTest, TimeoutsEndInDeadlineOrderNamingWhatIsMissing) {
+  RendezvousKv kv;
+  Results results;
+  ASSERT_TRUE(kv.Set(kRun1, "rank/0", "x").ok());
+  kv.WaitAsync(kRun1, {"rank/0", "rank/1"}, milliseconds(3000), results.For(1));
+  kv.GetAsync(kRun1, "rank/2", milliseconds(20), results.For(2));  // earlier: the timer re-arms
+  ASSERT_TRUE(results.AwaitCount(1));
+  std::this_thread::sleep_for(milliseconds(100));
+  std::lock_guard<std::mutex> lock(results.mu);
+  ASSERT_EQ(results.ended.size(), 1u);  // the 3 s wait is still waiting
+  EXPECT_EQ(results.ended[0].first, 2);
+  EXPECT_EQ(results.ended[0].second.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(results.ended[0].second.status().message(),
+            "rendezvous of job j-1 attempt 1: still missing \"rank/2\" after 20 ms");
+  EXPECT_EQ(kv.Waiting(), 1u);
+}
+
+TEST(RendezvousKvTest, DropScopeEndsOnlyThatAttemptsWaits) {
+  RendezvousKv kv;
+  Results results;
+  kv.WaitAsync(kRun1, {"a", "b"}, milliseconds(60000), results.For(1));
+  kv.GetAsync(kRun2, "a", milliseconds(60000), results.For(2));
+  ASSERT_TRUE(kv.DropScope(kRun1).ok());
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results.ended[0].first, 1);
+  EXPECT_EQ(results.ended[0].second.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(results.ended[0].second.status().message(),
+            "rendezvous of job j-1 attempt 1 was closed while waiting for \"a\", \"b\"");
+  EXPECT_EQ(kv.Waiting(), 1u);
+  ASSERT_TRUE(kv.Set(kRun2, "a", "v").ok());
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(*results.ended[1].second, "v");
+}
+
+TEST(RendezvousKvTest, CloseEndsAsynchronousWaitsAndRefusesNewOnes) {
+  RendezvousKv kv;
+  Results results;
+  kv.WaitAsync(kRun1, {"a"}, milliseconds(60000), results.For(1));
+  kv.Close();
+  kv.GetAsync(kRun1, "a", milliseconds(60000), results.For(2));
+  ASSERT_EQ(results.size(), 2u);
+  for (const auto& [tag, r] : results.ended) {
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << tag;
+  }
+  EXPECT_EQ(kv.Waiting(), 0u);
 }
 
 }  // namespace
