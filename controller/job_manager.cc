@@ -322,6 +322,10 @@ absl::Status JobManager::CheckCurrentAttempt(const std::string& job_id, int atte
   if (absl::Status s = RequireJobId(job_id); !s.ok()) return s;
   absl::StatusOr<v1::Job> job = store_.GetJob(job_id);
   if (!job.ok()) return job.status();
+  if (IsTerminal(job->state())) {
+    return absl::FailedPreconditionError("job " + job_id + " is " + ShortName(job->state()) +
+                                         ": the rendezvous of its attempts is over");
+  }
   if (attempt != job->current_attempt()) {
     return absl::FailedPreconditionError(
         "attempt " + std::to_string(attempt) + " of job " + job_id +

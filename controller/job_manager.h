@@ -51,8 +51,10 @@ class JobManager {
   absl::Status Resume(const v1::ResumeJobRequest& req, v1::ResumeJobResponse* resp,
                       std::vector<v1::Event>* events, const SpecAdmission& admit = nullptr);
 
-  // OK when the job exists and `attempt` is its current attempt; NOT_FOUND for an unknown job,
-  // FAILED_PRECONDITION (naming the current attempt) for any other attempt.
+  // OK when the job exists, has not ended, and `attempt` is its current attempt; NOT_FOUND for
+  // an unknown job, FAILED_PRECONDITION naming the job's state once it ended (its rendezvous is
+  // over: a wait would never end, a key set would never be dropped), or naming the current
+  // attempt for any other attempt.
   absl::Status CheckCurrentAttempt(const std::string& job_id, int attempt);
 
  private:
