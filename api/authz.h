@@ -56,6 +56,12 @@ class Authorizer {
   absl::Status Prepare(std::string_view authorization, v1::SubmitJobRequest* req) const;
   absl::Status Watch(std::string_view authorization, const v1::WatchJobRequest& req,
                      EventSink& sink) const;
+  // Call for the asynchronous methods (DhpService::KvGetAsync, KvWaitAsync): `done` gets the
+  // refusal at once, or is handed to the method.
+  template <typename Req, typename Resp>
+  void CallAsync(std::string_view authorization, std::string_view method,
+                 void (DhpService::*call)(const Req&, Resp*, DhpService::Done), const Req& req,
+                 Resp* resp, DhpService::Done done) const;
 
   // The checks alone, for a caller already known (tests use them too).
   absl::Status Check(const Identity& who, std::string_view method,
@@ -124,6 +130,16 @@ absl::Status Authorizer::Call(std::string_view authorization, std::string_view m
     }
     return s;
   }
+}
+
+template <typename Req, typename Resp>
+void Authorizer::CallAsync(std::string_view authorization, std::string_view method,
+                           void (DhpService::*call)(const Req&, Resp*, DhpService::Done),
+                           const Req& req, Resp* resp, DhpService::Done done) const {
+  absl::StatusOr<Identity> who = auth_.Authenticate(authorization);
+  if (!who.ok()) return done(who.status());
+  if (absl::Status s = Check(*who, method, ScopeOf(req)); !s.ok()) return done(s);
+  (service_.*call)(req, resp, std::move(done));
 }
 
 }  // namespace dhp::api

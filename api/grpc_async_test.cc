@@ -136,22 +136,103 @@ TEST(GrpcAsyncTest, MethodsRunOffTheLoopAnswerWithoutDispatch) {
   v1::KvGetRequest req;
   req.mutable_scope()->set_job_id("j-1");
   v1::KvGetResponse resp;
-  const grpc::Status s = stub->KvGet(&ctx, req, &resp);  // on the call pool: answered at once
+  const grpc::Status s = stub->KvGet(&ctx, req, &resp);  // KvGetAsync: answered at once
   EXPECT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(service.calls, 1);
   (*server)->Shutdown();
 }
 
-// KvWait held in the service until the gate opens, as a rendezvous waits for its key.
-class BlockingKvService : public FakeOwnersService {
+// GetLogs held in the service until the gate opens, as a read of a large log file would be.
+class BlockingLogsService : public FakeOwnersService {
  public:
-  absl::Status KvWait(const v1::KvWaitRequest&, v1::KvWaitResponse*) override {
+  absl::Status GetLogs(const v1::GetLogsRequest&, v1::GetLogsResponse*) override {
     ++calls_waited;
     gate.Block();
     return absl::OkStatus();
   }
   std::atomic<int> calls_waited{0};
   Gate gate;
+};
+
+struct PendingLogs {
+  grpc::ClientContext ctx;
+  v1::GetLogsRequest req;
+  v1::GetLogsResponse resp;
+  grpc::Status status;
+  std::atomic<bool> done{false};
+};
+
+// Methods that may block run on a pool bounded by max_threads: past the bound a call is
+// refused at once with RESOURCE_EXHAUSTED, and the pool's threads serve later calls.
+TEST(GrpcAsyncTest, CallsThatMayBlockAreBoundedByMaxThreads) {
+  BlockingLogsService service;
+  auto server = GrpcServer::Start("127.0.0.1:0", service, TokenAuth(), TlsPems(), 2);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::JobService::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string((*server)->port()), grpc::InsecureChannelCredentials()));
+  std::vector<std::unique_ptr<PendingLogs>> calls;
+  for (int i = 0; i < 2; ++i) {
+    auto c = std::make_unique<PendingLogs>();
+    PendingLogs* p = c.get();
+    p->req.set_job_id("j-1");
+    stub->async()->GetLogs(&p->ctx, &p->req, &p->resp, [p](grpc::Status s) {
+      p->status = std::move(s);
+      p->done = true;
+    });
+    calls.push_back(std::move(c));
+  }
+  ASSERT_TRUE(service.gate.WaitBlocked(2));
+  v1::GetLogsRequest req;
+  req.set_job_id("j-1");
+  {
+    grpc::ClientContext ctx;
+    v1::GetLogsResponse resp;
+    const grpc::Status s = stub->GetLogs(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+    EXPECT_EQ(s.error_message(),
+              "GetLogs: the controller is already running 2 calls that may block "
+              "(listen.grpc_max_threads); retry later");
+  }
+  service.gate.Release();
+  for (const auto& c : calls) {
+    for (int i = 0; i < 2000 && !c->done; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_TRUE(c->done);
+    EXPECT_TRUE(c->status.ok()) << c->status.error_message();
+  }
+  grpc::ClientContext ctx;
+  v1::GetLogsResponse resp;
+  EXPECT_TRUE(stub->GetLogs(&ctx, req, &resp).ok());  // a freed thread serves it
+  EXPECT_EQ(service.calls_waited.load(), 3);
+  (*server)->Shutdown();
+}
+
+// KvWait the asynchronous way: every call is held (its `done` kept) until EndAll.
+class AsyncKvService : public FakeOwnersService {
+ public:
+  void KvWaitAsync(const v1::KvWaitRequest&, v1::KvWaitResponse*, Done done) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_.push_back(std::move(done));
+    cv_.notify_all();
+  }
+  bool WaitHeld(size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(30), [&] { return held_.size() >= n; });
+  }
+  void EndAll() {
+    std::vector<Done> held;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      held.swap(held_);
+    }
+    for (Done& done : held) done(absl::OkStatus());
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Done> held_;
 };
 
 struct PendingWait {
@@ -162,16 +243,29 @@ struct PendingWait {
   std::atomic<bool> done{false};
 };
 
-// Methods that may block run on a pool bounded by max_threads: past the bound a call is
-// refused at once with RESOURCE_EXHAUSTED, and the pool's threads serve later calls.
-TEST(GrpcAsyncTest, CallsThatMayBlockAreBoundedByMaxThreads) {
-  BlockingKvService service;
+// A rendezvous of more ranks than max_threads: 1,000 KvWait calls wait at once with a bound of
+// 2 threads, none is refused, no thread is started for them, and all are answered when the
+// service ends them.
+TEST(GrpcAsyncTest, KvWaitsHoldNoThreadAndAreNotBoundedByMaxThreads) {
+  constexpr size_t kWaits = 1000;
+  AsyncKvService service;
   auto server = GrpcServer::Start("127.0.0.1:0", service, TokenAuth(), TlsPems(), 2);
   ASSERT_TRUE(server.ok()) << server.status();
   auto stub = v1::WorkerService::NewStub(grpc::CreateChannel(
       "127.0.0.1:" + std::to_string((*server)->port()), grpc::InsecureChannelCredentials()));
+  {  // warm up: the channel and gRPC's own threads
+    auto p = std::make_unique<PendingWait>();
+    stub->async()->KvWait(&p->ctx, &p->req, &p->resp, [&](grpc::Status) { p->done = true; });
+    ASSERT_TRUE(service.WaitHeld(1));
+    service.EndAll();
+    for (int i = 0; i < 1000 && !p->done; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_TRUE(p->done);
+  }
+  const int threads_before = ThreadCount();
   std::vector<std::unique_ptr<PendingWait>> waits;
-  for (int i = 0; i < 2; ++i) {
+  for (size_t i = 0; i < kWaits; ++i) {
     auto w = std::make_unique<PendingWait>();
     PendingWait* p = w.get();
     stub->async()->KvWait(&p->ctx, &p->req, &p->resp, [p](grpc::Status s) {
@@ -180,17 +274,9 @@ TEST(GrpcAsyncTest, CallsThatMayBlockAreBoundedByMaxThreads) {
     });
     waits.push_back(std::move(w));
   }
-  ASSERT_TRUE(service.gate.WaitBlocked(2));
-  {
-    grpc::ClientContext ctx;
-    v1::KvWaitResponse resp;
-    const grpc::Status s = stub->KvWait(&ctx, v1::KvWaitRequest(), &resp);
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
-    EXPECT_EQ(s.error_message(),
-              "KvWait: the controller is already running 2 calls that may block "
-              "(listen.grpc_max_threads); retry later");
-  }
-  service.gate.Release();
+  ASSERT_TRUE(service.WaitHeld(kWaits));
+  EXPECT_LT(ThreadCount(), threads_before + 10) << "threads before: " << threads_before;
+  service.EndAll();
   for (const auto& w : waits) {
     for (int i = 0; i < 2000 && !w->done; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -198,10 +284,6 @@ TEST(GrpcAsyncTest, CallsThatMayBlockAreBoundedByMaxThreads) {
     ASSERT_TRUE(w->done);
     EXPECT_TRUE(w->status.ok()) << w->status.error_message();
   }
-  grpc::ClientContext ctx;
-  v1::KvWaitResponse resp;
-  EXPECT_TRUE(stub->KvWait(&ctx, v1::KvWaitRequest(), &resp).ok());  // a freed thread serves it
-  EXPECT_EQ(service.calls_waited.load(), 3);
   (*server)->Shutdown();
 }
 
@@ -257,12 +339,22 @@ TEST(GrpcAsyncTest, WatchStreamsShareTheBoundAndFreeItWhenCancelled) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ASSERT_EQ(service.ended.load(), 1);  // the server's watch saw the cancel and returned
-  grpc::ClientContext d;
-  auto fourth = stub->WatchJob(&d, req);  // the freed thread serves it
-  ASSERT_TRUE(fourth->Read(&event));
+  // The freed thread serves a fourth, once it has finished the first call (it may still be
+  // doing so just after the watch returned: then the fourth is refused and asked again).
+  std::unique_ptr<grpc::ClientContext> d;
+  std::unique_ptr<grpc::ClientReader<v1::Event>> fourth;
+  for (int i = 0; i < 100; ++i) {
+    d = std::make_unique<grpc::ClientContext>();
+    fourth = stub->WatchJob(d.get(), req);
+    if (fourth->Read(&event)) break;
+    EXPECT_EQ(fourth->Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    fourth.reset();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_NE(fourth, nullptr);
   EXPECT_EQ(service.watches.load(), 3);
   b.TryCancel();
-  d.TryCancel();
+  d->TryCancel();
   while (second->Read(&event) || fourth->Read(&event)) {
   }
   second->Finish();

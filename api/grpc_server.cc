@@ -91,13 +91,25 @@ using RawWorkerService =
             v1::WorkerService::WithRawCallbackMethod_ReportCheckpoint,
             v1::WorkerService::WithRawCallbackMethod_RejectCheckpoint>::type;
 
-// The methods that may wait for something other than the controller's loop (a rendezvous key,
-// a log or export file): they run on the CallPool, as WatchJob's streams do. The others are handed to
-// DhpService::Dispatch, which runs them on the loop.
+// The methods that may block on something other than the controller's loop (a log or export
+// file): they run on the CallPool, as WatchJob's streams do. The rendezvous waits (KvGet,
+// KvWait) hold no thread: DhpService::KvGetAsync and KvWaitAsync end them. The others are
+// handed to DhpService::Dispatch, which runs them on the loop.
 constexpr bool MayBlock(std::string_view method) {
-  return method == "GetLogs" || method == "AppendLogs" || method == "KvGet" ||
-         method == "KvWait" || method == "ExportCheckpoint" || method == "ListExports" ||
-         method == "GetExport";
+  return method == "GetLogs" || method == "AppendLogs" || method == "ExportCheckpoint" ||
+         method == "ListExports" || method == "GetExport";
+}
+
+// The asynchronous form of a method, for the rendezvous waits; nullptr for the others.
+template <typename Req, typename Resp>
+constexpr auto AsyncMethod() {
+  if constexpr (std::is_same_v<Req, v1::KvGetRequest>) {
+    return &DhpService::KvGetAsync;
+  } else if constexpr (std::is_same_v<Req, v1::KvWaitRequest>) {
+    return &DhpService::KvWaitAsync;
+  } else {
+    return nullptr;
+  }
 }
 
 // `bytes` decoded into `msg`, or INVALID_ARGUMENT saying why not, naming the field whose text
@@ -237,6 +249,13 @@ class GrpcServices final : public RawJobService, public RawNodeService, public R
       if (status.ok()) status = grpc::SerializationTraits<Resp>::Serialize(*resp, out, &own_buffer);
       reactor->Finish(status);
     };
+    if constexpr (AsyncMethod<Req, Resp>() != nullptr) {
+      authz_.CallAsync(token, method, AsyncMethod<Req, Resp>(), *req, resp.get(),
+                       [this, finish](const absl::Status& s) {
+                         finisher_.Post([finish, s] { finish(s); });
+                       });
+      return reactor;
+    }
     auto run = [this, token = std::move(token), method, call, req, resp] {
       return authz_.Call(token, method, call, *req, resp.get());
     };

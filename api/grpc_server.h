@@ -31,9 +31,9 @@ class GrpcServer {
   // services refuse calls without the bearer token (health and reflection stay open). With
   // `tls.cert` set it serves TLS only (api/tls.h), verifying client certificates against
   // `tls.ca` when set. The methods dispatched through DhpService::Dispatch hold no thread while
-  // they wait. `max_threads` > 0 bounds the threads of the methods that may block (Kv gets and
-  // waits, logs, exports, WatchJob streams: one per call in flight); past it such calls get
-  // RESOURCE_EXHAUSTED. A request protobuf cannot decode is INVALID_ARGUMENT naming the field
+  // they wait, and so do the rendezvous waits (DhpService::KvGetAsync, KvWaitAsync).
+  // `max_threads` > 0 bounds the threads of the methods that may block (logs, exports, WatchJob
+  // streams: one per call in flight); past it such calls get RESOURCE_EXHAUSTED. A request protobuf cannot decode is INVALID_ARGUMENT naming the field
   // (after authentication).
   static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const std::string& address,
                                                            DhpService& service,

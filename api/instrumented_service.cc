@@ -133,6 +133,25 @@ absl::Status InstrumentedService::PrepareSubmitJob(v1::SubmitJobRequest* req) {
   return s;
 }
 
+DhpService::Done InstrumentedService::Counted(const char* method, Done done) {
+  return [this, method, done = std::move(done),
+          start = std::chrono::steady_clock::now()](const absl::Status& s) {
+    metrics_.Record(transport_, method, absl::StatusCodeToString(s.code()),
+                    Seconds(std::chrono::steady_clock::now() - start));
+    done(s);
+  };
+}
+
+void InstrumentedService::KvGetAsync(const v1::KvGetRequest& req, v1::KvGetResponse* resp,
+                                     Done done) {
+  inner_.KvGetAsync(req, resp, Counted("KvGet", std::move(done)));
+}
+
+void InstrumentedService::KvWaitAsync(const v1::KvWaitRequest& req, v1::KvWaitResponse* resp,
+                                      Done done) {
+  inner_.KvWaitAsync(req, resp, Counted("KvWait", std::move(done)));
+}
+
 absl::Status InstrumentedService::WatchJob(const v1::WatchJobRequest& req, EventSink& sink) {
   return Measure("WatchJob", [&] { return inner_.WatchJob(req, sink); });
 }

@@ -59,8 +59,14 @@ class InstrumentedService : public DhpService {
   void Dispatch(std::function<absl::Status()> call, Done done) override;
   // Forwards; a request it refuses is counted as a SubmitJob call with that code.
   absl::Status PrepareSubmitJob(v1::SubmitJobRequest* req) override;
+  // Forward; counted when `done` runs, with the time waited (no slow-call warning: waiting is
+  // what they are for).
+  void KvGetAsync(const v1::KvGetRequest& req, v1::KvGetResponse* resp, Done done) override;
+  void KvWaitAsync(const v1::KvWaitRequest& req, v1::KvWaitResponse* resp, Done done) override;
 
  private:
+  // `done`, counting the call as `method` from now until it runs.
+  Done Counted(const char* method, Done done);
   template <typename F>
   absl::Status Measure(const char* method, F&& call);
 

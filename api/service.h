@@ -48,6 +48,18 @@ class DhpService {
   using Done = std::function<void(const absl::Status&)>;
   virtual void Dispatch(std::function<absl::Status()> call, Done done) { done(call()); }
 
+  // The rendezvous waits without holding the calling thread: `done` runs once, on any thread,
+  // when the keys are there (resp filled in) or the wait ended otherwise (timeout, the attempt
+  // ended, shutdown). `req` is read before this returns; `resp` must live until `done`. The
+  // gRPC server calls these, so that 80,000 ranks waiting for one key hold no thread. The
+  // defaults call the blocking methods on the calling thread.
+  virtual void KvGetAsync(const v1::KvGetRequest& req, v1::KvGetResponse* resp, Done done) {
+    done(KvGet(req, resp));
+  }
+  virtual void KvWaitAsync(const v1::KvWaitRequest& req, v1::KvWaitResponse* resp, Done done) {
+    done(KvWait(req, resp));
+  }
+
   // The part of SubmitJob that needs no state, for the calling thread to do before it
   // dispatches the rest: the controller parses and validates spec_text here and puts the
   // result in spec, so that the YAML is not parsed on its loop. SubmitJob must give the same

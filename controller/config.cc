@@ -223,8 +223,8 @@ void AddControllerFlags(CLI::App& app, ControllerCommandLine* command_line) {
       ->default_str(std::to_string(d.listen().http_max_connections()));
   number("--grpc-max-threads",
          [](auto* c, int v) { c->mutable_listen()->set_grpc_max_threads(v); },
-         "Threads for gRPC calls that may block (Kv waits, logs, exports, watch streams) at "
-         "most; calls that wait only for the controller hold none "
+         "Threads for gRPC calls that may block (logs, exports, watch streams) at most; "
+         "calls that wait only for the controller, and Kv waits, hold none "
          "(listen.grpc_max_threads)")
       ->default_str(std::to_string(d.listen().grpc_max_threads()));
   text("--port-file", [](auto* c, const std::string& v) { c->set_port_file(v); },

@@ -536,16 +536,36 @@ absl::Status Controller::ReportProgress(const v1::ReportProgressRequest& req,
 
 // ---- rendezvous ----------------------------------------------------------------------------
 
-absl::StatusOr<KvScopeKey> Controller::CheckScope(const v1::KvScope& scope) {
+namespace {
+
+absl::Status CheckScopeFields(const v1::KvScope& scope) {
   if (scope.job_id().empty()) return absl::InvalidArgumentError("scope.job_id: must not be empty");
   if (scope.attempt() <= 0) {
     return absl::InvalidArgumentError("scope.attempt: " + std::to_string(scope.attempt()) +
                                       " must be at least 1");
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<KvScopeKey> Controller::CheckScope(const v1::KvScope& scope) {
+  if (absl::Status s = CheckScopeFields(scope); !s.ok()) return s;
   absl::Status s =
       OnLoop([&] { return jobs_.CheckCurrentAttempt(scope.job_id(), scope.attempt()); });
   if (!s.ok()) return s;
   return KvScopeKey{scope.job_id(), scope.attempt()};
+}
+
+void Controller::WithScope(const v1::KvScope& scope,
+                           std::function<void(absl::StatusOr<KvScopeKey>)> then) {
+  if (absl::Status s = CheckScopeFields(scope); !s.ok()) return then(s);
+  KvScopeKey key{scope.job_id(), scope.attempt()};
+  Dispatch([this, key] { return jobs_.CheckCurrentAttempt(key.job_id, key.attempt); },
+           [key, then = std::move(then)](const absl::Status& s) {
+             if (s.ok()) return then(key);
+             then(s);
+           });
 }
 
 std::chrono::milliseconds Controller::KvTimeout(int timeout_ms) const {
@@ -569,6 +589,28 @@ absl::Status Controller::KvGet(const v1::KvGetRequest& req, v1::KvGetResponse* r
   if (!v.ok()) return v.status();
   resp->set_value(*v);
   return absl::OkStatus();
+}
+
+void Controller::KvGetAsync(const v1::KvGetRequest& req, v1::KvGetResponse* resp, Done done) {
+  WithScope(req.scope(), [this, key = req.key(), timeout = KvTimeout(req.timeout_ms()), resp,
+                          done = std::move(done)](absl::StatusOr<KvScopeKey> scope) {
+    if (!scope.ok()) return done(scope.status());
+    kv_.GetAsync(*scope, key, timeout, [resp, done](absl::StatusOr<std::string> v) {
+      if (v.ok()) resp->set_value(std::move(*v));
+      done(v.status());
+    });
+  });
+}
+
+void Controller::KvWaitAsync(const v1::KvWaitRequest& req, v1::KvWaitResponse*, Done done) {
+  WithScope(req.scope(), [this, keys = std::vector<std::string>(req.keys().begin(),
+                                                                 req.keys().end()),
+                          timeout = KvTimeout(req.timeout_ms()),
+                          done = std::move(done)](absl::StatusOr<KvScopeKey> scope) {
+    if (!scope.ok()) return done(scope.status());
+    kv_.WaitAsync(*scope, keys, timeout,
+                  [done](absl::StatusOr<std::string> r) { done(r.status()); });
+  });
 }
 
 absl::Status Controller::KvAdd(const v1::KvAddRequest& req, v1::KvAddResponse* resp) {

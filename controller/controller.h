@@ -79,6 +79,8 @@ class Controller : public api::DhpService {
   size_t KvKeyCount(const std::string& job_id, int attempt) {
     return kv_.KeyCount(KvScopeKey{job_id, attempt});
   }
+  // Rendezvous waits in flight (KvGet, KvWait). For tests.
+  size_t KvWaiting() { return kv_.Waiting(); }
 
   absl::Status SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJobResponse* resp) override;
   // Parses and validates spec_text on the calling thread and puts the spec in its place.
@@ -121,6 +123,11 @@ class Controller : public api::DhpService {
   // Queues `call` on the loop thread and runs `done` there: the asynchronous gRPC methods wait
   // for the loop without a thread. After Stop, `done` gets UNAVAILABLE at once.
   void Dispatch(std::function<absl::Status()> call, Done done) override;
+  // The scope is checked on the loop and the wait registered there; no thread waits
+  // (RendezvousKv::GetAsync). `done` runs on the loop when the keys are there already, else
+  // on the thread that ends the wait.
+  void KvGetAsync(const v1::KvGetRequest& req, v1::KvGetResponse* resp, Done done) override;
+  void KvWaitAsync(const v1::KvWaitRequest& req, v1::KvWaitResponse* resp, Done done) override;
 
  private:
   // Runs `fn` on the loop thread and returns its status; UNAVAILABLE once stopped.
@@ -151,6 +158,9 @@ class Controller : public api::DhpService {
   absl::Status ApplyNodeEvents(const std::vector<v1::Event>& events,
                                std::vector<v1::Event>* more);
   absl::StatusOr<KvScopeKey> CheckScope(const v1::KvScope& scope);
+  // What CheckScope checks, without blocking: `then` runs on the loop with the scope, or at
+  // once with why not (a malformed scope, or UNAVAILABLE after Stop).
+  void WithScope(const v1::KvScope& scope, std::function<void(absl::StatusOr<KvScopeKey>)> then);
   std::chrono::milliseconds KvTimeout(int timeout_ms) const;
   // The registry's collector: jobs and nodes by state, and the RunMetrics gauges. The store
   // rows are read on the reader connection (on the loop without one); the rows of the placed

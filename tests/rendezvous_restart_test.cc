@@ -71,6 +71,15 @@ class LossyService : public api::DhpService {
   void Dispatch(std::function<absl::Status()> call, Done done) override {
     inner_.Dispatch(std::move(call), std::move(done));
   }
+  void KvGetAsync(const v1::KvGetRequest& req, v1::KvGetResponse* resp, Done done) override {
+    if (down_) return done(absl::UnavailableError("down"));
+    inner_.KvGetAsync(req, resp, [this, done](const absl::Status& s) { done(AfterCall("KvGet", s)); });
+  }
+  void KvWaitAsync(const v1::KvWaitRequest& req, v1::KvWaitResponse* resp, Done done) override {
+    if (down_) return done(absl::UnavailableError("down"));
+    inner_.KvWaitAsync(req, resp,
+                       [this, done](const absl::Status& s) { done(AfterCall("KvWait", s)); });
+  }
   absl::Status Health() override { return inner_.Health(); }
   std::string MetricsText() override { return inner_.MetricsText(); }
 
