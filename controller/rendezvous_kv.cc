@@ -1,5 +1,6 @@
 #include "controller/rendezvous_kv.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 
@@ -26,9 +27,17 @@ std::string ScopeName(const KvScopeKey& scope) {
 
 std::string JoinQuoted(const std::vector<std::string>& keys) {
   std::string out;
-  for (const std::string& k : keys) {
+  for (size_t i = 0; i < keys.size() && i < kMaxListedKeys; ++i) {
+    const std::string& k = keys[i];
+    size_t cut = std::min(k.size(), kMaxListedKeyBytes);
+    while (cut < k.size() && cut > 0 && (static_cast<unsigned char>(k[cut]) & 0xC0) == 0x80) {
+      --cut;  // not inside a UTF-8 sequence
+    }
     if (!out.empty()) out += ", ";
-    out += "\"" + k + "\"";
+    out += "\"" + k.substr(0, cut) + (cut < k.size() ? "...\"" : "\"");
+  }
+  if (keys.size() > kMaxListedKeys) {
+    out += " and " + std::to_string(keys.size() - kMaxListedKeys) + " more";
   }
   return out;
 }

@@ -16,7 +16,11 @@ absl::Status CheckKey(const std::string& key);
 absl::Status Closed();
 // "job J attempt N".
 std::string ScopeName(const KvScopeKey& scope);
-// "a", "b", ...
+// "a", "b", ... for an error message: at most kMaxListedKeys keys, each cut to kMaxListedKeyBytes
+// (at a UTF-8 boundary, with "..."), then "and N more", so that the message fits gRPC's
+// metadata limit (16 KiB) however many keys a wait names.
+inline constexpr size_t kMaxListedKeys = 8;
+inline constexpr size_t kMaxListedKeyBytes = 100;
 std::string JoinQuoted(const std::vector<std::string>& keys);
 
 }  // namespace dhp::controller::kv_internal

@@ -314,6 +314,19 @@ TEST(RendezvousKvTest, TimeoutsEndInDeadlineOrderNamingWhatIsMissing) {
   EXPECT_EQ(kv.Waiting(), 1u);
 }
 
+TEST(RendezvousKvTest, AWaitForManyKeysNamesTheFirstFewWhenItTimesOut) {
+  RendezvousKv kv;
+  std::vector<std::string> keys;
+  for (int i = 0; i < 100000; ++i) keys.push_back("rank/" + std::to_string(i));
+  keys[1] = std::string(99, 'a') + "\xc3\xa9tail";  // cut after 100 bytes: inside the é
+  absl::Status s = kv.Wait(kRun1, keys, milliseconds(10));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(s.message(), "rendezvous of job j-1 attempt 1: still missing \"rank/0\", \"" +
+                             std::string(99, 'a') +
+                             "...\", \"rank/2\", \"rank/3\", \"rank/4\", \"rank/5\", "
+                             "\"rank/6\", \"rank/7\" and 99992 more after 10 ms");
+}
+
 TEST(RendezvousKvTest, DropScopeEndsOnlyThatAttemptsWaits) {
   RendezvousKv kv;
   Results results;
