@@ -130,6 +130,9 @@ class RendezvousKv {
   // A wait that ended: its `done` and what it gets, run once mu_ is released.
   using Ended = std::vector<std::pair<WaitDone, absl::StatusOr<std::string>>>;
 
+  // Registers a wait and runs what ended (it, when the keys are there or it is refused).
+  void Start(const KvScopeKey& scope, std::vector<std::string> keys, bool get,
+             std::chrono::milliseconds timeout, WaitDone done);
   void Register(Waiter waiter, Ended* ended);
   // Moves `id` on to the next key it lacks, or ends it. mu_ held.
   void Advance(uint64_t id, Ended* ended);

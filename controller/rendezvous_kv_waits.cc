@@ -32,17 +32,7 @@ void RendezvousKv::WaitAsync(const KvScopeKey& scope, const std::vector<std::str
   for (const std::string& k : keys) {
     if (absl::Status s = CheckKey(k); !s.ok()) return done(s);
   }
-  Waiter waiter;
-  waiter.scope = scope;
-  waiter.keys = keys;
-  waiter.timeout = timeout;
-  waiter.done = std::move(done);
-  Ended ended;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    Register(std::move(waiter), &ended);
-  }
-  Run(ended);
+  Start(scope, keys, /*get=*/false, timeout, std::move(done));
 }
 
 void RendezvousKv::GetAsync(const KvScopeKey& scope, const std::string& key,
@@ -63,10 +53,15 @@ void RendezvousKv::GetAsync(const KvScopeKey& scope, const std::string& key,
     }
     return done(std::move(result));
   }
+  Start(scope, {key}, /*get=*/true, timeout, std::move(done));
+}
+
+void RendezvousKv::Start(const KvScopeKey& scope, std::vector<std::string> keys, bool get,
+                         std::chrono::milliseconds timeout, WaitDone done) {
   Waiter waiter;
   waiter.scope = scope;
-  waiter.keys = {key};
-  waiter.get = true;
+  waiter.keys = std::move(keys);
+  waiter.get = get;
   waiter.timeout = timeout;
   waiter.done = std::move(done);
   Ended ended;
