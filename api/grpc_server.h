@@ -33,8 +33,8 @@ class GrpcServer {
   // `tls.ca` when set. The methods dispatched through DhpService::Dispatch hold no thread while
   // they wait, and so do the rendezvous waits (DhpService::KvGetAsync, KvWaitAsync).
   // `max_threads` > 0 bounds the threads of the methods that may block (logs, exports, WatchJob
-  // streams: one per call in flight); past it such calls get RESOURCE_EXHAUSTED. A request protobuf cannot decode is INVALID_ARGUMENT naming the field
-  // (after authentication).
+  // streams: one per call in flight); past it such calls get RESOURCE_EXHAUSTED. A request
+  // protobuf cannot decode is INVALID_ARGUMENT naming the field (after authentication).
   static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const std::string& address,
                                                            DhpService& service,
                                                            TokenAuth auth = TokenAuth(),

@@ -572,7 +572,22 @@ std::chrono::milliseconds Controller::KvTimeout(int timeout_ms) const {
   return std::chrono::milliseconds(std::clamp(timeout_ms, 0, options_.kv_max_timeout_ms));
 }
 
-// Changes run on the loop (the store's thread), reads and waits on the caller's thread.
+// Changes run on the loop (the store's thread), reads on the caller's thread. A wait is
+// registered on the loop right after its scope is checked there, and holds no thread; the
+// blocking KvGet and KvWait (REST's threads) wait for the same asynchronous path.
+
+namespace {
+
+// Starts an asynchronous call and blocks until its `done` has run: its status. Never on the
+// loop thread, which the call needs.
+absl::Status Blocking(const std::function<void(api::DhpService::Done)>& start) {
+  auto promise = std::make_shared<std::promise<absl::Status>>();
+  std::future<absl::Status> result = promise->get_future();
+  start([promise](const absl::Status& s) { promise->set_value(s); });
+  return result.get();
+}
+
+}  // namespace
 
 absl::Status Controller::KvSet(const v1::KvSetRequest& req, v1::KvSetResponse*) {
   return OnLoop([&]() -> absl::Status {
@@ -583,12 +598,7 @@ absl::Status Controller::KvSet(const v1::KvSetRequest& req, v1::KvSetResponse*) 
 }
 
 absl::Status Controller::KvGet(const v1::KvGetRequest& req, v1::KvGetResponse* resp) {
-  absl::StatusOr<KvScopeKey> scope = CheckScope(req.scope());
-  if (!scope.ok()) return scope.status();
-  absl::StatusOr<std::string> v = kv_.Get(*scope, req.key(), KvTimeout(req.timeout_ms()));
-  if (!v.ok()) return v.status();
-  resp->set_value(*v);
-  return absl::OkStatus();
+  return Blocking([&](Done done) { KvGetAsync(req, resp, std::move(done)); });
 }
 
 void Controller::KvGetAsync(const v1::KvGetRequest& req, v1::KvGetResponse* resp, Done done) {
@@ -624,11 +634,8 @@ absl::Status Controller::KvAdd(const v1::KvAddRequest& req, v1::KvAddResponse* r
   });
 }
 
-absl::Status Controller::KvWait(const v1::KvWaitRequest& req, v1::KvWaitResponse*) {
-  absl::StatusOr<KvScopeKey> scope = CheckScope(req.scope());
-  if (!scope.ok()) return scope.status();
-  std::vector<std::string> keys(req.keys().begin(), req.keys().end());
-  return kv_.Wait(*scope, keys, KvTimeout(req.timeout_ms()));
+absl::Status Controller::KvWait(const v1::KvWaitRequest& req, v1::KvWaitResponse* resp) {
+  return Blocking([&](Done done) { KvWaitAsync(req, resp, std::move(done)); });
 }
 
 absl::Status Controller::KvCheck(const v1::KvCheckRequest& req, v1::KvCheckResponse* resp) {
