@@ -173,8 +173,9 @@ class Supervisor {
   // runs whose ranks have not stopped within restart.preemption_grace_s.
   absl::Status CheckStalls(std::vector<v1::Event>* events);
   // Periodic: writes the step figures of the running runs not saved for progress_save_micros,
-  // in one transaction (at most 2,000 runs per call; the rest in the next). `all`: every
-  // unsaved one, whenever saved last (at shutdown).
+  // in one transaction (at most progress_save_batch runs per call; the rest in the next).
+  // Visits only the due runs (progress_due_). `all`: every unsaved one, whenever saved last
+  // (at shutdown).
   absl::Status SaveProgress(std::vector<v1::Event>* events, bool all = false);
   // The job's step figures and "training: ..." message, and its current run's (when given),
   // as the ranks last reported them when newer than the stored ones. Every read of a job that
@@ -196,6 +197,8 @@ class Supervisor {
   // Placed ranks that heartbeats have looked at, in all; a heartbeat looks only at the ranks
   // placed on its own node (for tests).
   int64_t ranks_visited() const { return ranks_visited_; }
+  // Runs SaveProgress looked at, for tests: the due ones, not every run.
+  int64_t progress_runs_visited() const { return progress_runs_visited_; }
   // ReportProgressResponse.next_report_ms for every rank now: the placed ranks spread over
   // progress_reports_per_s (0 when that is 0).
   int NextReportMs() const;
@@ -279,8 +282,13 @@ class Supervisor {
   // a heartbeat, a lost node, touch only their own node's runs.
   std::map<std::string, std::map<RunId, std::vector<int>>> by_node_;
   std::set<RunId> drained_;  // draining runs whose nodes have all confirmed; to sweep
+  // (when due, run) for the runs whose progress_unsaved turned true: SaveProgress takes the
+  // due ones from the front instead of visiting every run. An entry whose run was saved or
+  // ended by another path meanwhile is dropped when it comes up.
+  std::set<std::pair<int64_t, RunId>> progress_due_;
   int64_t placed_ranks_ = 0;  // the ranks of every run in runs_
   int64_t ranks_visited_ = 0;
+  int64_t progress_runs_visited_ = 0;
   std::map<std::string, std::string> waiting_;  // job id -> why it waits (last persisted)
   std::set<std::string> lost_nodes_;
   bool dirty_ = true;  // nodes, slots or the queue's jobs changed since the last pass

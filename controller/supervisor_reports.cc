@@ -86,7 +86,10 @@ absl::Status Supervisor::OnProgress(const v1::ReportProgressRequest& req,
   const bool to_running = run->job_state != v1::JOB_STATE_RUNNING && req.step() > run->start_step;
   const bool last = run->total_steps > 0 && run->max_step >= run->total_steps;
   if (to_running || (advanced && last)) return PersistProgress(*run, to_running, events);
-  if (advanced) run->progress_unsaved = true;  // SaveProgress writes it with others
+  if (advanced && !run->progress_unsaved) {  // SaveProgress writes it with others, when due
+    run->progress_unsaved = true;
+    progress_due_.emplace(run->last_persist_micros + options_.progress_save_micros, run->id);
+  }
   return absl::OkStatus();
 }
 
@@ -142,15 +145,11 @@ absl::Status Supervisor::SaveProgress(std::vector<v1::Event>* events, bool all) 
   const int64_t now = clock_.NowMicros();
   std::vector<JobWrite> writes;
   std::vector<ActiveRun*> saved;
-  for (auto& [id, run] : runs_) {
-    if (!run.progress_unsaved || run.draining ||
-        (!all && now - run.last_persist_micros < options_.progress_save_micros)) {
-      continue;
-    }
+  auto save = [&](const RunId& id, ActiveRun& run) {
     absl::StatusOr<Loaded> loaded = Load(id);
     if (!loaded.ok()) {  // ended meanwhile by another path: its transition wrote the figures
       run.progress_unsaved = false;
-      continue;
+      return;
     }
     ApplyProgress(run, loaded->job, loaded->run);
     *loaded->job.mutable_update_time() = MicrosToTimestamp(now);
@@ -158,10 +157,38 @@ absl::Status Supervisor::SaveProgress(std::vector<v1::Event>* events, bool all) 
     write.job = std::move(loaded->job);
     write.runs.push_back(std::move(loaded->run));
     saved.push_back(&run);
-    if (!all && static_cast<int>(writes.size()) >= options_.progress_save_batch) break;
+  };
+  if (all) {
+    for (auto& [id, run] : runs_) {
+      ++progress_runs_visited_;
+      if (run.progress_unsaved && !run.draining) save(id, run);
+    }
+    progress_due_.clear();
   }
+  std::vector<RunId> later;  // draining when due: looked at again one period on
+  while (!progress_due_.empty() && progress_due_.begin()->first <= now &&
+         static_cast<int>(writes.size()) < options_.progress_save_batch) {
+    const RunId id = progress_due_.begin()->second;
+    progress_due_.erase(progress_due_.begin());
+    ++progress_runs_visited_;
+    auto it = runs_.find(id);
+    if (it == runs_.end() || !it->second.progress_unsaved) continue;  // saved or ended
+    if (now - it->second.last_persist_micros < options_.progress_save_micros) {
+      progress_due_.emplace(it->second.last_persist_micros + options_.progress_save_micros, id);
+      continue;  // saved by another path since this entry was made, and unsaved again
+    }
+    if (it->second.draining) {
+      later.push_back(id);
+      continue;
+    }
+    save(id, it->second);
+  }
+  for (const RunId& id : later) progress_due_.emplace(now + options_.progress_save_micros, id);
   absl::StatusOr<std::vector<v1::Event>> added = store_.CommitAll(writes);
-  if (!added.ok()) return added.status();
+  if (!added.ok()) {  // still unsaved: due again at the next call
+    for (ActiveRun* run : saved) progress_due_.emplace(now, run->id);
+    return added.status();
+  }
   events->insert(events->end(), added->begin(), added->end());
   for (ActiveRun* run : saved) {
     run->progress_unsaved = false;

@@ -250,6 +250,36 @@ TEST_F(SupervisorTest, SaveProgressWritesAtMostABatchOfRunsPerCall) {
   EXPECT_EQ(Stored(b.id()).latest_step(), 6);
 }
 
+TEST_F(SupervisorTest, SaveProgressVisitsOnlyTheRunsWhoseFiguresAreDue) {
+  constexpr int kRuns = 20;
+  std::vector<v1::Job> jobs;
+  for (int i = 0; i < kRuns; ++i) {
+    AddNode("n" + std::to_string(i), 2);
+    jobs.push_back(Submit("j" + std::to_string(i)));
+  }
+  Schedule();
+  for (int i = 0; i < kRuns; ++i) {
+    const std::string node = "n" + std::to_string(i);
+    ASSERT_EQ(Beat(node).size(), 2u);
+    Beat(node, {Status(jobs[i], 1, 0, true), Status(jobs[i], 1, 1, true)});
+    ASSERT_TRUE(Progress(jobs[i], 1, 0, 1).ok());  // to RUNNING: written at once
+  }
+  clock_.AdvanceMicros(30000000);
+  ASSERT_TRUE(Progress(jobs[7], 1, 0, 4).ok());
+  std::vector<v1::Event> events;
+  const int64_t before = sup_->progress_runs_visited();
+  ASSERT_TRUE(sup_->SaveProgress(&events).ok());
+  EXPECT_EQ(sup_->progress_runs_visited() - before, 1);  // not the 19 with nothing new
+  EXPECT_EQ(Stored(jobs[7].id()).latest_step(), 4);
+  ASSERT_TRUE(Progress(jobs[7], 1, 0, 5).ok());  // saved just now: due 30 s on
+  ASSERT_TRUE(sup_->SaveProgress(&events).ok());
+  EXPECT_EQ(Stored(jobs[7].id()).latest_step(), 4);
+  clock_.AdvanceMicros(30000000);
+  ASSERT_TRUE(sup_->SaveProgress(&events).ok());
+  EXPECT_EQ(Stored(jobs[7].id()).latest_step(), 5);
+  EXPECT_EQ(sup_->progress_runs_visited() - before, 2);
+}
+
 TEST_F(SupervisorTest, AnAgentThatRestartedEndsTheAttemptAtOnceWithoutARestartCounted) {
   AddNode("n1", 2);
   const v1::Job job = Submit("agent-restart", /*max_restarts=*/1);
