@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -53,6 +54,8 @@ class DhpClient {
                             grpc::Status (Stub::*method)(grpc::ClientContext*, const Req&, Resp*),
                             const Req& req, int timeout_ms) const;
 
+  friend class HeartbeatStream;
+
   std::string target_;
   int timeout_ms_;
   std::string authorization_;  // "Bearer <token>" or empty
@@ -60,6 +63,45 @@ class DhpClient {
   std::unique_ptr<v1::JobService::Stub> jobs_;
   std::unique_ptr<v1::NodeService::Stub> nodes_;
   std::unique_ptr<v1::WorkerService::Stub> workers_;
+};
+
+// An agent's heartbeats on one WorkerService.HeartbeatStream, so that a heartbeat costs the
+// controller a message rather than a call. Beat writes the request and waits for its answer, up
+// to the client's default deadline, and returns what the unary Heartbeat would: the response,
+// or the status that ended the stream (NOT_FOUND when the controller forgot the node,
+// UNAVAILABLE naming the address, ...; a deadline cancels the stream and is DEADLINE_EXCEEDED).
+// The first Beat opens the stream, and the first after one ended opens the next. Against a
+// controller without HeartbeatStream (UNIMPLEMENTED) this and every later Beat is a unary
+// Heartbeat. Not thread-safe: one caller (the agent's loop); `client` must outlive it.
+class HeartbeatStream {
+ public:
+  explicit HeartbeatStream(DhpClient& client);
+  ~HeartbeatStream();  // closes the stream, waiting up to 2 s for the controller to end it
+  HeartbeatStream(const HeartbeatStream&) = delete;
+  HeartbeatStream& operator=(const HeartbeatStream&) = delete;
+
+  absl::StatusOr<v1::HeartbeatResponse> Beat(const v1::HeartbeatRequest& req);
+  // Whether beats go on the stream: false after the fallback to unary calls.
+  bool streaming() const { return !unary_; }
+  // Streams opened so far (the first, and one after each that ended).
+  int opened() const { return opened_; }
+
+ private:
+  class Call;
+  struct State;
+  void Open();
+  // The answer on the open stream, or the status that ended it (then it is over: released).
+  absl::StatusOr<v1::HeartbeatResponse> Send(const v1::HeartbeatRequest& req);
+  // Lets the open stream end (OnDone); `lock` (state_->mu) is dropped meanwhile.
+  void Release(std::unique_lock<std::mutex>& lock);
+  // Waits for the released stream's OnDone to have run to its end.
+  void WaitEnded(std::unique_lock<std::mutex>& lock);
+
+  DhpClient& client_;
+  Call* call_ = nullptr;  // the open stream's reactor, held open until released
+  std::unique_ptr<State> state_;  // its state, which outlives it
+  bool unary_ = false;
+  int opened_ = 0;
 };
 
 }  // namespace dhp::api

@@ -80,6 +80,7 @@ using RawNodeService =
 using RawWorkerService =
     Layered<v1::WorkerService::Service, v1::WorkerService::WithRawCallbackMethod_RegisterNode,
             v1::WorkerService::WithRawCallbackMethod_Heartbeat,
+            v1::WorkerService::WithRawCallbackMethod_HeartbeatStream,
             v1::WorkerService::WithRawCallbackMethod_AppendLogs,
             v1::WorkerService::WithRawCallbackMethod_KvSet,
             v1::WorkerService::WithRawCallbackMethod_KvGet,
@@ -180,6 +181,79 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, pu
   bool cancelled_ = false;
 };
 
+// One agent's HeartbeatStream. Each request read is decoded, run on the loop as a Heartbeat
+// call (DhpService::Dispatch, through the Authorizer with the stream's credential, so that every
+// request is checked as a unary one is) and its answer written on the finisher, before the next
+// is read. One operation is in flight at a time, so whichever step ends the stream calls Finish,
+// once: the agent closing its side or cancelling (a read that fails) ends it OK, a refused
+// request with Heartbeat's status. gRPC then calls OnDone, which deletes the reactor; a call
+// still on the loop keeps it alive, since Finish waits for it.
+class HeartbeatStreamReactor final
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  HeartbeatStreamReactor(std::string token, DhpService& service, const Authorizer& authz,
+                         SerialWorker& finisher)
+      : token_(std::move(token)), service_(service), authz_(authz), finisher_(finisher) {
+    StartRead(&in_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    auto req = std::make_shared<v1::HeartbeatRequest>();
+    absl::Status decoded = DecodeRequest(in_, req.get());
+    in_.Clear();
+    if (!decoded.ok()) {  // who first: a stranger learns nothing about what it sent
+      absl::StatusOr<Identity> who = authz_.auth().Authenticate(token_);
+      Finish(ToGrpcStatus(who.ok() ? decoded : who.status()));
+      return;
+    }
+    auto resp = std::make_shared<v1::HeartbeatResponse>();
+    service_.Dispatch(
+        [this, req, resp] {
+          return authz_.Call(token_, "Heartbeat", &DhpService::Heartbeat, *req, resp.get());
+        },
+        [this, resp](const absl::Status& s) {
+          finisher_.Post([this, resp, s] { Answer(s, *resp); });
+        });
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (ok) {
+      StartRead(&in_);
+    } else {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "HeartbeatStream: the agent has gone"));
+    }
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void Answer(const absl::Status& s, const v1::HeartbeatResponse& resp) {
+    grpc::Status status = ToGrpcStatus(s);
+    bool own_buffer = false;
+    out_.Clear();
+    if (status.ok()) {
+      status =
+          grpc::SerializationTraits<v1::HeartbeatResponse>::Serialize(resp, &out_, &own_buffer);
+    }
+    if (status.ok()) {
+      StartWrite(&out_);
+    } else {
+      Finish(status);
+    }
+  }
+
+  const std::string token_;
+  DhpService& service_;
+  const Authorizer& authz_;
+  SerialWorker& finisher_;
+  grpc::ByteBuffer in_;   // the request being read
+  grpc::ByteBuffer out_;  // the answer being written
+};
+
 }  // namespace
 
 // The three gRPC services of dhp.v1 in one object: each method of api/methods.h forwards to
@@ -201,6 +275,12 @@ class GrpcServices final : public RawJobService, public RawNodeService, public R
   }
   DHP_UNARY_METHODS(DHP_GRPC_UNARY)
 #undef DHP_GRPC_UNARY
+
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* HeartbeatStream(
+      grpc::CallbackServerContext* ctx) override {
+    return new HeartbeatStreamReactor(std::string(Authorization(ctx)), service_, authz_,
+                                      finisher_);
+  }
 
   grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchJob(grpc::CallbackServerContext* ctx,
                                                         const grpc::ByteBuffer* bytes) override {
