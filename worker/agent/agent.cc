@@ -26,6 +26,7 @@ AgentOptions Agent::WithDefaults(AgentOptions options) {
 
 Agent::Agent(api::DhpClient& client, AgentOptions options)
     : client_(client),
+      beats_(client),
       options_(WithDefaults(std::move(options))),
       launcher_(options_.ranks),
       shipper_({options_.node.id()},
@@ -80,7 +81,7 @@ Agent::Beat Agent::Heartbeat() {
   // The controller may fail the run on this report: the ranks' last output goes first, so that
   // the run's logs are whole once it is FAILED (PollRanks has tracked the exited ranks' logs).
   if (exits) ShipLogs();
-  absl::StatusOr<v1::HeartbeatResponse> resp = client_.Heartbeat(hb);
+  absl::StatusOr<v1::HeartbeatResponse> resp = beats_.Beat(hb);
   if (resp.ok()) {
     if (heartbeat_failures_ > 0) {
       DHP_LOG(INFO) << "heartbeat ok again after " << heartbeat_failures_ << " failures";

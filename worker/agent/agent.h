@@ -1,12 +1,13 @@
 // Agent: the dhp-worker daemon. Registers this node with the controller, heartbeats, and runs
 // the rank processes the controller asks for.
 //
-// Every heartbeat reports the node's rank processes (RankLauncher::Statuses, running or exited)
-// and the response, the complete set of ranks the node should run, is reconciled: missing ranks
-// start, unwanted ones are stopped (SIGTERM, SIGKILL after the grace). Between heartbeats a short
-// tick reaps exits and escalates stops. A second thread ships the rank logs (LogShipper) every
-// log_ship_ms. When the controller has forgotten the node (NOT_FOUND) the agent registers again;
-// while it is unreachable the agent retries with backoff and keeps its ranks running, so a
+// Heartbeats go on one stream (api::HeartbeatStream; unary calls against a controller without
+// it). Every heartbeat reports the node's rank processes (RankLauncher::Statuses, running or
+// exited) and the response, the complete set of ranks the node should run, is reconciled:
+// missing ranks start, unwanted ones are stopped (SIGTERM, SIGKILL after the grace). Between
+// heartbeats a short tick reaps exits and escalates stops. A second thread ships the rank logs
+// (LogShipper) every log_ship_ms. When the controller has forgotten the node (NOT_FOUND) the
+// agent registers again; while it is unreachable the agent retries with backoff and keeps its ranks running, so a
 // controller restart kills no job. Stop ends the loop and stops every rank (waiting up to the
 // grace period), heartbeating meanwhile, ships the last output and reports the exits once more;
 // every heartbeat from Stop on says `stopping`, so that the controller places no new ranks on
@@ -68,6 +69,7 @@ class Agent {
   bool Stopped();
 
   api::DhpClient& client_;
+  api::HeartbeatStream beats_;  // heartbeats on one stream (unary against older controllers)
   const AgentOptions options_;
   RankLauncher launcher_;  // used by Run's thread only
   LogShipper shipper_;     // thread-safe
