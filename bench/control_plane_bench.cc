@@ -6,6 +6,10 @@
 //       --controller after:bazel-bin/controller/dhp-controller       (one command line)
 //   bazel run //bench:control_plane_bench -- --nodes 200 --window-s 10 --queued-jobs 0   # quick
 //   bazel run //bench:control_plane_bench -- --scrape-every-s 10   # with Prometheus scrapes
+//   bazel run //bench:control_plane_bench -- --heartbeat-stream    # heartbeats on streams
+//   bazel run //bench:control_plane_bench -- --controller unary:bazel-bin/controller/dhp-controller
+//       --controller stream:bazel-bin/controller/dhp-controller --heartbeat-stream-for stream
+//                                         # one binary, unary vs stream heartbeats side by side
 //
 // Cases (bench/control_plane_cases.h), each with a fresh controller, the binaries side by side
 // case by case: N nodes (--nodes) with the cluster empty or full (--modes; full: one 8-GPU job
@@ -19,7 +23,10 @@
 // under the table.
 //
 // The generator is this one process: the agents run on --threads completion-queue threads over
-// --channels HTTP/2 connections (bench/control_plane_fleet.h).
+// --channels HTTP/2 connections (bench/control_plane_fleet.h). They heartbeat with unary
+// Heartbeat calls, or, as dhp-worker does now, on one HeartbeatStream each: against every
+// controller with --heartbeat-stream, against those labelled LABEL with --heartbeat-stream-for
+// LABEL (repeatable), so that the same binary given twice under two labels compares the two.
 //
 // Prints the Markdown tables last and writes <out-dir>/control_plane.md and .json (also after
 // every case, so that an interrupted run keeps what it measured).
@@ -134,6 +141,13 @@ int Main(int argc, char** argv) {
   app.add_flag("--every-rank-reports", o.every_rank_reports,
                "Every rank sends ReportProgress, as dhp-rank does (default: only each run's "
                "rank 0, one reporter per run)");
+  app.add_flag("--heartbeat-stream", o.heartbeat_stream,
+               "Agents heartbeat on one WorkerService.HeartbeatStream each, as dhp-worker does, "
+               "instead of unary Heartbeat calls (every controller)");
+  app.add_option("--heartbeat-stream-for", o.heartbeat_stream_for,
+                 "LABEL of a --controller whose cases use HeartbeatStream (repeatable; the "
+                 "others unary): e.g. --controller unary:PATH --controller stream:PATH "
+                 "--heartbeat-stream-for stream compares both against one binary");
   app.add_option("--probe-get-per-s", o.probe_get_per_s, "Prober GetJob calls per second")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -186,7 +200,28 @@ int Main(int argc, char** argv) {
       return 1;
     }
   }
+  for (const std::string& label : o.heartbeat_stream_for) {
+    bool known = false;
+    for (const auto& c : o.controllers) known = known || c.first == label;
+    if (!known) {
+      std::cerr << "control_plane_bench: --heartbeat-stream-for " << label
+                << " names no --controller label\n";
+      return 1;
+    }
+  }
   const std::string out_dir = InWorkspace(o.out_dir);
+
+  // The heartbeats' transport, for the run's description.
+  std::string transport = "unary Heartbeat calls";
+  if (o.heartbeat_stream) {
+    transport = "one HeartbeatStream per agent (a request and its answer per heartbeat)";
+  } else if (!o.heartbeat_stream_for.empty()) {
+    transport = "one HeartbeatStream per agent (a request and its answer per heartbeat) against";
+    for (size_t i = 0; i < o.heartbeat_stream_for.size(); ++i) {
+      transport += (i == 0 ? " " : ", ") + o.heartbeat_stream_for[i];
+    }
+    transport += ", unary Heartbeat calls against the others";
+  }
 
   std::string command = "bazel run //bench:control_plane_bench --";
   for (int i = 1; i < argc; ++i) command += " " + Quote(argv[i]);
@@ -204,6 +239,8 @@ int Main(int argc, char** argv) {
                   {"register_concurrency", o.register_concurrency},
                   {"progress_interval_ms", o.progress_interval_ms},
                   {"every_rank_reports", o.every_rank_reports},
+                  {"heartbeat_stream", o.heartbeat_stream},
+                  {"heartbeat_stream_for", o.heartbeat_stream_for},
                   {"probe_get_per_s", o.probe_get_per_s},
                   {"probe_submit_per_s", o.probe_submit_per_s},
                   {"scrape_every_s", o.scrape_every_s},
@@ -222,10 +259,12 @@ int Main(int argc, char** argv) {
            " HTTP/2 connections for all agents (so the controller sees a few connections, not "
            "one per agent). Agents start at random moments over one heartbeat interval, "
            "register with 8 GPUs of 80 GB, heartbeat at the interval the controller returns "
-           "(after the previous answer, 5 s deadline, as dhp-worker), report their ranks "
-           "RUNNING, and " + (o.every_rank_reports ? "every rank" : "each run's rank 0") +
+           "(after the previous answer, 5 s deadline, as dhp-worker) on " + transport +
+           ", report their ranks RUNNING, and " +
+           (o.every_rank_reports ? "every rank" : "each run's rank 0") +
            " sends ReportProgress every " + std::to_string(o.progress_interval_ms) +
-           " ms, or as seldom as the controller asks (next_report_ms). Full cases: the N jobs are submitted " +
+           " ms, or as seldom as the controller asks (next_report_ms). Full cases: the N jobs are "
+           "submitted " +
            (o.jobs_first ? "before the agents start" : "once every node has registered") + ", by " +
            std::to_string(o.submitters) + " closed-loop submitters. Prober: " +
            Fixed(o.probe_get_per_s, 0) + " GetJob/s and " + Fixed(o.probe_submit_per_s, 0) +

@@ -183,7 +183,10 @@ Json FleetJson(const FleetCounters& c) {
             {"progress_told_stop", c.progress_stop},
             {"ranks_running", c.ranks},
             {"runs_reporting", c.reporting_runs},
-            {"calls_in_flight", c.in_flight}};
+            {"calls_in_flight", c.in_flight},
+            {"heartbeat_streams_opened", c.streams_opened},
+            {"heartbeat_streams_open", c.streams_open},
+            {"heartbeat_stream_fallbacks", c.stream_fallbacks}};
   if (!c.first_error.empty()) j["first_error"] = c.first_error;
   return j;
 }
@@ -245,13 +248,24 @@ absl::StatusOr<CaseController> StartCaseController(const BenchOptions& o,
 
 }  // namespace
 
+bool HeartbeatStreamFor(const BenchOptions& o, const std::string& label) {
+  return o.heartbeat_stream ||
+         std::find(o.heartbeat_stream_for.begin(), o.heartbeat_stream_for.end(), label) !=
+             o.heartbeat_stream_for.end();
+}
+
 Json RunNodeCase(const BenchOptions& o, const std::string& label, const std::string& binary,
                  int nodes, bool full) {
   const std::string name = std::to_string(nodes) + (full ? " full" : " empty");
   const std::string log = Prefix(label, name);
-  Json r = {{"controller", label}, {"binary", binary},
-            {"case", name},        {"mode", full ? "full" : "empty"},
-            {"nodes", nodes},      {"jobs", full ? nodes : 0}};
+  const bool stream = HeartbeatStreamFor(o, label);
+  Json r = {{"controller", label},
+            {"binary", binary},
+            {"case", name},
+            {"mode", full ? "full" : "empty"},
+            {"nodes", nodes},
+            {"jobs", full ? nodes : 0},
+            {"heartbeats_on", stream ? "HeartbeatStream" : "Heartbeat"}};
   absl::StatusOr<CaseController> started = StartCaseController(o, binary);
   if (!started.ok()) {
     r["error"] = std::string(started.status().message());
@@ -261,7 +275,8 @@ Json RunNodeCase(const BenchOptions& o, const std::string& label, const std::str
   ControllerSampler& sampler = *started->sampler;
   const std::string& target = started->target;
   std::cerr << log << "controller pid " << controller.pid() << " on " << target << ", log "
-            << controller.log_path() << "\n";
+            << controller.log_path() << "; heartbeats on "
+            << (stream ? "HeartbeatStream" : "Heartbeat") << "\n";
   auto keep_going = [&] { return sampler.Tripped().empty(); };
 
   // ---- ramp-up ---------------------------------------------------------------------------------
@@ -273,6 +288,7 @@ Json RunNodeCase(const BenchOptions& o, const std::string& label, const std::str
   fo.register_concurrency = o.register_concurrency;
   fo.progress_interval_ms = o.progress_interval_ms;
   fo.every_rank_reports = o.every_rank_reports;
+  fo.heartbeat_stream = stream;
   fo.start_spread_ms = o.heartbeat_interval_ms > 0 ? o.heartbeat_interval_ms : 2000;
   AgentFleet fleet(fo);
   ControllerStubs stubs = ConnectStubs(target);

@@ -43,6 +43,9 @@ struct BenchOptions {
   int register_concurrency = 64;
   int progress_interval_ms = 5000;
   bool every_rank_reports = false;
+  // Heartbeats on one HeartbeatStream per agent: for every controller, or for those labels.
+  bool heartbeat_stream = false;
+  std::vector<std::string> heartbeat_stream_for;
   // Prober.
   double probe_get_per_s = 20;
   double probe_submit_per_s = 2;
@@ -60,6 +63,9 @@ struct BenchOptions {
 // TP 2, collocated, times 4 data-parallel replicas = 8 ranks, all of which the scheduler packs
 // onto one 8-GPU node (same-node TP groups, best fit).
 extern const char kEightRankJobSpec[];
+
+// Whether the agents heartbeat on HeartbeatStream against the controller labelled `label`.
+bool HeartbeatStreamFor(const BenchOptions& o, const std::string& label);
 
 nlohmann::json RunNodeCase(const BenchOptions& o, const std::string& label,
                            const std::string& binary, int nodes, bool full);

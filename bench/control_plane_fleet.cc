@@ -13,6 +13,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "bench/control_plane_fleet_stream.h"
 #include "bench/control_plane_sim_agent.h"
 #include "dhp/v1/service.grpc.pb.h"
 #include "grpc/support/time.h"
@@ -30,12 +31,11 @@ int64_t NowNs() {
 constexpr int64_t kMs = 1000000;
 constexpr int64_t kStopWaitNs = 30000 * kMs;  // for cancelled calls to complete
 
-enum class Kind : uint8_t { kRegister, kHeartbeat, kProgress };
+using fleet::Kind;
 
-// One RPC in flight; its address is the completion-queue tag.
-struct Call {
-  Kind kind;
-  uint32_t agent = 0;
+// One unary RPC in flight; its address is the completion-queue tag.
+struct Call : fleet::Tag {
+  explicit Call(Kind k) : Tag(k) {}
   int64_t due_ns = 0, sent_ns = 0;
   std::string job_id;  // progress
   int32_t attempt = 0;
@@ -86,6 +86,10 @@ class AgentFleet::Shard {
       Arm(static_cast<uint32_t>(i), Kind::kRegister, now + start(rng_));
     }
     register_limit_ = std::max(1, o_.register_concurrency / std::max(1, o_.threads));
+    if (o_.heartbeat_stream) {
+      streams_ =
+          std::make_unique<fleet::HeartbeatStreams>(cq_, agents_.size(), o_.heartbeat_deadline_ms);
+    }
     thread_ = std::thread([this] { Run(); });
   }
 
@@ -113,6 +117,9 @@ class AgentFleet::Shard {
     c->ranks += ranks_.load();
     c->reporting_runs += reporting_.load();
     c->in_flight += in_flight_count_.load();
+    c->streams_opened += streams_opened_.load();
+    c->streams_open += streams_open_.load();
+    c->stream_fallbacks += stream_fallbacks_.load();
     std::lock_guard<std::mutex> lock(mu_);
     if (c->first_error.empty()) c->first_error = first_error_;
   }
@@ -147,8 +154,9 @@ class AgentFleet::Shard {
         stopping = true;
         stop_ns = NowNs();
         for (Call* c : in_flight_) c->ctx.TryCancel();
+        if (streams_ != nullptr) streams_->CancelAll();
       }
-      if (stopping && in_flight_.empty()) break;
+      if (stopping && in_flight_.empty() && (streams_ == nullptr || streams_->live() == 0)) break;
       if (stopping && NowNs() - stop_ns > kStopWaitNs) {
         DescribeStuckCalls();
         abandoned_ = true;
@@ -175,7 +183,7 @@ class AgentFleet::Shard {
       // Drain what is ready (at most 512) before looking at the timers again; every event
       // taken from the queue is handled.
       for (int n = 0; st == grpc::CompletionQueue::GOT_EVENT; ++n) {
-        Complete(static_cast<Call*>(tag), stopping);
+        Complete(static_cast<fleet::Tag*>(tag), ok, stopping);
         if (n == 511) break;
         st = cq_.AsyncNext(&tag, &ok, gpr_time_0(GPR_CLOCK_MONOTONIC));
       }
@@ -214,18 +222,29 @@ class AgentFleet::Shard {
         a.progress_due = 0;
         SendProgress(t.agent, now);
         return;
+      case Kind::kStream:  // a heartbeat's deadline on its stream
+        streams_->Expire(t.agent, t.due);
+        return;
     }
   }
 
   Call* NewCall(Kind kind, uint32_t agent, int deadline_ms) {
-    Call* c = new Call();
-    c->kind = kind;
+    Call* c = new Call(kind);
     c->agent = agent;
     c->sent_ns = NowNs();
     c->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));
     in_flight_.insert(c);
-    in_flight_count_ = static_cast<int64_t>(in_flight_.size());
+    CountInFlight();
     return c;
+  }
+
+  // The gauges of calls (heartbeats on streams included) and streams.
+  void CountInFlight() {
+    const bool s = streams_ != nullptr;
+    in_flight_count_ =
+        static_cast<int64_t>(in_flight_.size()) + (s ? streams_->beats_in_flight() : 0);
+    streams_open_ = s ? static_cast<int64_t>(streams_->live()) : 0;
+    streams_opened_ = s ? streams_->opened() : 0;
   }
 
   // ---- registration ----------------------------------------------------------------------------
@@ -264,59 +283,88 @@ class AgentFleet::Shard {
 
   // ---- heartbeats ------------------------------------------------------------------------------
 
+  // On the agent's HeartbeatStream in heartbeat_stream mode (unless the controller has none),
+  // else a unary Heartbeat.
   void SendHeartbeat(uint32_t i, int64_t due, int64_t now) {
     SimAgent& a = agents_[i];
-    Call* c = NewCall(Kind::kHeartbeat, i, o_.heartbeat_deadline_ms);
-    c->due_ns = due;
-    FillHeartbeatRequest(a, &c->hb_req);
     a.hb_in_flight = true;
     if (a.last_sent_ns > 0) NoteGap(now - a.last_sent_ns);
     a.last_sent_ns = now;
-    c->hb_reader = stubs_[a.channel]->PrepareAsyncHeartbeat(&c->ctx, c->hb_req, &cq_);
-    c->hb_reader->StartCall();
-    c->hb_reader->Finish(&c->hb_resp, &c->status, c);
+    if (streams_ != nullptr && !a.stream_unimplemented) {
+      v1::HeartbeatRequest req;
+      FillHeartbeatRequest(a, &req);
+      const int64_t deadline = streams_->Send(i, *stubs_[a.channel], req, NowNs());
+      timers_.push(Timer{deadline, i, Kind::kStream});
+      CountInFlight();
+    } else {
+      Call* c = NewCall(Kind::kHeartbeat, i, o_.heartbeat_deadline_ms);
+      c->due_ns = due;
+      FillHeartbeatRequest(a, &c->hb_req);
+      c->hb_reader = stubs_[a.channel]->PrepareAsyncHeartbeat(&c->ctx, c->hb_req, &cq_);
+      c->hb_reader->StartCall();
+      c->hb_reader->Finish(&c->hb_resp, &c->status, c);
+    }
     if (recording_) {
       std::lock_guard<std::mutex> lock(mu_);
       samples_.lag_ns.push_back(std::max<int64_t>(0, now - due));
     }
   }
 
-  void OnHeartbeat(Call* c, int64_t now) {
-    SimAgent& a = agents_[c->agent];
+  // A heartbeat on a stream is over (fleet::HeartbeatStreams).
+  void OnStreamBeat(const fleet::StreamBeat& b) {
+    SimAgent& a = agents_[b.agent];
+    if (b.status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+      // A controller without HeartbeatStream: as dhp-worker, this and later heartbeats go unary.
+      a.stream_unimplemented = true;
+      ++stream_fallbacks_;
+      NoteError("HeartbeatStream " + a.id + ": " + b.status.error_message() +
+                " (falling back to unary Heartbeat)");
+      a.hb_in_flight = false;
+      Arm(b.agent, Kind::kHeartbeat, NowNs());
+      return;
+    }
+    OnHeartbeat(b.agent, b.status, b.response, b.sent_ns, b.answered_ns);
+  }
+
+  // A heartbeat sent at `sent_ns` (unary or on a stream) answered at `now` with `status` and,
+  // when OK, `resp`.
+  void OnHeartbeat(uint32_t i, const grpc::Status& status, const v1::HeartbeatResponse& resp,
+                   int64_t sent_ns, int64_t now) {
+    SimAgent& a = agents_[i];
     a.hb_in_flight = false;
-    const grpc::StatusCode code = c->status.error_code();
+    const grpc::StatusCode code = status.error_code();
     const bool deadline = code == grpc::StatusCode::DEADLINE_EXCEEDED;
-    if (c->status.ok()) {
+    if (status.ok()) {
       ++hb_ok_;
     } else {
       ++(deadline ? hb_deadline_ : hb_failed_);
-      if (!deadline) NoteError("Heartbeat " + a.id + ": " + c->status.error_message());
+      if (!deadline) NoteError("Heartbeat " + a.id + ": " + status.error_message());
     }
     if (recording_) {
       std::lock_guard<std::mutex> lock(mu_);
-      if (c->status.ok() || deadline) samples_.heartbeat_ns.push_back(now - c->sent_ns);
-      if (c->status.ok())
+      if (status.ok() || deadline) samples_.heartbeat_ns.push_back(now - sent_ns);
+      if (status.ok())
         ++samples_.heartbeats_ok;
       else
         ++(deadline ? samples_.heartbeats_deadline : samples_.heartbeats_failed);
-      if (!c->status.ok() && !deadline && samples_.first_error.empty()) {
-        samples_.first_error = "Heartbeat: " + c->status.error_message();
+      if (!status.ok() && !deadline && samples_.first_error.empty()) {
+        samples_.first_error = "Heartbeat: " + status.error_message();
       }
     }
     if (code == grpc::StatusCode::NOT_FOUND) {  // the controller forgot the node
       a.registered = false;
       --registered_;
       ++reregistrations_;
-      to_register_.push_back(c->agent);
+      to_register_.push_back(i);
       return;
     }
-    if (c->status.ok()) {
-      Reconcile(c->agent, c->hb_resp, now);
+    if (status.ok()) {
+      Reconcile(i, resp, now);
     } else {
       HeartbeatFailed(a);  // the exits it carried go again
     }
     Recount(a);
-    Arm(c->agent, Kind::kHeartbeat, now + a.hb_interval_ns);
+    Arm(i, Kind::kHeartbeat, now + a.hb_interval_ns);
   }
 
   // What the response wants (like RankLauncher::Reconcile, without processes); the first
@@ -400,21 +448,32 @@ class AgentFleet::Shard {
 
   // ---- completions -----------------------------------------------------------------------------
 
-  void Complete(Call* c, bool stopping) {
+  // `ok` matters to stream operations only (a unary call's Finish always completes OK).
+  void Complete(fleet::Tag* tag, bool ok, bool stopping) {
+    const int64_t now = NowNs();
+    if (tag->kind == Kind::kStream) {
+      fleet::StreamBeat beat;
+      const bool over = streams_->Complete(*static_cast<fleet::StreamOp*>(tag), ok, now, &beat);
+      CountInFlight();
+      if (over && !stopping) OnStreamBeat(beat);
+      return;
+    }
+    Call* c = static_cast<Call*>(tag);
     in_flight_.erase(c);
-    in_flight_count_ = static_cast<int64_t>(in_flight_.size());
+    CountInFlight();
     std::unique_ptr<Call> owned(c);
     if (stopping) return;
-    const int64_t now = NowNs();
     switch (c->kind) {
       case Kind::kRegister:
         OnRegistered(c, now);
         break;
       case Kind::kHeartbeat:
-        OnHeartbeat(c, now);
+        OnHeartbeat(c->agent, c->status, c->hb_resp, c->sent_ns, now);
         break;
       case Kind::kProgress:
         OnProgress(c, now);
+        break;
+      case Kind::kStream:
         break;
     }
   }
@@ -436,19 +495,22 @@ class AgentFleet::Shard {
     NoteGap(longest);
   }
 
-  // Cancelled calls should complete at once; report those that did not in kStopWaitNs.
+  // Cancelled calls and streams should complete at once; report those that did not in
+  // kStopWaitNs.
   void DescribeStuckCalls() {
-    std::map<int, int> by_kind;
+    std::map<Kind, int> by_kind;
     int64_t oldest = 0;
     for (const Call* c : in_flight_) {
-      ++by_kind[static_cast<int>(c->kind)];
+      ++by_kind[c->kind];
       oldest = std::max(oldest, NowNs() - c->sent_ns);
     }
+    const std::string streams = streams_ != nullptr ? streams_->Describe(NowNs()) : "no streams";
     std::fprintf(stderr,
-                 "control_plane_fleet: %zu calls (register %d, heartbeat %d, progress %d) did "
-                 "not complete after cancellation; the oldest was sent %.1f s ago; abandoning "
-                 "them\n",
-                 in_flight_.size(), by_kind[0], by_kind[1], by_kind[2], oldest / 1e9);
+                 "control_plane_fleet: %zu calls (register %d, heartbeat %d, progress %d; the "
+                 "oldest was sent %.1f s ago) and %s did not complete after cancellation; "
+                 "abandoning them\n",
+                 in_flight_.size(), by_kind[Kind::kRegister], by_kind[Kind::kHeartbeat],
+                 by_kind[Kind::kProgress], oldest / 1e9, streams.c_str());
   }
 
   void NoteError(const std::string& e) {
@@ -464,6 +526,8 @@ class AgentFleet::Shard {
   grpc::CompletionQueue cq_;
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<v1::WorkerService::Stub>> stubs_;
+  // heartbeat_stream: the agents' streams; declared after cq_, so destroyed before it.
+  std::unique_ptr<fleet::HeartbeatStreams> streams_;
 
   // Owned by the shard's thread.
   std::vector<SimAgent> agents_;
@@ -478,7 +542,8 @@ class AgentFleet::Shard {
   // Read by other threads.
   std::atomic<int64_t> registered_{0}, registrations_{0}, reregistrations_{0},
       register_failures_{0}, hb_ok_{0}, hb_failed_{0}, hb_deadline_{0}, prog_ok_{0},
-      prog_failed_{0}, prog_stop_{0}, ranks_{0}, reporting_{0}, in_flight_count_{0};
+      prog_failed_{0}, prog_stop_{0}, ranks_{0}, reporting_{0}, in_flight_count_{0},
+      streams_opened_{0}, streams_open_{0}, stream_fallbacks_{0};
   mutable std::mutex mu_;  // guards samples_ and first_error_
   FleetSamples samples_;
   std::string first_error_;

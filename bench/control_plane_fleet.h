@@ -9,6 +9,15 @@
 //   - RegisterNode with 8 GPUs (80 GB each), then a Heartbeat at once and every
 //     heartbeat_interval_ms (from RegisterNodeResponse) after the previous one's response, one
 //     at a time, with dhp-worker's 5 s deadline; on NOT_FOUND it registers again.
+//   - With heartbeat_stream, as dhp-worker's HeartbeatStream (api/client.h): the heartbeats go
+//     on one WorkerService.HeartbeatStream per agent instead, opened by its first heartbeat
+//     after registering. Each heartbeat writes its request and reads the answer on it (both
+//     pending at once), timed from the write to the read; the same 5 s deadline per heartbeat
+//     cancels the stream and counts as DEADLINE_EXCEEDED. A read that fails means the
+//     controller ended the stream: Finish's status counts as the unary call's would (NOT_FOUND:
+//     register again; else failed), and the next heartbeat opens a new stream. Against a
+//     controller without the method (UNIMPLEMENTED) an agent falls back to unary heartbeats,
+//     counted in stream_fallbacks. The streams: bench/control_plane_fleet_stream.h.
 //   - Every RankLaunch in a HeartbeatResponse becomes a "rank" that the following heartbeats
 //     report RUNNING (so the job goes SCHEDULED -> STARTING); a rank no longer listed is
 //     reported EXITED (stopped_by_agent) once and forgotten.
@@ -21,7 +30,11 @@
 // The agents are split into `threads` shards. A shard owns its agents, one CompletionQueue, its
 // channels and a timer heap; its thread sends what is due and handles completions (AsyncNext
 // with the next due time as deadline), so no agent state is shared between threads. The
-// channels use private subchannel pools: `channels` HTTP/2 connections in all.
+// channels use private subchannel pools: `channels` HTTP/2 connections in all (with
+// heartbeat_stream, the agents' streams are multiplexed over them too). Every pending operation
+// has its own completion-queue tag: a unary call, or one of a stream's StartCall, Write, Read
+// and Finish. Stop cancels every call and stream and waits until each tag came back before it
+// shuts the queue down.
 //
 // Thread-safety: Start, Stop and the accessors may be called from any one thread; the counters
 // and samples are read under locks or atomics.
@@ -47,6 +60,7 @@ struct FleetOptions {
   int rpc_deadline_ms = 10000;       // RegisterNode, ReportProgress
   int progress_interval_ms = 5000;   // per reporting rank, at least (next_report_ms)
   bool every_rank_reports = false;   // false: only world rank 0 of each run reports
+  bool heartbeat_stream = false;     // heartbeats on one HeartbeatStream per agent, not unary
   int gpus_per_node = 8;
   int64_t gpu_memory_bytes = int64_t{81559} << 20;  // nvidia-smi's 80 GB (81,559 MiB)
   std::string node_prefix = "sim-node-";
@@ -62,7 +76,10 @@ struct FleetCounters {
   int64_t progress_ok = 0, progress_failed = 0, progress_stop = 0;
   int64_t ranks = 0;           // ranks the agents run now (wanted by the controller)
   int64_t reporting_runs = 0;  // ranks that report progress now (rank 0s, or all)
-  int64_t in_flight = 0;       // calls in flight now
+  int64_t in_flight = 0;       // calls in flight now (heartbeats on streams included)
+  int64_t streams_opened = 0;  // HeartbeatStreams opened (heartbeat_stream)
+  int64_t streams_open = 0;    // open now, or not yet finished
+  int64_t stream_fallbacks = 0;  // agents that went unary: the controller has no HeartbeatStream
   std::string first_error;
 };
 
@@ -90,8 +107,8 @@ class AgentFleet {
   // Connects the channels and starts the shard threads; the agents register at once,
   // register_concurrency at a time.
   void Start();
-  // Cancels the calls in flight and joins the threads (calls that still have not completed 30 s
-  // later are abandoned, with a message on stderr). Idempotent.
+  // Cancels the calls and streams in flight and joins the threads (those that still have not
+  // completed 30 s later are abandoned, with a message on stderr). Idempotent.
   void Stop();
 
   const FleetOptions& options() const { return options_; }

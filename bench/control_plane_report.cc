@@ -288,14 +288,17 @@ std::string ControlPlaneMarkdown(const Json& run) {
   }
   for (const std::string& l : labels) {
     std::vector<const Json*> mine;
-    std::string binary;
+    std::string binary, heartbeats;
     for (const Json& c : run["cases"]) {
       if (c["controller"] == l) {
         mine.push_back(&c);
         binary = c["binary"].get<std::string>();
+        if (c.contains("heartbeats_on")) heartbeats = c["heartbeats_on"].get<std::string>();
       }
     }
-    md << "\n### " << l << ": `" << binary << "`\n\n" << kTableHead;
+    md << "\n### " << l << ": `" << binary << "`";
+    if (!heartbeats.empty()) md << ", heartbeats on " << heartbeats;
+    md << "\n\n" << kTableHead;
     for (const Json* c : mine) md << Row(*c);
     const std::string notes = Notes(mine);
     if (!notes.empty()) md << "\n" << notes;

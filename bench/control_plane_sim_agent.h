@@ -36,6 +36,7 @@ struct SimAgent {
   int channel = 0;
   bool registered = false;
   bool hb_in_flight = false;
+  bool stream_unimplemented = false;  // the controller has no HeartbeatStream: unary heartbeats
   int64_t hb_interval_ns = 2000000000;
   int64_t hb_due = 0;        // the pending heartbeat timer (0: none)
   int64_t progress_due = 0;  // the pending progress timer (0: none)
