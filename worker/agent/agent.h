@@ -1,20 +1,20 @@
 // Agent: the dhp-worker daemon. Registers this node with the controller, heartbeats, and runs
 // the rank processes the controller asks for.
 //
-// Heartbeats go on one stream (api::HeartbeatStream; unary calls against a controller without
-// it). Every heartbeat reports the node's rank processes (RankLauncher::Statuses, running or
-// exited) and the response, the complete set of ranks the node should run, is reconciled:
-// missing ranks start, unwanted ones are stopped (SIGTERM, SIGKILL after the grace). Between
-// heartbeats a short tick reaps exits and escalates stops. A second thread ships the rank logs
-// (LogShipper) every log_ship_ms. When the controller has forgotten the node (NOT_FOUND) the
-// agent registers again; while it is unreachable the agent retries with backoff and keeps its ranks running, so a
-// controller restart kills no job. Stop ends the loop and stops every rank (waiting up to the
-// grace period), heartbeating meanwhile, ships the last output and reports the exits once more;
-// every heartbeat from Stop on says `stopping`, so that the controller places no new ranks on
-// the node while it leaves (each is bounded by the client's deadline). An agent that starts after
-// one that died (SIGKILL, OOM, a node upgrade) first adopts the rank logs its predecessor's ranks
-// left under the log directory (FindRankLogs, at most adopt_logs_max_age_s old), so their last
-// lines, often the reason they ended, still reach the controller.
+// Heartbeats go on one stream (api::HeartbeatStream; unary calls against a controller without it).
+// Every heartbeat reports the node's rank processes (RankLauncher::Statuses, running or exited) and
+// the response, the complete set of ranks the node should run, is reconciled: missing ranks start,
+// unwanted ones are stopped (SIGTERM, SIGKILL after the grace). Between heartbeats a short tick
+// reaps exits and escalates stops. A second thread ships the rank logs (LogShipper) every
+// log_ship_ms. When the controller has forgotten the node (NOT_FOUND) the agent registers again;
+// while it is unreachable the agent retries with backoff and keeps its ranks running, so a
+// controller restart kills no job. Stop ends the loop and stops every rank (waiting up to the grace
+// period), heartbeating meanwhile, ships the last output and reports the exits once more; every
+// heartbeat from Stop on says `stopping`, so that the controller places no new ranks on the node
+// while it leaves (each is bounded by the client's deadline). An agent that starts after one that
+// died (SIGKILL, OOM, a node upgrade) first adopts the rank logs its predecessor's ranks left under
+// the log directory (FindRankLogs, at most adopt_logs_max_age_s old), so their last lines, often
+// the reason they ended, still reach the controller.
 //
 // Thread-safety: Run blocks on the calling thread (and owns the launcher); Stop may be called
 // from any thread.
