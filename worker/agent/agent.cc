@@ -81,7 +81,8 @@ Agent::Beat Agent::Heartbeat() {
   // The controller may fail the run on this report: the ranks' last output goes first, so that
   // the run's logs are whole once it is FAILED (PollRanks has tracked the exited ranks' logs).
   if (exits) ShipLogs();
-  absl::StatusOr<v1::HeartbeatResponse> resp = beats_.Beat(hb);
+  absl::StatusOr<v1::HeartbeatResponse> resp =
+      options_.heartbeat_stream ? beats_.Beat(hb) : client_.Heartbeat(hb);
   if (resp.ok()) {
     if (heartbeat_failures_ > 0) {
       DHP_LOG(INFO) << "heartbeat ok again after " << heartbeat_failures_ << " failures";

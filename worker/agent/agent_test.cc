@@ -196,6 +196,16 @@ TEST_F(AgentTest, LaunchesReportsShipsLogsAndStopsRanks) {
   StopAgent();
 }
 
+// This fake controller has no HeartbeatStream (UNIMPLEMENTED): an agent asked to stream its
+// heartbeats falls back to unary calls and is heard as before.
+TEST_F(AgentTest, WithHeartbeatStreamAControllerWithoutItIsHeardByUnaryCalls) {
+  options_.heartbeat_stream = true;
+  fake_.desired = {Launch(1, 0, 2)};
+  StartAgent();
+  ASSERT_TRUE(Eventually([&] { return ReportedRunning(1, 0); }));
+  StopAgent();
+}
+
 // The controller fails a run on the heartbeat that reports a rank's exit, so the rank's last
 // output must be shipped before it: `dhpctl logs` right after FAILED shows the error. Shipping on
 // the agent's own timer is off here (an hour), so only the exit can have shipped it.

@@ -70,12 +70,17 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   std::vector<std::string> extra_data_roots;
   bool allow_any_data_path = false;
+  bool heartbeat_stream = false;
   app.add_option("--allow-data-root", extra_data_roots,
                  "Another directory job specs' data paths (model.weights_path, annotation_path, "
                  "image_root) may name (repeatable), e.g. /models")
       ->check(CLI::ExistingDirectory);
   app.add_flag("--allow-any-data-path", allow_any_data_path,
                "Let job specs' data paths name any file the ranks can read (trusted users only)");
+  app.add_flag("--heartbeat-stream", heartbeat_stream,
+               "Heartbeat on one gRPC stream instead of a call per heartbeat (cheaper for the "
+               "controller up to a few thousand nodes, dearer at 10,000: bench/results/"
+               "control_plane.md)");
   app.add_option("--stop-grace-ms", stop_grace_ms,
                  "How long a stopped rank gets between SIGTERM and SIGKILL")
       ->capture_default_str()
@@ -128,6 +133,7 @@ int main(int argc, char** argv) {
     options.ranks.extra_data_roots.push_back(Absolute(root));
   }
   options.ranks.allow_any_data_path = allow_any_data_path;
+  options.heartbeat_stream = heartbeat_stream;
   options.ranks.log_dir =
       Absolute(log_dir.empty() ? "/tmp/dhp-worker-" + options.node.id() + "/logs" : log_dir);
   options.ranks.stop_grace_ms = stop_grace_ms;
