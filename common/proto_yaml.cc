@@ -453,11 +453,16 @@ class YamlReader {
 
 // ---- Writing -------------------------------------------------------------------------------
 
-// Strings that a YAML reader would take for something else (null, bool, number) get quotes.
+// Strings that a YAML reader would take for something else (null, bool, number) get quotes,
+// and so do strings with a control character (yaml-cpp wrote "k\f" and "a\rb" plain, which
+// then did not read back; quoted, they are escaped).
 bool LooksLikeNonString(const std::string& s) {
   if (s.empty() || absl::ascii_isspace(static_cast<unsigned char>(s.front())) ||
       absl::ascii_isspace(static_cast<unsigned char>(s.back()))) {
     return true;
+  }
+  for (const char c : s) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return true;
   }
   static const char* const kWords[] = {"~", "null", "true", "false", "yes", "no",
                                        "on", "off", "y", "n"};
