@@ -22,12 +22,15 @@ namespace {
 
 // Heartbeat answers with one rank whose job id echoes the request ("<node>/<ranks reported>"),
 // so that each answer can be matched to its request; node "gone" is NOT_FOUND, as a node the
-// controller forgot. While `hold` is set, dispatched calls wait for RunHeld.
+// controller forgot, and so is any id over 253 bytes, quoted whole as the controller quotes it.
+// While `hold` is set, dispatched calls wait for RunHeld.
 class BeatService : public FakeOwnersService {
  public:
   absl::Status Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) override {
     ++beats;
-    if (req.node_id() == "gone") return absl::NotFoundError("node gone is not registered");
+    if (req.node_id() == "gone" || req.node_id().size() > 253) {
+      return absl::NotFoundError("node " + req.node_id() + " is not registered");
+    }
     resp->add_ranks()->set_job_id(req.node_id() + "/" + std::to_string(req.ranks_size()));
     return absl::OkStatus();
   }
@@ -128,6 +131,26 @@ TEST(HeartbeatStreamTest, EveryBeatIsAuthenticatedAndDecodedAsAUnaryOne) {
   EXPECT_NE(bad.status().message().find("node_id"), std::string::npos) << bad.status();
   ASSERT_TRUE(beats.Beat(Beat("n1", 3)).ok());
   EXPECT_EQ(service.beats, 2);
+  (*server)->Shutdown(1000);
+}
+
+// A node id of 1 MB is quoted by the NOT_FOUND message: the caller gets that status with the
+// message cut, not gRPC's RESOURCE_EXHAUSTED for metadata over 16 KiB. On the stream and unary.
+TEST(HeartbeatStreamTest, AHugeNodeIdIsRefusedWithItsOwnStatus) {
+  BeatService service;
+  auto server = GrpcServer::Start("127.0.0.1:0", service, TokenAuth(), TlsPems(), 8);
+  ASSERT_TRUE(server.ok()) << server.status();
+  DhpClient client(Target(**server), 5000);
+  HeartbeatStream beats(client);
+  // "node " + 4,090 bytes puts the 2-byte e-acute across the cut at 4,096 bytes.
+  const std::string huge = std::string(4090, 'x') + "\xc3\xa9" + std::string(1 << 20, 'y');
+  for (const absl::StatusOr<v1::HeartbeatResponse>& resp :
+       {beats.Beat(Beat(huge, 0)), client.Heartbeat(Beat(huge, 0))}) {
+    EXPECT_EQ(resp.status().code(), absl::StatusCode::kNotFound) << resp.status().message().size();
+    EXPECT_LT(resp.status().message().size(), 4200u);
+    EXPECT_NE(resp.status().message().find("x... (1048596 more bytes)"), std::string::npos)
+        << resp.status().message().substr(4080);
+  }
   (*server)->Shutdown(1000);
 }
 
