@@ -68,6 +68,11 @@ Controller::Controller(Store& store, const Clock& clock, MetricsExposition& metr
           "dhp_store_quarantined_rows_total",
           "Rows of the store that could not be read (a stored message that does not parse) and "
           "were moved to its quarantine table, since the controller started, by table.")),
+      relayed_progress_(metrics
+                            .AddCounter("dhp_progress_reports_relayed_total",
+                                        "Rank progress reports that agents relayed in their "
+                                        "heartbeats, since the controller started.")
+                            .Add({})),
       tick_seconds_(metrics.AddHistogram(
           "dhp_controller_tick_seconds",
           "How long each phase of the controller's periodic work held its event loop "

@@ -60,6 +60,9 @@ struct ControllerOptions {
   int metrics_runs_per_slice = 256;
 };
 
+// HeartbeatRequest.progress: the most reports one heartbeat may relay.
+inline constexpr int kMaxRelayedProgress = 1024;
+
 class Controller : public api::DhpService {
  public:
   Controller(Store& store, const Clock& clock, MetricsExposition& metrics,
@@ -157,6 +160,9 @@ class Controller : public api::DhpService {
   absl::Status PreemptOnCordonedNodes();
   absl::Status ApplyNodeEvents(const std::vector<v1::Event>& events,
                                std::vector<v1::Event>* more);
+  // The ranks' reports an agent relayed in its heartbeat, each answered into resp->progress.
+  void RelayProgress(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp,
+                     std::vector<v1::Event>* events);
   absl::StatusOr<KvScopeKey> CheckScope(const v1::KvScope& scope);
   // What CheckScope checks, without blocking: `then` runs on the loop with the scope, or at
   // once with why not (a malformed scope, or UNAVAILABLE after Stop).
@@ -187,6 +193,7 @@ class Controller : public api::DhpService {
   ComputedGauges& cluster_gauges_;
   prometheus::Family<prometheus::Counter>& events_total_;
   prometheus::Family<prometheus::Counter>& quarantined_total_;  // rows moved to quarantine
+  prometheus::Counter& relayed_progress_;  // dhp_progress_reports_relayed_total
   // dhp_controller_tick_seconds{phase}: how long each phase of the 1 s tick held the loop.
   prometheus::Family<prometheus::Histogram>& tick_seconds_;
   prometheus::Histogram& loop_lag_seconds_;  // dhp_controller_loop_lag_seconds

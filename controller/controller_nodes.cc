@@ -144,14 +144,35 @@ absl::Status Controller::RegisterNode(const v1::RegisterNodeRequest& req,
 
 absl::Status Controller::Heartbeat(const v1::HeartbeatRequest& req,
                                    v1::HeartbeatResponse* resp) {
+  if (req.progress_size() > kMaxRelayedProgress) {
+    return absl::InvalidArgumentError(absl::StrCat("progress: ", req.progress_size(),
+                                                   " reports; a heartbeat relays at most ",
+                                                   kMaxRelayedProgress));
+  }
   return OnLoop([&] {
     std::vector<v1::Event> events;
     absl::Status s = nodes_.Heartbeat(req, &events);
     if (s.ok()) s = ApplyNodeEvents(events, &events);
+    // The ranks' reports before their exits: a rank's last step counts before it has ended.
+    if (s.ok()) RelayProgress(req, resp, &events);
     if (s.ok()) s = supervisor_.OnHeartbeat(req, resp, &events);
     Settle(events);
     return s;
   });
+}
+
+void Controller::RelayProgress(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp,
+                               std::vector<v1::Event>* events) {
+  for (const v1::ReportProgressRequest& report : req.progress()) {
+    v1::ProgressAnswer* answer = resp->add_progress();
+    absl::Status s =
+        supervisor_.OnRelayedProgress(req.node_id(), report, answer->mutable_response(), events);
+    if (s.ok()) continue;
+    answer->Clear();
+    answer->set_code(static_cast<int>(s.code()));
+    answer->set_message(std::string(s.message()));
+  }
+  relayed_progress_.Increment(req.progress_size());
 }
 
 }  // namespace dhp::controller

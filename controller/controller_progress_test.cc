@@ -91,5 +91,96 @@ TEST_F(ControllerProgressTest, RanksAreAskedToSpreadTheControllersReportBudget) 
   EXPECT_EQ(resp.next_report_ms(), 1000 * got.runs(0).world_size());
 }
 
+// Agents relay their ranks' reports in heartbeats (HeartbeatRequest.progress): each is answered
+// as ReportProgress would answer it, and only a node that holds the rank may relay for it.
+class ControllerRelayTest : public ControllerProgressTest {
+ protected:
+  static v1::ReportProgressRequest Report(const v1::Job& job, int64_t step, int attempt = 1) {
+    v1::ReportProgressRequest req;
+    req.set_job_id(job.id());
+    req.set_attempt(attempt);
+    req.set_rank(0);
+    req.set_step(step);
+    req.set_loss(10.0 - step);
+    req.set_total_steps(10);
+    return req;
+  }
+};
+
+TEST_F(ControllerRelayTest, AReportRelayedByTheRanksNodeIsAnsweredAsReportProgress) {
+  ASSERT_TRUE(Register("n1").ok());
+  const v1::Job job = Submit();
+  v1::HeartbeatRequest beat = LaunchRankZero(job);
+  *beat.add_progress() = Report(job, 4);
+  v1::HeartbeatResponse resp;
+  ASSERT_TRUE(controller_->Heartbeat(beat, &resp).ok());
+  ASSERT_EQ(resp.progress_size(), 1);
+  EXPECT_EQ(resp.progress(0).code(), 0) << resp.progress(0).message();
+  EXPECT_FALSE(resp.progress(0).response().stop());
+  EXPECT_EQ(resp.ranks_size(), 1);  // the launch list is there as ever
+  const v1::GetJobResponse got = Get(job.id());
+  EXPECT_EQ(got.job().state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(got.job().latest_step(), 4);
+  EXPECT_DOUBLE_EQ(got.job().latest_loss(), 6.0);
+  EXPECT_TRUE(HasLine(metrics_->RenderText(), "dhp_progress_reports_relayed_total 1"))
+      << metrics_->RenderText();
+}
+
+TEST_F(ControllerRelayTest, ANodeMayNotRelayForARankPlacedElsewhereAndOneBadEntryHarmsNoOther) {
+  ASSERT_TRUE(Register("n1").ok());
+  const v1::Job job = Submit();
+  LaunchRankZero(job);
+  Progress(job, 2);
+  ASSERT_TRUE(Register("n2").ok());
+  v1::HeartbeatRequest beat;
+  beat.set_node_id("n2");
+  *beat.add_progress() = Report(job, 9);
+  v1::ReportProgressRequest unknown = Report(job, 1);
+  unknown.set_job_id("no-such-job");
+  *beat.add_progress() = unknown;
+  *beat.add_progress() = Report(job, 1, /*attempt=*/7);
+  v1::HeartbeatResponse resp;
+  ASSERT_TRUE(controller_->Heartbeat(beat, &resp).ok());
+  ASSERT_EQ(resp.progress_size(), 3);
+  EXPECT_EQ(resp.progress(0).code(), static_cast<int>(absl::StatusCode::kPermissionDenied));
+  EXPECT_NE(resp.progress(0).message().find("placed on node \"n1\""), std::string::npos)
+      << resp.progress(0).message();
+  EXPECT_FALSE(resp.progress(0).has_response());
+  EXPECT_EQ(resp.progress(1).code(), static_cast<int>(absl::StatusCode::kNotFound));
+  EXPECT_EQ(resp.progress(2).code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_EQ(Get(job.id()).job().latest_step(), 2);  // n2's report changed nothing
+}
+
+// A rank's last report and its exit arrive in one heartbeat: the step counts first.
+TEST_F(ControllerRelayTest, TheLastStepRelayedWithTheExitCountsBeforeTheRunEnds) {
+  ASSERT_TRUE(Register("n1").ok());
+  const v1::Job job = Submit();
+  v1::HeartbeatRequest beat = LaunchRankZero(job);
+  Progress(job, 3);
+  *beat.add_progress() = Report(job, 10);
+  beat.mutable_ranks(0)->set_state(v1::RANK_PROCESS_STATE_EXITED);
+  beat.mutable_ranks(0)->set_exit_code(0);
+  v1::HeartbeatResponse resp;
+  ASSERT_TRUE(controller_->Heartbeat(beat, &resp).ok());
+  ASSERT_EQ(resp.progress_size(), 1);
+  EXPECT_EQ(resp.progress(0).code(), 0) << resp.progress(0).message();
+  const v1::GetJobResponse got = Get(job.id());
+  EXPECT_EQ(got.job().state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(got.job().latest_step(), 10);
+}
+
+TEST_F(ControllerRelayTest, TooManyRelayedReportsRefuseTheHeartbeatBeforeAnyIsApplied) {
+  ASSERT_TRUE(Register("n1").ok());
+  const v1::Job job = Submit();
+  v1::HeartbeatRequest beat = LaunchRankZero(job);
+  for (int i = 0; i <= kMaxRelayedProgress; ++i) *beat.add_progress() = Report(job, 5);
+  v1::HeartbeatResponse resp;
+  const absl::Status s = controller_->Heartbeat(beat, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("progress: 1025 reports"), std::string::npos) << s;
+  EXPECT_EQ(resp.progress_size(), 0);
+  EXPECT_NE(Get(job.id()).job().state(), v1::JOB_STATE_RUNNING);
+}
+
 }  // namespace
 }  // namespace dhp::controller

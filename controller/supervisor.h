@@ -158,6 +158,11 @@ class Supervisor {
                            std::vector<v1::Event>* events);
   absl::Status OnProgress(const v1::ReportProgressRequest& req, v1::ReportProgressResponse* resp,
                           std::vector<v1::Event>* events);
+  // A report relayed in node_id's heartbeat (HeartbeatRequest.progress): PERMISSION_DENIED
+  // when the rank of an active run is placed on another node, else as OnProgress.
+  absl::Status OnRelayedProgress(const std::string& node_id, const v1::ReportProgressRequest& req,
+                                 v1::ReportProgressResponse* resp,
+                                 std::vector<v1::Event>* events);
   absl::Status OnCheckpointShard(const v1::ReportCheckpointRequest& req,
                                  v1::ReportCheckpointResponse* resp,
                                  std::vector<v1::Event>* events);

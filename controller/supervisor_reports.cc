@@ -25,6 +25,22 @@ constexpr int64_t kSilentMicros = 5000000;
 
 // ---- progress ------------------------------------------------------------------------------
 
+absl::Status Supervisor::OnRelayedProgress(const std::string& node_id,
+                                           const v1::ReportProgressRequest& req,
+                                           v1::ReportProgressResponse* resp,
+                                           std::vector<v1::Event>* events) {
+  DHP_CHECK_ON_THREAD(loop_);
+  const ActiveRun* run = FindRun(RunId{req.job_id(), req.attempt()});
+  if (run != nullptr && req.rank() >= 0 && req.rank() < static_cast<int>(run->placement.size()) &&
+      run->placement[req.rank()].node_id() != node_id) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("rank ", req.rank(), " of job ", req.job_id(), " attempt ", req.attempt(),
+                     " is placed on node \"", run->placement[req.rank()].node_id(),
+                     "\", not on \"", node_id, "\" that relayed its report"));
+  }
+  return OnProgress(req, resp, events);
+}
+
 absl::Status Supervisor::OnProgress(const v1::ReportProgressRequest& req,
                                     v1::ReportProgressResponse* resp,
                                     std::vector<v1::Event>* events) {
