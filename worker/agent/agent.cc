@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/logging.h"
@@ -81,9 +83,13 @@ Agent::Beat Agent::Heartbeat() {
   // The controller may fail the run on this report: the ranks' last output goes first, so that
   // the run's logs are whole once it is FAILED (PollRanks has tracked the exited ranks' logs).
   if (exits) ShipLogs();
+  // Taken after the statuses: a report a rank sent before it exited goes with its exit.
+  relay_.TakeInto(&hb);
   absl::StatusOr<v1::HeartbeatResponse> resp =
       options_.heartbeat_stream ? beats_.Beat(hb) : client_.Heartbeat(hb);
   if (resp.ok()) {
+    relay_.Answered(hb, *resp);
+    RetainRelayed(hb, *resp);
     if (heartbeat_failures_ > 0) {
       DHP_LOG(INFO) << "heartbeat ok again after " << heartbeat_failures_ << " failures";
     }
@@ -93,6 +99,7 @@ Agent::Beat Agent::Heartbeat() {
     shipper_.Track(launcher_.Logs());
     return Beat::kOk;
   }
+  relay_.Failed(hb);
   if (resp.status().code() == absl::StatusCode::kNotFound) {
     DHP_LOG(WARNING) << "controller forgot this node; registering again";
     return Beat::kNotFound;
@@ -103,6 +110,28 @@ Agent::Beat Agent::Heartbeat() {
                      << launcher_.tracked() << " rank processes keep running): " << resp.status();
   }
   return Beat::kFailed;
+}
+
+void Agent::RetainRelayed(const v1::HeartbeatRequest& hb, const v1::HeartbeatResponse& resp) {
+  std::set<RankKey> live;
+  for (const v1::RankStatus& s : hb.ranks()) live.insert({s.job_id(), s.attempt(), s.world_rank()});
+  for (const v1::RankLaunch& l : resp.ranks()) live.insert(RankKey::Of(l));
+  relay_.Retain(live);
+}
+
+void Agent::StartProgressRelay() {
+  if (!options_.relay_progress) return;
+  absl::StatusOr<std::unique_ptr<ProgressServer>> server =
+      ProgressServer::Start(relay_, options_.progress_socket);
+  if (!server.ok()) {
+    DHP_LOG(WARNING) << "not relaying the ranks' progress (they report to the controller "
+                     << "themselves): " << server.status();
+    return;
+  }
+  progress_server_ = std::move(*server);
+  launcher_.set_progress_via(progress_server_->target());
+  DHP_LOG(INFO) << "ranks report progress to " << progress_server_->target()
+                << "; heartbeats carry it to the controller";
 }
 
 void Agent::PollRanks() {
@@ -133,6 +162,7 @@ int Agent::Run() {
     DHP_LOG(INFO) << "shipping what is left of " << shipper_.tracked() << " rank logs under "
                   << options_.ranks.log_dir;
   }
+  StartProgressRelay();
   std::thread shipping([this] { ShipLogsLoop(); });
   int registrations = 0;
   int backoff = options_.retry_initial_ms;
@@ -161,6 +191,7 @@ int Agent::Run() {
   }
   shipping.join();
   Shutdown();
+  progress_server_.reset();  // every rank has exited: the socket goes
   return registrations;
 }
 

@@ -2,6 +2,8 @@
 // the rank processes the controller asks for.
 //
 // Heartbeats are unary calls, or with heartbeat_stream messages on one api::HeartbeatStream.
+// With relay_progress (the default) they also carry the ranks' progress reports, which the
+// ranks send to the agent's ProgressServer (progress_relay.h).
 // Every heartbeat reports the node's rank processes (RankLauncher::Statuses, running or exited) and
 // the response, the complete set of ranks the node should run, is reconciled: missing ranks start,
 // unwanted ones are stopped (SIGTERM, SIGKILL after the grace). Between heartbeats a short tick
@@ -23,12 +25,15 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <string>
 
 #include "api/client.h"
 #include "dhp/v1/node.pb.h"
 #include "worker/agent/log_shipper.h"
+#include "worker/agent/progress_relay.h"
+#include "worker/agent/progress_server.h"
 #include "worker/agent/rank_launcher.h"
 
 namespace dhp::worker {
@@ -44,6 +49,12 @@ struct AgentOptions {
   // default: measured at 10,000 simulated agents, the controller spent more CPU and memory on
   // 10,000 open streams than on 5,000 calls a second (bench/results/control_plane.md).
   bool heartbeat_stream = false;
+  // The ranks report progress to this agent, which carries it in its heartbeats
+  // (ProgressRelay): the controller then takes no call per rank report. The ranks' socket is
+  // progress_socket, or one in a private directory under /tmp when empty. Off: every rank
+  // reports to the controller itself (as do the ranks of an agent whose socket failed).
+  bool relay_progress = true;
+  std::string progress_socket;
   // At start, rank logs under ranks.log_dir modified this recently are shipped (what the
   // ranks of a previous agent on this node wrote before they ended with it).
   int64_t adopt_logs_max_age_s = 24 * 3600;
@@ -68,6 +79,10 @@ class Agent {
   void ShipLogs();
   void ShipLogsLoop();
   void Shutdown();
+  // With relay_progress: listens for the ranks' reports, which launches then point at.
+  void StartProgressRelay();
+  // After an answered heartbeat `hb`: keeps the relay's ranks to those reported or wanted.
+  void RetainRelayed(const v1::HeartbeatRequest& hb, const v1::HeartbeatResponse& resp);
   // Waits up to `ms`; false when stopped (at once or meanwhile).
   bool WaitFor(int ms);
   bool Stopped();
@@ -77,6 +92,8 @@ class Agent {
   const AgentOptions options_;
   RankLauncher launcher_;  // used by Run's thread only
   LogShipper shipper_;     // thread-safe
+  ProgressRelay relay_;    // thread-safe
+  std::unique_ptr<ProgressServer> progress_server_;  // with relay_progress, once started
   std::atomic<bool> registered_{false};
   int heartbeat_failures_ = 0;  // in a row (Run's thread only)
   int heartbeat_ms_ = 0;        // as the controller asked at registration (Run's thread only)

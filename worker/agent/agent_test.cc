@@ -57,6 +57,9 @@ class FakeController : public v1::WorkerService::Service {
       }
     }
     for (const v1::RankLaunch& l : desired) *resp->add_ranks() = l;
+    for (int i = 0; answer_progress && i < req->progress_size(); ++i) {
+      *resp->add_progress()->mutable_response() = progress_answer;
+    }
     if (req->stopping()) {
       for (const v1::RankLaunch& l : desired_while_stopping) *resp->add_ranks() = l;
     }
@@ -93,6 +96,8 @@ class FakeController : public v1::WorkerService::Service {
   int registrations = 0;
   std::vector<v1::RankLaunch> desired;
   std::vector<v1::RankLaunch> desired_while_stopping;  // added to answers that say stopping
+  bool answer_progress = true;  // false: as a controller that predates relayed progress
+  v1::ReportProgressResponse progress_answer;  // to every relayed report
   v1::HeartbeatRequest last_heartbeat;
   std::vector<v1::HeartbeatRequest> heartbeats;  // every one, in order
   std::map<RankKey, std::string> logs;
@@ -164,6 +169,28 @@ class AgentTest : public ::testing::Test {
     return s != nullptr && s->state() == v1::RANK_PROCESS_STATE_RUNNING;
   }
 
+  // The --progress-via the agent gave rank 0 of attempt 1 (its fake prints its arguments).
+  std::string ProgressTarget() {
+    std::string via;
+    Eventually([&] {
+      const std::string log = fake_.Log(1, 0);
+      const size_t at = log.find("--progress-via ");
+      if (at == std::string::npos) return false;
+      const size_t from = at + std::string("--progress-via ").size();
+      via = log.substr(from, log.find_first_of(" \n", from) - from);
+      return true;
+    });
+    return via;
+  }
+  static v1::ReportProgressRequest Report(int64_t step) {
+    v1::ReportProgressRequest req;
+    req.set_job_id("j");
+    req.set_attempt(1);
+    req.set_rank(0);
+    req.set_step(step);
+    return req;
+  }
+
   AgentOptions options_;
   FakeController fake_;
   std::unique_ptr<Server> server_;
@@ -203,6 +230,60 @@ TEST_F(AgentTest, WithHeartbeatStreamAControllerWithoutItIsHeardByUnaryCalls) {
   fake_.desired = {Launch(1, 0, 2)};
   StartAgent();
   ASSERT_TRUE(Eventually([&] { return ReportedRunning(1, 0); }));
+  StopAgent();
+}
+
+// Ranks report progress to the agent's socket (passed as --progress-via); the heartbeats carry
+// it to the controller, and the controller's answer reaches the rank with its next report.
+TEST_F(AgentTest, TheRanksProgressTravelsInHeartbeatsAndTheAnswerComesBack) {
+  fake_.desired = {Launch(1, 0, 1)};
+  fake_.progress_answer.set_checkpoint(true);
+  fake_.progress_answer.set_checkpoint_at_step(3);
+  StartAgent();
+  const std::string target = ProgressTarget();
+  ASSERT_EQ(target.rfind("unix:/", 0), 0u) << fake_.Log(1, 0);
+  api::DhpClient rank(target, 1000);
+  absl::StatusOr<v1::ReportProgressResponse> first = rank.ReportProgress(Report(3));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_FALSE(first->checkpoint());  // the controller has not seen it yet
+  ASSERT_TRUE(Eventually([&] {
+    std::lock_guard<std::mutex> lock(fake_.mu);
+    for (const v1::HeartbeatRequest& hb : fake_.heartbeats) {
+      if (hb.progress_size() == 1 && hb.progress(0).step() == 3) return true;
+    }
+    return false;
+  }));
+  absl::StatusOr<v1::ReportProgressResponse> later = rank.ReportProgress(Report(4));
+  ASSERT_TRUE(later.ok()) << later.status();
+  EXPECT_TRUE(later->checkpoint());
+  EXPECT_EQ(later->checkpoint_at_step(), 3);
+  StopAgent();
+  struct stat st;
+  EXPECT_NE(stat(target.substr(5).c_str(), &st), 0) << "the socket outlived the agent";
+}
+
+// A controller that answers no relayed report predates relaying: the ranks are told
+// UNIMPLEMENTED, on which dhp-rank reports to the controller itself (RankReporter).
+TEST_F(AgentTest, AControllerThatIgnoresRelayedProgressSendsTheRanksToItDirectly) {
+  fake_.desired = {Launch(1, 0, 1)};
+  fake_.answer_progress = false;
+  StartAgent();
+  const std::string target = ProgressTarget();
+  ASSERT_FALSE(target.empty()) << fake_.Log(1, 0);
+  api::DhpClient rank(target, 1000);
+  ASSERT_TRUE(rank.ReportProgress(Report(1)).ok());
+  ASSERT_TRUE(Eventually([&] {
+    return rank.ReportProgress(Report(2)).status().code() == absl::StatusCode::kUnimplemented;
+  }));
+  StopAgent();
+}
+
+TEST_F(AgentTest, WithoutRelayingTheRanksGetNoProgressSocket) {
+  options_.relay_progress = false;
+  fake_.desired = {Launch(1, 0, 1)};
+  StartAgent();
+  ASSERT_TRUE(Eventually([&] { return fake_.Log(1, 0).find("ready") != std::string::npos; }));
+  EXPECT_THAT(fake_.Log(1, 0), ::testing::Not(HasSubstr("--progress-via")));
   StopAgent();
 }
 

@@ -81,6 +81,14 @@ int main(int argc, char** argv) {
                "Heartbeat on one gRPC stream instead of a call per heartbeat (cheaper for the "
                "controller up to a few thousand nodes, dearer at 10,000: bench/results/"
                "control_plane.md)");
+  bool no_progress_relay = false;
+  std::string progress_socket;
+  app.add_flag("--no-progress-relay", no_progress_relay,
+               "Ranks report progress to the controller themselves, not through this agent's "
+               "heartbeats (a call per rank report instead of one per node and heartbeat)");
+  app.add_option("--progress-socket", progress_socket,
+                 "The Unix socket the ranks report progress to (default: progress.sock in a "
+                 "private directory under /tmp)");
   app.add_option("--stop-grace-ms", stop_grace_ms,
                  "How long a stopped rank gets between SIGTERM and SIGKILL")
       ->capture_default_str()
@@ -134,6 +142,8 @@ int main(int argc, char** argv) {
   }
   options.ranks.allow_any_data_path = allow_any_data_path;
   options.heartbeat_stream = heartbeat_stream;
+  options.relay_progress = !no_progress_relay;
+  options.progress_socket = progress_socket.empty() ? "" : Absolute(progress_socket);
   options.ranks.log_dir =
       Absolute(log_dir.empty() ? "/tmp/dhp-worker-" + options.node.id() + "/logs" : log_dir);
   options.ranks.stop_grace_ms = stop_grace_ms;

@@ -124,6 +124,10 @@ std::vector<std::string> RankLauncher::Argv(const v1::RankLaunch& l) const {
     argv.push_back("--peak-tflops");
     argv.push_back(absl::StrCat(options_.peak_tflops));
   }
+  if (!options_.progress_via.empty()) {
+    argv.push_back("--progress-via");
+    argv.push_back(options_.progress_via);
+  }
   return argv;
 }
 

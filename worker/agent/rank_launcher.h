@@ -44,6 +44,9 @@ struct RankLauncherOptions {
   // when the controller set it.
   int stop_grace_ms = 10000;
   double peak_tflops = 0;             // passed as --peak-tflops when > 0 (MFU's denominator)
+  // The agent's ProgressServer ("unix:PATH"), passed as --progress-via when not empty: the
+  // ranks report progress there, and the agent relays it in its heartbeats.
+  std::string progress_via;
 };
 
 // One rank process of one attempt of a job.
@@ -79,6 +82,8 @@ std::vector<RankLog> FindRankLogs(const std::string& log_dir, int64_t modified_s
 class RankLauncher {
  public:
   explicit RankLauncher(RankLauncherOptions options);
+  // Ranks started from now on report progress to `target` (RankLauncherOptions::progress_via).
+  void set_progress_via(std::string target) { options_.progress_via = std::move(target); }
 
   // Starts, stops and forgets ranks so that the node runs `desired` (see the header comment).
   void Reconcile(const std::vector<v1::RankLaunch>& desired);
@@ -117,7 +122,7 @@ class RankLauncher {
   void Stop(const RankKey& key, Rank& rank, const char* why, int signal);
   static v1::RankStatus StatusOf(const RankKey& key, const Rank& rank);
 
-  const RankLauncherOptions options_;
+  RankLauncherOptions options_;  // progress_via is set once, before the first Reconcile
   std::map<RankKey, Rank> ranks_;  // tracked: running, or exited and not yet forgotten
   std::set<RankKey> started_;      // every rank ever started (never started twice)
 };

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -61,6 +62,10 @@ int Run(int argc, char** argv) {
   CLI::App app{"dhp-rank: one rank of a dhp job, started by dhp-worker"};
   app.add_option("--controller", controller, "Controller gRPC address host:port (env DHP_SERVER)")
       ->capture_default_str();
+  std::string progress_via;
+  app.add_option("--progress-via", progress_via,
+                 "Report progress to this address (the agent's socket, unix:PATH), which relays "
+                 "it to the controller; empty: report to the controller");
   app.add_option("--job", o.job_id, "Job id")->required();
   app.add_option("--attempt", o.attempt, "Run attempt of the job")
       ->capture_default_str()
@@ -141,7 +146,11 @@ int Run(int argc, char** argv) {
   comm::GrpcKvClientOptions kv_options;
   kv_options.retry_for = o.timeout;  // a controller restart during bootstrap: retried this long
   comm::GrpcKvClient kv(client, o.job_id, o.attempt, kv_options);
-  RankReporter reporter(report_client, o.job_id, o.attempt, o.world_rank, RankReporter::Options{});
+  // The agent's socket is local: no TLS, no token (its mode keeps other users out).
+  std::unique_ptr<api::DhpClient> relay_client;
+  if (!progress_via.empty()) relay_client = std::make_unique<api::DhpClient>(progress_via, 5000);
+  RankReporter reporter(relay_client ? *relay_client : report_client, o.job_id, o.attempt,
+                        o.world_rank, RankReporter::Options{}, &report_client);
   ControllerRankControl control(report_client, reporter);
   absl::StatusOr<JobRankResult> result = RunJobRank(*job, o, kv, control);
   if (!result.ok()) {

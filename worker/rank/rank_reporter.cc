@@ -50,8 +50,9 @@ bool Transient(const absl::Status& s) {
 }  // namespace
 
 RankReporter::RankReporter(api::DhpClient& client, std::string job_id, int attempt,
-                           int world_rank, Options options)
-    : client_(client),
+                           int world_rank, Options options, api::DhpClient* direct)
+    : client_(&client),
+      direct_(direct),
       job_id_(std::move(job_id)),
       attempt_(attempt),
       rank_(world_rank),
@@ -208,7 +209,14 @@ void RankReporter::Run() {
     const int64_t seq = seq_;
 
     lock.unlock();
-    absl::StatusOr<v1::ReportProgressResponse> resp = client_.ReportProgress(req);
+    absl::StatusOr<v1::ReportProgressResponse> resp = client_->ReportProgress(req);
+    if (resp.status().code() == absl::StatusCode::kUnimplemented && direct_ != nullptr &&
+        client_ != direct_) {
+      DHP_LOG(INFO) << "rank " << rank_ << ": " << client_->target() << " relays no progress ("
+                    << resp.status().message() << "); reporting to " << direct_->target();
+      client_ = direct_;
+      resp = client_->ReportProgress(req);
+    }
     lock.lock();
 
     attempted = true;
@@ -217,7 +225,7 @@ void RankReporter::Run() {
       sent_seq_ = std::max(sent_seq_, seq);
       last_failed = false;
       if (failures > 0) {
-        DHP_LOG(INFO) << "rank " << rank_ << ": the controller at " << client_.target()
+        DHP_LOG(INFO) << "rank " << rank_ << ": the controller at " << client_->target()
                       << " answers progress reports again (after " << failures
                       << " failed attempts)";
       }

@@ -28,6 +28,11 @@
 // with checkpoint=true (CheckpointJob) raises checkpoint_requested_at() to its step. Other errors
 // (e.g. INVALID_ARGUMENT) are logged and not retried until the next step or heartbeat.
 //
+// Reporting through the agent (dhp-rank --progress-via): `client` is the agent's socket and
+// `direct` the controller. The agent answers at once and carries the report in its next
+// heartbeat; when it answers UNIMPLEMENTED (its controller takes no relayed reports) the
+// reporter switches to `direct` for good and sends again at once.
+//
 // The RPCs use the client's deadline (DhpClient's default_timeout_ms): the destructor waits for
 // an RPC in progress, so give the reporter a client with a short deadline (a few seconds).
 //
@@ -68,7 +73,7 @@ class RankReporter {
   };
 
   RankReporter(api::DhpClient& client, std::string job_id, int attempt, int world_rank,
-               Options options);
+               Options options, api::DhpClient* direct = nullptr);
   // Flushes (best effort, at most 2 s), then stops the thread.
   ~RankReporter();
   RankReporter(const RankReporter&) = delete;
@@ -97,7 +102,8 @@ class RankReporter {
   // What to put into waiting_on now ("" when not stalled). Requires mu_.
   std::string WaitingOnLocked(Clock::time_point now) const;
 
-  api::DhpClient& client_;
+  api::DhpClient* client_;  // the Run thread's; becomes direct_ after UNIMPLEMENTED
+  api::DhpClient* const direct_;
   const std::string job_id_;
   const int attempt_;
   const int rank_;

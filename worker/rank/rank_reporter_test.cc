@@ -394,6 +394,31 @@ TEST_F(RankReporterTest, AStaleAttemptRequestsStopAndEndsReporting) {
   service_.SetError(absl::OkStatus());
 }
 
+// Through an agent that relays no progress (its controller predates relaying): the reporter
+// goes to the controller itself for good, with the report the agent refused.
+TEST_F(RankReporterTest, AnAgentThatRelaysNoProgressSendsTheRankToTheController) {
+  FakeProgressService agent;
+  agent.SetError(absl::UnimplementedError("the controller takes no relayed reports"));
+  absl::StatusOr<std::unique_ptr<api::GrpcServer>> agent_server =
+      api::GrpcServer::Start("127.0.0.1:0", agent);
+  ASSERT_TRUE(agent_server.ok()) << agent_server.status();
+  api::DhpClient agent_client("127.0.0.1:" + std::to_string((*agent_server)->port()), 3000);
+  RankReporter::Options options;
+  options.heartbeat_ms = 60000;
+  {
+    RankReporter reporter(agent_client, "j-1", 2, 3, options, client_.get());
+    reporter.StepFinished(Step(4));
+    reporter.Flush(milliseconds(5000));
+    ASSERT_TRUE(service_.WaitFor(StepIs(4), milliseconds(5000)).has_value());
+    reporter.StepFinished(Step(5));
+    reporter.Flush(milliseconds(5000));
+    ASSERT_TRUE(service_.WaitFor(StepIs(5), milliseconds(5000)).has_value());
+    EXPECT_FALSE(reporter.stop_requested());
+  }
+  EXPECT_EQ(agent.count(), 1u);  // asked once, then never again
+  (*agent_server)->Shutdown(0);
+}
+
 TEST_F(RankReporterTest, OtherErrorsDoNotStopTheRank) {
   service_.SetError(absl::InvalidArgumentError("step: -1 must not be negative"));
   RankReporter::Options options;

@@ -1,0 +1,173 @@
+#include "worker/agent/progress_relay.h"
+
+#include <sys/stat.h>
+
+#include <memory>
+#include <string>
+
+#include "api/client.h"
+#include "gtest/gtest.h"
+#include "worker/agent/progress_server.h"
+
+namespace dhp::worker {
+namespace {
+
+v1::ReportProgressRequest Report(const std::string& job, int rank, int64_t step) {
+  v1::ReportProgressRequest req;
+  req.set_job_id(job);
+  req.set_attempt(1);
+  req.set_rank(rank);
+  req.set_step(step);
+  return req;
+}
+
+// What a controller answers for every relayed report of `hb`: OK with `answer`.
+v1::HeartbeatResponse AnswerAll(const v1::HeartbeatRequest& hb,
+                                const v1::ReportProgressResponse& answer) {
+  v1::HeartbeatResponse resp;
+  for (int i = 0; i < hb.progress_size(); ++i) *resp.add_progress()->mutable_response() = answer;
+  return resp;
+}
+
+TEST(ProgressRelayTest, AHeartbeatCarriesTheNewestReportOfEachRankOnce) {
+  ProgressRelay relay;
+  for (int64_t step : {1, 2, 3}) ASSERT_TRUE(relay.Accept(Report("j", 0, step)).ok());
+  ASSERT_TRUE(relay.Accept(Report("j", 1, 2)).ok());
+  v1::HeartbeatRequest hb;
+  EXPECT_EQ(relay.TakeInto(&hb), 2);
+  ASSERT_EQ(hb.progress_size(), 2);
+  EXPECT_EQ(hb.progress(0).rank(), 0);
+  EXPECT_EQ(hb.progress(0).step(), 3);
+  EXPECT_EQ(hb.progress(1).rank(), 1);
+  EXPECT_EQ(hb.progress(1).step(), 2);
+  v1::HeartbeatRequest next;
+  EXPECT_EQ(relay.TakeInto(&next), 0);  // nothing new
+}
+
+TEST(ProgressRelayTest, RanksGetTheControllersNewestAnswerForThem) {
+  ProgressRelay relay;
+  absl::StatusOr<v1::ReportProgressResponse> first = relay.Accept(Report("j", 0, 1));
+  ASSERT_TRUE(first.ok());
+  EXPECT_FALSE(first->stop());
+  EXPECT_EQ(first->next_report_ms(), 0);  // nothing heard from the controller yet
+  v1::HeartbeatRequest hb;
+  relay.TakeInto(&hb);
+  v1::ReportProgressResponse answer;
+  answer.set_checkpoint(true);
+  answer.set_checkpoint_at_step(7);
+  answer.set_next_report_ms(20000);
+  relay.Answered(hb, AnswerAll(hb, answer));
+  absl::StatusOr<v1::ReportProgressResponse> second = relay.Accept(Report("j", 0, 2));
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(second->checkpoint());
+  EXPECT_EQ(second->checkpoint_at_step(), 7);
+  EXPECT_EQ(second->next_report_ms(), 20000);
+  // Another rank has had no answer of its own.
+  absl::StatusOr<v1::ReportProgressResponse> other = relay.Accept(Report("j", 1, 2));
+  ASSERT_TRUE(other.ok());
+  EXPECT_FALSE(other->checkpoint());
+}
+
+TEST(ProgressRelayTest, AnEndedAttemptIsAnsweredToEveryLaterReportOtherErrorsOnce) {
+  ProgressRelay relay;
+  ASSERT_TRUE(relay.Accept(Report("ended", 0, 1)).ok());
+  ASSERT_TRUE(relay.Accept(Report("bad", 0, 1)).ok());
+  v1::HeartbeatRequest hb;
+  relay.TakeInto(&hb);
+  v1::HeartbeatResponse resp;
+  v1::ProgressAnswer* bad = resp.add_progress();  // "bad" < "ended": in that order
+  bad->set_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
+  bad->set_message("step: bad");
+  v1::ProgressAnswer* ended = resp.add_progress();
+  ended->set_code(static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  ended->set_message("attempt 1 is not current");
+  ASSERT_EQ(hb.progress(0).job_id(), "bad");
+  relay.Answered(hb, resp);
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<v1::ReportProgressResponse> r = relay.Accept(Report("ended", 0, 2));
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(r.status().message(), "attempt 1 is not current");
+  }
+  EXPECT_EQ(relay.Accept(Report("bad", 0, 2)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(relay.Accept(Report("bad", 0, 3)).ok());
+}
+
+TEST(ProgressRelayTest, AFailedHeartbeatsReportsGoAgainUnlessTheRankReportedSince) {
+  ProgressRelay relay;
+  ASSERT_TRUE(relay.Accept(Report("j", 0, 5)).ok());
+  ASSERT_TRUE(relay.Accept(Report("j", 1, 5)).ok());
+  v1::HeartbeatRequest hb;
+  relay.TakeInto(&hb);
+  ASSERT_TRUE(relay.Accept(Report("j", 1, 6)).ok());  // while the heartbeat was in flight
+  relay.Failed(hb);
+  v1::HeartbeatRequest again;
+  ASSERT_EQ(relay.TakeInto(&again), 2);
+  EXPECT_EQ(again.progress(0).step(), 5);
+  EXPECT_EQ(again.progress(1).step(), 6);
+}
+
+TEST(ProgressRelayTest, AControllerThatAnswersNoReportsMakesRanksReportDirectly) {
+  ProgressRelay relay;
+  ASSERT_TRUE(relay.Accept(Report("j", 0, 1)).ok());
+  v1::HeartbeatRequest hb;
+  relay.TakeInto(&hb);
+  relay.Answered(hb, v1::HeartbeatResponse());  // an older controller: no ProgressAnswer
+  EXPECT_TRUE(relay.unsupported());
+  EXPECT_EQ(relay.Accept(Report("j", 0, 2)).status().code(), absl::StatusCode::kUnimplemented);
+}
+
+TEST(ProgressRelayTest, RanksThatAreGoneAreForgottenAndStrayOnesAreBounded) {
+  ProgressRelay relay(/*max_ranks=*/2);
+  ASSERT_TRUE(relay.Accept(Report("j", 0, 1)).ok());
+  ASSERT_TRUE(relay.Accept(Report("j", 1, 1)).ok());
+  EXPECT_EQ(relay.Accept(Report("j", 2, 1)).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  relay.Retain({RankKey{"j", 1, 1}});
+  EXPECT_EQ(relay.ranks(), 1u);
+  EXPECT_TRUE(relay.Accept(Report("j", 2, 1)).ok());
+  v1::HeartbeatRequest hb;
+  ASSERT_EQ(relay.TakeInto(&hb), 2);  // rank 0's report went with it
+  EXPECT_EQ(hb.progress(0).rank(), 1);
+  EXPECT_EQ(hb.progress(1).rank(), 2);
+}
+
+// Over the agent's Unix socket, with the client ranks use.
+TEST(ProgressServerTest, RanksReportOverAPrivateUnixSocketThatIsRemovedAtTheEnd) {
+  ProgressRelay relay;
+  absl::StatusOr<std::unique_ptr<ProgressServer>> server = ProgressServer::Start(relay, "");
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string target = (*server)->target();
+  ASSERT_EQ(target.rfind("unix:/tmp/dhp-worker-", 0), 0u) << target;
+  const std::string path = target.substr(5);
+  struct stat st;
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  {
+    api::DhpClient client(target, 5000);
+    absl::StatusOr<v1::ReportProgressResponse> r = client.ReportProgress(Report("j", 3, 9));
+    ASSERT_TRUE(r.ok()) << r.status();
+    v1::HeartbeatRequest hb;
+    ASSERT_EQ(relay.TakeInto(&hb), 1);
+    EXPECT_EQ(hb.progress(0).rank(), 3);
+    EXPECT_EQ(hb.progress(0).step(), 9);
+    v1::HeartbeatRequest beat;
+    beat.set_node_id("n");
+    EXPECT_EQ(client.Heartbeat(beat).status().code(), absl::StatusCode::kUnimplemented);
+  }
+  server->reset();
+  EXPECT_NE(stat(path.c_str(), &st), 0);
+  EXPECT_NE(stat(path.substr(0, path.rfind('/')).c_str(), &st), 0);
+}
+
+TEST(ProgressServerTest, ASocketPathTooLongIsRefusedNamingIt) {
+  ProgressRelay relay;
+  const std::string path = "/tmp/" + std::string(120, 'x') + ".sock";
+  absl::StatusOr<std::unique_ptr<ProgressServer>> server = ProgressServer::Start(relay, path);
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(server.status().message().find("at most 107"), std::string::npos)
+      << server.status();
+}
+
+}  // namespace
+}  // namespace dhp::worker
