@@ -402,7 +402,8 @@ TEST_F(RestGatewayTest, WorkerFacingRoutes) {
 
   res = client_->Post("/v1/nodes/n-1:heartbeat");
   EXPECT_EQ(res.result_int(), 200) << res.body();
-  EXPECT_EQ(res.body(), "{\"ranks\":[]}\n");  // fields without presence print when empty
+  // Fields without presence print when empty.
+  EXPECT_EQ(res.body(), "{\"ranks\":[],\"progress\":[]}\n");
   EXPECT_EQ(service_.Last<v1::HeartbeatRequest>().node_id(), "n-1");
 
   res = client_->Post("/v1/kv:add", R"({"scope": {"job_id": "j-1", "attempt": 2}, "key": "k",

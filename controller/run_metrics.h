@@ -55,6 +55,9 @@
 //   dhp_node_slots{node,kind}                kind = total|used: a node's rank slots
 //   dhp_device_memory_bytes{node,device}     device = GPU index ("0", "1", ...), or "host" for
 //                                            the memory of a node without GPUs
+// And a counter kept by the Controller (controller_nodes.cc):
+//   dhp_progress_reports_relayed_total       rank progress reports agents carried in their
+//                                            heartbeats (HeartbeatRequest.progress)
 //
 // No value is an age computed at scrape time: times are exported as Unix timestamps (as
 // Prometheus recommends), so two scrapes with nothing new in between render the same text.
