@@ -7,6 +7,9 @@
 //   bazel run //bench:control_plane_bench -- --nodes 200 --window-s 10 --queued-jobs 0   # quick
 //   bazel run //bench:control_plane_bench -- --scrape-every-s 10   # with Prometheus scrapes
 //   bazel run //bench:control_plane_bench -- --heartbeat-stream    # heartbeats on streams
+//   bazel run //bench:control_plane_bench -- --controller calls:bazel-bin/controller/dhp-controller
+//       --controller relay:bazel-bin/controller/dhp-controller --relay-progress-for relay
+//       --every-rank-reports --progress-interval-ms 2000   # progress relayed in heartbeats
 //   bazel run //bench:control_plane_bench -- --controller unary:bazel-bin/controller/dhp-controller
 //       --controller stream:bazel-bin/controller/dhp-controller --heartbeat-stream-for stream
 //                                         # one binary, unary vs stream heartbeats side by side
@@ -40,6 +43,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_join.h"
 #include "bench/bench_util.h"
 #include "bench/control_plane_cases.h"
 #include "bench/control_plane_report.h"
@@ -148,6 +152,12 @@ int Main(int argc, char** argv) {
                  "LABEL of a --controller whose cases use HeartbeatStream (repeatable; the "
                  "others unary): e.g. --controller unary:PATH --controller stream:PATH "
                  "--heartbeat-stream-for stream compares both against one binary");
+  app.add_flag("--relay-progress", o.relay_progress,
+               "The ranks' progress reports go in their agent's heartbeats, as dhp-worker "
+               "relays them, instead of a ReportProgress call each (every controller)");
+  app.add_option("--relay-progress-for", o.relay_progress_for,
+                 "LABEL of a --controller whose cases relay progress in heartbeats (repeatable; "
+                 "the others: a call per report)");
   app.add_option("--probe-get-per-s", o.probe_get_per_s, "Prober GetJob calls per second")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -200,13 +210,17 @@ int Main(int argc, char** argv) {
       return 1;
     }
   }
-  for (const std::string& label : o.heartbeat_stream_for) {
-    bool known = false;
-    for (const auto& c : o.controllers) known = known || c.first == label;
-    if (!known) {
-      std::cerr << "control_plane_bench: --heartbeat-stream-for " << label
-                << " names no --controller label\n";
-      return 1;
+  for (const auto& [flag, labels] :
+       {std::pair{"--heartbeat-stream-for", &o.heartbeat_stream_for},
+        std::pair{"--relay-progress-for", &o.relay_progress_for}}) {
+    for (const std::string& label : *labels) {
+      bool known = false;
+      for (const auto& c : o.controllers) known = known || c.first == label;
+      if (!known) {
+        std::cerr << "control_plane_bench: " << flag << " " << label
+                  << " names no --controller label\n";
+        return 1;
+      }
     }
   }
   const std::string out_dir = InWorkspace(o.out_dir);
@@ -241,6 +255,8 @@ int Main(int argc, char** argv) {
                   {"every_rank_reports", o.every_rank_reports},
                   {"heartbeat_stream", o.heartbeat_stream},
                   {"heartbeat_stream_for", o.heartbeat_stream_for},
+                  {"relay_progress", o.relay_progress},
+                  {"relay_progress_for", o.relay_progress_for},
                   {"probe_get_per_s", o.probe_get_per_s},
                   {"probe_submit_per_s", o.probe_submit_per_s},
                   {"scrape_every_s", o.scrape_every_s},
@@ -262,8 +278,15 @@ int Main(int argc, char** argv) {
            "(after the previous answer, 5 s deadline, as dhp-worker) on " + transport +
            ", report their ranks RUNNING, and " +
            (o.every_rank_reports ? "every rank" : "each run's rank 0") +
-           " sends ReportProgress every " + std::to_string(o.progress_interval_ms) +
-           " ms, or as seldom as the controller asks (next_report_ms). Full cases: the N jobs are "
+           " reports progress every " + std::to_string(o.progress_interval_ms) +
+           " ms, or as seldom as the controller asks (next_report_ms), " +
+           (o.relay_progress ? std::string("relayed in the agent's next heartbeat")
+            : o.relay_progress_for.empty()
+                ? std::string("a ReportProgress call each")
+                : "relayed in the agent's next heartbeat (against the controllers labelled " +
+                      absl::StrJoin(o.relay_progress_for, ", ") +
+                      ") or a ReportProgress call each") +
+           ". Full cases: the N jobs are "
            "submitted " +
            (o.jobs_first ? "before the agents start" : "once every node has registered") + ", by " +
            std::to_string(o.submitters) + " closed-loop submitters. Prober: " +

@@ -254,6 +254,12 @@ bool HeartbeatStreamFor(const BenchOptions& o, const std::string& label) {
              o.heartbeat_stream_for.end();
 }
 
+bool RelayProgressFor(const BenchOptions& o, const std::string& label) {
+  return o.relay_progress ||
+         std::find(o.relay_progress_for.begin(), o.relay_progress_for.end(), label) !=
+             o.relay_progress_for.end();
+}
+
 Json RunNodeCase(const BenchOptions& o, const std::string& label, const std::string& binary,
                  int nodes, bool full) {
   const std::string name = std::to_string(nodes) + (full ? " full" : " empty");
@@ -265,7 +271,8 @@ Json RunNodeCase(const BenchOptions& o, const std::string& label, const std::str
             {"mode", full ? "full" : "empty"},
             {"nodes", nodes},
             {"jobs", full ? nodes : 0},
-            {"heartbeats_on", stream ? "HeartbeatStream" : "Heartbeat"}};
+            {"heartbeats_on", stream ? "HeartbeatStream" : "Heartbeat"},
+            {"progress_relayed", RelayProgressFor(o, label)}};
   absl::StatusOr<CaseController> started = StartCaseController(o, binary);
   if (!started.ok()) {
     r["error"] = std::string(started.status().message());
@@ -276,7 +283,8 @@ Json RunNodeCase(const BenchOptions& o, const std::string& label, const std::str
   const std::string& target = started->target;
   std::cerr << log << "controller pid " << controller.pid() << " on " << target << ", log "
             << controller.log_path() << "; heartbeats on "
-            << (stream ? "HeartbeatStream" : "Heartbeat") << "\n";
+            << (stream ? "HeartbeatStream" : "Heartbeat")
+            << (RelayProgressFor(o, label) ? ", progress relayed in them" : "") << "\n";
   auto keep_going = [&] { return sampler.Tripped().empty(); };
 
   // ---- ramp-up ---------------------------------------------------------------------------------
@@ -289,6 +297,7 @@ Json RunNodeCase(const BenchOptions& o, const std::string& label, const std::str
   fo.progress_interval_ms = o.progress_interval_ms;
   fo.every_rank_reports = o.every_rank_reports;
   fo.heartbeat_stream = stream;
+  fo.relay_progress = RelayProgressFor(o, label);
   fo.start_spread_ms = o.heartbeat_interval_ms > 0 ? o.heartbeat_interval_ms : 2000;
   AgentFleet fleet(fo);
   ControllerStubs stubs = ConnectStubs(target);

@@ -46,6 +46,9 @@ struct BenchOptions {
   // Heartbeats on one HeartbeatStream per agent: for every controller, or for those labels.
   bool heartbeat_stream = false;
   std::vector<std::string> heartbeat_stream_for;
+  // The ranks' progress relayed in heartbeats: for every controller, or for those labels.
+  bool relay_progress = false;
+  std::vector<std::string> relay_progress_for;
   // Prober.
   double probe_get_per_s = 20;
   double probe_submit_per_s = 2;
@@ -66,6 +69,8 @@ extern const char kEightRankJobSpec[];
 
 // Whether the agents heartbeat on HeartbeatStream against the controller labelled `label`.
 bool HeartbeatStreamFor(const BenchOptions& o, const std::string& label);
+// Whether the agents relay their ranks' progress in heartbeats against that controller.
+bool RelayProgressFor(const BenchOptions& o, const std::string& label);
 
 nlohmann::json RunNodeCase(const BenchOptions& o, const std::string& label,
                            const std::string& binary, int nodes, bool full);

@@ -359,8 +359,10 @@ class AgentFleet::Shard {
       return;
     }
     if (status.ok()) {
+      OnRelayedAnswers(i, resp, now - sent_ns);
       Reconcile(i, resp, now);
     } else {
+      a.relayed.clear();  // lost with the heartbeat: the ranks' next reports are newer
       HeartbeatFailed(a);  // the exits it carried go again
     }
     Recount(a);
@@ -399,6 +401,11 @@ class AgentFleet::Shard {
     for (SimRank& r : a.ranks) {
       if (!r.Reporting()) continue;
       any = true;
+      if (o_.relay_progress) {  // to the agent: its next heartbeat carries the newest
+        FillProgressRequest(r, o_.progress_interval_ms, &r.pending);
+        r.relay_pending = true;
+        continue;
+      }
       if (r.progress_in_flight) continue;
       Call* c = NewCall(Kind::kProgress, i, o_.rpc_deadline_ms);
       c->job_id = r.job_id;
@@ -417,29 +424,56 @@ class AgentFleet::Shard {
   }
 
   void OnProgress(Call* c, int64_t now) {
-    SimAgent& a = agents_[c->agent];
-    SimRank* rank = FindRank(a, c->job_id, c->attempt, c->world_rank);
-    const grpc::StatusCode code = c->status.error_code();
-    if (c->status.ok()) {
+    CountProgress(c->agent, c->job_id, c->attempt, c->world_rank, c->status, c->prog_resp,
+                  now - c->sent_ns);
+  }
+
+  // The reports the answered heartbeat relayed (relay_progress): each answer as a call's. A
+  // controller that answered fewer than it was sent counts the rest as UNIMPLEMENTED.
+  void OnRelayedAnswers(uint32_t i, const v1::HeartbeatResponse& resp, int64_t latency_ns) {
+    SimAgent& a = agents_[i];
+    const std::vector<std::tuple<std::string, int32_t, int32_t>> relayed = std::move(a.relayed);
+    a.relayed.clear();
+    for (size_t k = 0; k < relayed.size(); ++k) {
+      const auto& [job_id, attempt, rank] = relayed[k];
+      grpc::Status status(grpc::StatusCode::UNIMPLEMENTED, "no answer to a relayed report");
+      v1::ReportProgressResponse answer;
+      if (static_cast<int>(k) < resp.progress_size()) {
+        const v1::ProgressAnswer& p = resp.progress(static_cast<int>(k));
+        status = grpc::Status(static_cast<grpc::StatusCode>(p.code()), p.message());
+        answer = p.response();
+      }
+      CountProgress(i, job_id, attempt, rank, status, answer, latency_ns);
+    }
+  }
+
+  // One progress report answered (a call, or relayed in a heartbeat).
+  void CountProgress(uint32_t i, const std::string& job_id, int32_t attempt, int32_t world_rank,
+                     const grpc::Status& status, const v1::ReportProgressResponse& resp,
+                     int64_t latency_ns) {
+    SimAgent& a = agents_[i];
+    SimRank* rank = FindRank(a, job_id, attempt, world_rank);
+    const grpc::StatusCode code = status.error_code();
+    if (status.ok()) {
       ++prog_ok_;
-      if (c->prog_resp.stop()) ++prog_stop_;
-      a.progress_pace_ns = int64_t{std::max(0, c->prog_resp.next_report_ms())} * kMs;
+      if (resp.stop()) ++prog_stop_;
+      a.progress_pace_ns = int64_t{std::max(0, resp.next_report_ms())} * kMs;
     } else {
       ++prog_failed_;
-      NoteError("ReportProgress " + c->job_id + ": " + c->status.error_message());
+      NoteError("ReportProgress " + job_id + ": " + status.error_message());
     }
     if (recording_) {
       std::lock_guard<std::mutex> lock(mu_);
-      if (c->status.ok()) {
+      if (status.ok()) {
         ++samples_.progress_ok;
-        samples_.progress_ns.push_back(now - c->sent_ns);
+        samples_.progress_ns.push_back(latency_ns);
       } else {
         ++samples_.progress_failed;
       }
     }
     if (rank == nullptr) return;
     rank->progress_in_flight = false;
-    if ((c->status.ok() && c->prog_resp.stop()) || code == grpc::StatusCode::FAILED_PRECONDITION ||
+    if ((status.ok() && resp.stop()) || code == grpc::StatusCode::FAILED_PRECONDITION ||
         code == grpc::StatusCode::NOT_FOUND) {
       rank->stopped = true;  // as a rank would: stop stepping
       Recount(a);

@@ -26,6 +26,11 @@
 //     progress_interval_ms, or less often when the controller's last answer to one of the
 //     agent's ranks asked so (next_report_ms, as RankReporter honours it); an agent's ranks
 //     report together. The job goes RUNNING and keeps advancing.
+//   - With relay_progress, as dhp-worker's ProgressRelay: a rank's report is not a call but
+//     the newest report of that rank, which the agent's next heartbeat carries
+//     (HeartbeatRequest.progress); each ProgressAnswer counts as the call's answer would (its
+//     latency: the heartbeat's). Reports carried by a heartbeat that failed are lost (the
+//     rank's next one is newer).
 //
 // The agents are split into `threads` shards. A shard owns its agents, one CompletionQueue, its
 // channels and a timer heap; its thread sends what is due and handles completions (AsyncNext
@@ -61,6 +66,7 @@ struct FleetOptions {
   int progress_interval_ms = 5000;   // per reporting rank, at least (next_report_ms)
   bool every_rank_reports = false;   // false: only world rank 0 of each run reports
   bool heartbeat_stream = false;     // heartbeats on one HeartbeatStream per agent, not unary
+  bool relay_progress = false;       // the ranks' reports go in heartbeats, not calls
   int gpus_per_node = 8;
   int64_t gpu_memory_bytes = int64_t{81559} << 20;  // nvidia-smi's 80 GB (81,559 MiB)
   std::string node_prefix = "sim-node-";

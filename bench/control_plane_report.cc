@@ -289,15 +289,18 @@ std::string ControlPlaneMarkdown(const Json& run) {
   for (const std::string& l : labels) {
     std::vector<const Json*> mine;
     std::string binary, heartbeats;
+    bool relayed = false;
     for (const Json& c : run["cases"]) {
       if (c["controller"] == l) {
         mine.push_back(&c);
         binary = c["binary"].get<std::string>();
         if (c.contains("heartbeats_on")) heartbeats = c["heartbeats_on"].get<std::string>();
+        relayed = relayed || c.value("progress_relayed", false);
       }
     }
     md << "\n### " << l << ": `" << binary << "`";
     if (!heartbeats.empty()) md << ", heartbeats on " << heartbeats;
+    if (relayed) md << ", the ranks' progress relayed in them";
     md << "\n\n" << kTableHead;
     for (const Json* c : mine) md << Row(*c);
     const std::string notes = Notes(mine);

@@ -40,6 +40,13 @@ void FillHeartbeatRequest(SimAgent& a, v1::HeartbeatRequest* req) {
       r.exit_sent = true;
     }
   }
+  a.relayed.clear();
+  for (SimRank& r : a.ranks) {
+    if (!r.relay_pending) continue;
+    a.relayed.emplace_back(r.job_id, r.attempt, r.world_rank);
+    *req->add_progress() = std::move(r.pending);
+    r.relay_pending = false;
+  }
 }
 
 bool ApplyHeartbeatResponse(SimAgent& a, const v1::HeartbeatResponse& resp, int64_t* next_pid,

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "dhp/v1/service.pb.h"
@@ -27,6 +28,9 @@ struct SimRank {
   int64_t step = 0;        // the last step it reported
   bool progress_in_flight = false;
   bool stopped = false;  // the controller said stop (or the attempt is gone)
+  // Relayed progress: its newest report, which the agent's next heartbeat carries.
+  bool relay_pending = false;
+  v1::ReportProgressRequest pending;
   // Whether this rank sends ReportProgress now: a reporting rank, once known RUNNING.
   bool Reporting() const { return reports && reported && wanted && !stopped; }
 };
@@ -47,6 +51,8 @@ struct SimAgent {
   int64_t last_sent_ns = 0;  // the last heartbeat sent
   int backoff_ms = 200;
   std::vector<SimRank> ranks;
+  // The (job, attempt, rank) of each relayed report the heartbeat in flight carries, in order.
+  std::vector<std::tuple<std::string, int32_t, int32_t>> relayed;
   int counted_ranks = 0, counted_reporting = 0;  // what the fleet's gauges hold for it
 };
 
@@ -55,7 +61,7 @@ void FillRegisterRequest(const SimAgent& a, int gpus, int64_t gpu_memory_bytes,
                          v1::RegisterNodeRequest* req);
 
 // Every rank the agent tracks: RUNNING while wanted, else EXITED as stopped by the agent (then
-// marked exit_sent).
+// marked exit_sent); and the ranks' relayed reports not yet sent (into a.relayed).
 void FillHeartbeatRequest(SimAgent& a, v1::HeartbeatRequest* req);
 
 // After a heartbeat was answered OK: the ranks it reported RUNNING are `reported`, the exits it
