@@ -175,8 +175,8 @@ bool IsPlainMessage(const FieldDescriptor* f) {
 // protobuf's parser is lenient where the proto JSON mapping is not: it reads an object or a
 // scalar given for a repeated field as one element, and a list inside a list as its elements.
 // This checks that repeated fields hold arrays, maps and messages objects, and that no element
-// is itself an array, naming the field ("ranks[0]: expected an object, got an array"). Keys it
-// does not know are left to protobuf, which names them.
+// is itself an array, and that no map value is null, naming the field ("ranks[0]: expected an
+// object, got an array"). Keys it does not know are left to protobuf, which names them.
 std::string ShapeError(const nlohmann::json& object, const Descriptor* type,
                        const std::string& path) {
   for (const auto& [key, value] : object.items()) {
@@ -193,9 +193,15 @@ std::string ShapeError(const nlohmann::json& object, const Descriptor* type,
       if (!value.is_object())
         return absl::StrCat(where, ": expected an object, got ", JsonKind(value));
       const FieldDescriptor* map_value = f->message_type()->map_value();
+      const bool null_is_a_value = map_value->message_type() != nullptr &&
+                                   map_value->message_type()->full_name() ==
+                                       "google.protobuf.Value";
       for (const auto& [k, v] : value.items()) {
         if (v.is_array())
           return absl::StrCat(where, ".", k, ": expected a single value, got an array");
+        // protobuf reads a null map value as the default (0, ""); the mapping has none.
+        if (v.is_null() && !null_is_a_value)
+          return absl::StrCat(where, ".", k, ": a map value must not be null");
         if (IsPlainMessage(map_value) && v.is_object()) {
           std::string e = ShapeError(v, map_value->message_type(), where + "." + k + ".");
           if (!e.empty()) return e;

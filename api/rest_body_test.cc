@@ -186,6 +186,13 @@ TEST(ParseJsonBodyTest, ShapesTheMappingDoesNotAllowAreRefused) {
             "request body (JSON): spec.labels: expected an object, got an array");
   EXPECT_EQ(SubmitError(R"({"spec": [{}]})"),
             "request body (JSON): spec: expected a single value, got an array");
+  // protobuf read a null map value as 0 (schemathesis sent one in a relayed report).
+  EXPECT_EQ(Error<v1::HeartbeatRequest>(R"({"progress": [{"metrics": {"x": null}}]})"),
+            "request body (JSON): progress[0].metrics.x: a map value must not be null");
+  EXPECT_EQ(Error<v1::ReportProgressRequest>(R"({"metrics": {"lr": 1, "x": null}})"),
+            "request body (JSON): metrics.x: a map value must not be null");
+  EXPECT_EQ(SubmitError(R"({"spec": {"labels": {"team": null}}})"),
+            "request body (JSON): spec.labels.team: a map value must not be null");
   v1::KvWaitRequest wait;
   ASSERT_TRUE(ParseJsonBody(R"({"keys": ["[[", "\"[[", "]{["]})", &wait).ok());
   ASSERT_EQ(wait.keys_size(), 3);
