@@ -121,8 +121,17 @@ void Agent::RetainRelayed(const v1::HeartbeatRequest& hb, const v1::HeartbeatRes
 
 void Agent::StartProgressRelay() {
   if (!options_.relay_progress) return;
-  absl::StatusOr<std::unique_ptr<ProgressServer>> server =
-      ProgressServer::Start(relay_, options_.progress_socket);
+  std::string path = options_.progress_socket;
+  if (path.empty()) {
+    absl::StatusOr<std::string> in_logs = ProgressSocketIn(options_.ranks.log_dir);
+    if (in_logs.ok()) {
+      path = *in_logs;
+    } else {
+      DHP_LOG(INFO) << "the ranks' socket goes in a private directory under /tmp: "
+                    << in_logs.status();
+    }
+  }
+  absl::StatusOr<std::unique_ptr<ProgressServer>> server = ProgressServer::Start(relay_, path);
   if (!server.ok()) {
     DHP_LOG(WARNING) << "not relaying the ranks' progress (they report to the controller "
                      << "themselves): " << server.status();

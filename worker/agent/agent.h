@@ -51,8 +51,9 @@ struct AgentOptions {
   bool heartbeat_stream = false;
   // The ranks report progress to this agent, which carries it in its heartbeats
   // (ProgressRelay): the controller then takes no call per rank report. The ranks' socket is
-  // progress_socket, or one in a private directory under /tmp when empty. Off: every rank
-  // reports to the controller itself (as do the ranks of an agent whose socket failed).
+  // progress_socket; when empty, ranks.log_dir/progress.sock, or one in a private directory
+  // under /tmp where that cannot be (ProgressSocketIn). Off: every rank reports to the
+  // controller itself (as do the ranks of an agent whose socket failed).
   bool relay_progress = true;
   std::string progress_socket;
   // At start, rank logs under ranks.log_dir modified this recently are shipped (what the

@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "common/remove_tree.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -260,6 +261,24 @@ TEST_F(AgentTest, TheRanksProgressTravelsInHeartbeatsAndTheAnswerComesBack) {
   StopAgent();
   struct stat st;
   EXPECT_NE(stat(target.substr(5).c_str(), &st), 0) << "the socket outlived the agent";
+}
+
+// By default the socket is progress.sock in the log directory (where the next agent replaces
+// it if this one is killed), not a new directory under /tmp each time.
+TEST_F(AgentTest, TheRanksSocketIsInTheLogDirectory) {
+  std::string root = "/tmp/dhp-agent.XXXXXX";  // short: a socket's path holds 107 bytes
+  ASSERT_NE(mkdtemp(root.data()), nullptr);
+  options_.ranks.log_dir = root + "/logs";
+  fake_.desired = {Launch(1, 0, 1)};
+  StartAgent();
+  const std::string socket = options_.ranks.log_dir + "/progress.sock";
+  EXPECT_EQ(ProgressTarget(), "unix:" + socket);
+  api::DhpClient rank("unix:" + socket, 1000);
+  EXPECT_TRUE(rank.ReportProgress(Report(1)).ok());
+  StopAgent();
+  struct stat st;
+  EXPECT_NE(stat(socket.c_str(), &st), 0) << "the socket outlived the agent";
+  RemoveTree(root);
 }
 
 // A controller that answers no relayed report predates relaying: the ranks are told

@@ -87,8 +87,9 @@ int main(int argc, char** argv) {
                "Ranks report progress to the controller themselves, not through this agent's "
                "heartbeats (a call per rank report instead of one per node and heartbeat)");
   app.add_option("--progress-socket", progress_socket,
-                 "The Unix socket the ranks report progress to (default: progress.sock in a "
-                 "private directory under /tmp)");
+                 "The Unix socket the ranks report progress to (default: progress.sock in the "
+                 "log directory, or in a private directory under /tmp where that path is too "
+                 "long or the log directory is not this user's alone)");
   app.add_option("--stop-grace-ms", stop_grace_ms,
                  "How long a stopped rank gets between SIGTERM and SIGKILL")
       ->capture_default_str()

@@ -1,11 +1,17 @@
 #include "worker/agent/progress_relay.h"
 
+#include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
+#include <cstring>
 #include <memory>
 #include <string>
 
 #include "api/client.h"
+#include "common/remove_tree.h"
 #include "gtest/gtest.h"
 #include "worker/agent/progress_server.h"
 
@@ -167,6 +173,70 @@ TEST(ProgressServerTest, ASocketPathTooLongIsRefusedNamingIt) {
   EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(server.status().message().find("at most 107"), std::string::npos)
       << server.status();
+}
+
+// A short private directory under /tmp (a socket's path holds 107 bytes; TEST_TMPDIR is longer).
+class ShortDir {
+ public:
+  ShortDir() : path_("/tmp/dhp-prs.XXXXXX") { EXPECT_NE(mkdtemp(path_.data()), nullptr); }
+  ~ShortDir() { RemoveTree(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// What an agent killed with SIGKILL leaves: a socket file nobody listens on.
+void LeaveDeadSocket(const std::string& path) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  ASSERT_EQ(bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0) << path;
+  close(fd);
+}
+
+bool Reports(const std::string& target, ProgressRelay& relay, int64_t step) {
+  api::DhpClient client(target, 5000);
+  absl::StatusOr<v1::ReportProgressResponse> r = client.ReportProgress(Report("j", 0, step));
+  v1::HeartbeatRequest hb;
+  return r.ok() && relay.TakeInto(&hb) == 1 && hb.progress(0).step() == step;
+}
+
+TEST(ProgressServerTest, ADeadAgentsSocketIsReplacedALiveOnesIsNot) {
+  ShortDir dir;
+  const std::string path = dir.path() + "/progress.sock";
+  LeaveDeadSocket(path);
+  ProgressRelay relay;
+  absl::StatusOr<std::unique_ptr<ProgressServer>> first = ProgressServer::Start(relay, path);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(Reports("unix:" + path, relay, 7));
+
+  ProgressRelay other;
+  absl::StatusOr<std::unique_ptr<ProgressServer>> second = ProgressServer::Start(other, path);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find("listens on it"), std::string::npos)
+      << second.status();
+  EXPECT_TRUE(Reports("unix:" + path, relay, 8)) << "the refused server took the live socket";
+}
+
+TEST(ProgressServerTest, TheDefaultSocketIsInTheLogDirectoryWhenThatIsPrivate) {
+  ShortDir dir;
+  const std::string logs = dir.path() + "/node/logs";
+  absl::StatusOr<std::string> path = ProgressSocketIn(logs);
+  ASSERT_TRUE(path.ok()) << path.status();
+  EXPECT_EQ(*path, logs + "/progress.sock");
+  struct stat st;
+  EXPECT_EQ(stat(logs.c_str(), &st), 0) << "the log directory was not made";
+
+  ASSERT_EQ(chmod(logs.c_str(), 0777), 0);
+  absl::StatusOr<std::string> shared = ProgressSocketIn(logs);
+  EXPECT_EQ(shared.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(shared.status().message().find("mode 777"), std::string::npos) << shared.status();
+
+  const std::string deep = dir.path() + "/" + std::string(100, 'd');
+  EXPECT_EQ(ProgressSocketIn(deep).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

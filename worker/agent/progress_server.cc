@@ -1,15 +1,19 @@
 #include "worker/agent/progress_server.h"
 
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <utility>
 
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "api/grpc_status.h"
 #include "dhp/v1/service.grpc.pb.h"
 
@@ -21,6 +25,43 @@ constexpr size_t kMaxSocketPath = 107;
 
 std::string Errno(const std::string& what) {
   return absl::StrCat(what, ": ", std::strerror(errno));
+}
+
+absl::Status CheckLength(const std::string& path) {
+  if (path.size() <= kMaxSocketPath) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("progress socket \"", path, "\": ", path.size(),
+                                                 " bytes; a Unix socket's path holds at most ",
+                                                 kMaxSocketPath));
+}
+
+// True when a process accepts connections on the Unix socket at `path` (an agent that is alive).
+bool SomeoneListens(const std::string& path) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);  // CheckLength: it fits
+  const bool listens = connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0;
+  close(fd);
+  return listens;
+}
+
+// Removes a socket left at `path` by an agent that died (SIGKILL); refuses one still listened on.
+absl::Status RemoveStale(const std::string& path) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return absl::FailedPreconditionError(Errno("progress socket \"" + path + "\""));
+  }
+  if (S_ISSOCK(st.st_mode) && SomeoneListens(path)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "progress socket \"", path, "\": another process (an agent with the same log "
+        "directory?) listens on it"));
+  }
+  if (unlink(path.c_str()) != 0) {
+    return absl::FailedPreconditionError(Errno("progress socket \"" + path + "\""));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -52,15 +93,9 @@ absl::StatusOr<std::unique_ptr<ProgressServer>> ProgressServer::Start(ProgressRe
     server->made_dir_ = dir;
     path = server->made_dir_ + "/progress.sock";
   }
-  server->path_ = path;
-  if (path.size() > kMaxSocketPath) {
-    return absl::InvalidArgumentError(absl::StrCat("progress socket \"", path, "\": ",
-                                                   path.size(), " bytes; a Unix socket's path "
-                                                   "holds at most ", kMaxSocketPath));
-  }
-  if (unlink(path.c_str()) != 0 && errno != ENOENT) {  // left by an agent that died
-    return absl::FailedPreconditionError(Errno("progress socket \"" + path + "\""));
-  }
+  if (absl::Status s = CheckLength(path); !s.ok()) return s;
+  if (absl::Status s = RemoveStale(path); !s.ok()) return s;
+  server->path_ = path;  // from here on, the destructor removes it
   server->service_ = std::make_unique<Service>(relay);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(server->target(), grpc::InsecureServerCredentials());
@@ -77,6 +112,21 @@ absl::StatusOr<std::unique_ptr<ProgressServer>> ProgressServer::Start(ProgressRe
     return absl::InternalError(Errno("progress socket \"" + path + "\": chmod 0600"));
   }
   return server;
+}
+
+absl::StatusOr<std::string> ProgressSocketIn(const std::string& dir) {
+  const std::string path = dir + "/progress.sock";
+  if (absl::Status s = CheckLength(path); !s.ok()) return s;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) return absl::FailedPreconditionError(Errno("\"" + dir + "\""));
+  if (st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "\"%s\" is not this user's alone (owner uid %d, mode %o): another user could take over "
+        "the ranks' socket", dir, st.st_uid, st.st_mode & 07777));
+  }
+  return path;
 }
 
 ProgressServer::~ProgressServer() {

@@ -3,8 +3,9 @@
 //
 // The socket is `path`, or progress.sock in a new private directory under /tmp (mkdtemp, mode
 // 0700) when `path` is empty; the socket itself is made 0600, so only the agent's user (that of
-// its ranks) can report. A file left at `path` by an agent that died is replaced. The socket
-// (and the directory made for it) is removed when the server is destroyed.
+// its ranks) can report. A socket left at `path` by an agent that died (SIGKILL) is replaced; one
+// that a live process listens on is refused. The socket (and the directory made for it) is
+// removed when the server is destroyed.
 //
 // Thread-safety: construct and destroy on one thread; the relay is called from gRPC's threads.
 #ifndef DHP_WORKER_AGENT_PROGRESS_SERVER_H_
@@ -21,6 +22,12 @@ class Server;
 }
 
 namespace dhp::worker {
+
+// `dir`/progress.sock, the agent's default socket (dir: its log directory, made if missing), so
+// that an agent restarted after SIGKILL replaces its predecessor's socket instead of leaving it
+// behind. Refused (the agent then uses a private directory) when the path is over 107 bytes or
+// `dir` is not this user's alone (another owner, or writable by group or others).
+absl::StatusOr<std::string> ProgressSocketIn(const std::string& dir);
 
 class ProgressServer {
  public:
