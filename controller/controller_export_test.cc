@@ -33,6 +33,10 @@ std::string ReadAll(const std::string& path) {
 
 class ControllerExportTest : public ControllerFixture {
  protected:
+  void TearDown() override {
+    ControllerFixture::TearDown();
+    std::filesystem::remove_all(dir_);
+  }
   void SetUp() override {
     ControllerFixture::SetUp();
     dir_ = ::testing::TempDir() + "/export-" +

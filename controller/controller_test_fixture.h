@@ -99,6 +99,10 @@ class ControllerFixture : public ::testing::Test {
   }
   void TearDown() override {
     if (controller_) controller_->Stop();
+    controller_.reset();
+    reader_.reset();
+    store_.reset();
+    for (const char* suffix : {"", "-wal", "-shm"}) std::remove((path_ + suffix).c_str());
   }
 
   // Opens the store at path_ and starts a controller with options_.

@@ -119,7 +119,10 @@ class RendezvousRestartTest : public ::testing::Test {
     job_id_ = submitted.job().id();
     client_ = std::make_unique<api::DhpClient>(target_, 10000);
   }
-  void TearDown() override { Stop(); }
+  void TearDown() override {
+    Stop();
+    for (const char* suffix : {"", "-wal", "-shm"}) std::remove((path_ + suffix).c_str());
+  }
 
   // Opens the store, starts a controller on it and serves it over gRPC: on a free port the
   // first time, on the same port after.
