@@ -76,10 +76,11 @@ class ClusterJobs:
     def tearDown(self):
         self.cluster.close()
 
-    def start_worker(self, node, slots=2):
+    def start_worker(self, node, slots=2, extra=()):
         self.cluster.start_worker(
             node, cpu_slots=slots,
-            extra_args=["--rank-binary", RANK, "--data-root", DATA_ROOT, "--stop-grace-ms", "3000"])
+            extra_args=["--rank-binary", RANK, "--data-root", DATA_ROOT, "--stop-grace-ms",
+                        "3000"] + list(extra))
         wait_for(lambda: any(n["id"] == node and n.get("state") == "NODE_STATE_READY"
                              for n in self.cluster.dhpctl_json("nodes").get("nodes", [])),
                  timeout=20, what="node %s READY" % node)
@@ -162,6 +163,23 @@ class RunsTest(ClusterJobs, unittest.TestCase):
         self.assertEqual(code, 0)
         self.assertRegex(out, r"(?m)^\S+ +20 +COMPLETE")
         self.assertEqual(rank_pids(job), [])
+
+    def test_an_agent_on_a_heartbeat_stream_relays_its_ranks_to_success(self):
+        """dhp-worker --heartbeat-stream: the ranks report to the agent's socket in its log
+        directory, and every report and exit travels on the agent's one stream."""
+        self.start_worker("node-a", extra=["--heartbeat-stream"])
+        job = self.submit(spec_text(self.cluster, "streamed", steps=12, every=6))
+        self.wait_state(job, "SUCCEEDED")
+        got = self.job(job)
+        self.assertEqual(int(got["job"]["latest_step"]), 12)
+        self.assertEqual([int(c["step"]) for c in got["checkpoints"]], [6, 12])
+        log = self.cluster.worker_log("node-a")
+        self.assertIn("heartbeats on a WorkerService.HeartbeatStream (stream 1 ", log)
+        self.assertNotIn("heartbeats are unary calls", log)
+        socket = os.path.join(self.cluster.tmp.name, "agent-logs", "node-a", "progress.sock")
+        self.assertIn("ranks report progress to unix:" + socket, log)
+        self.cluster.stop_worker("node-a")  # SIGTERM: the agent removes its socket
+        self.assertFalse(os.path.exists(socket))
 
     def test_cancel_mid_run_leaves_no_rank_process(self):
         self.start_worker("node-a")

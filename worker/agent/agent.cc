@@ -86,7 +86,7 @@ Agent::Beat Agent::Heartbeat() {
   // Taken after the statuses: a report a rank sent before it exited goes with its exit.
   relay_.TakeInto(&hb);
   absl::StatusOr<v1::HeartbeatResponse> resp =
-      options_.heartbeat_stream ? beats_.Beat(hb) : client_.Heartbeat(hb);
+      options_.heartbeat_stream ? StreamBeat(hb) : client_.Heartbeat(hb);
   if (resp.ok()) {
     relay_.Answered(hb, *resp);
     RetainRelayed(hb, *resp);
@@ -110,6 +110,20 @@ Agent::Beat Agent::Heartbeat() {
                      << launcher_.tracked() << " rank processes keep running): " << resp.status();
   }
   return Beat::kFailed;
+}
+
+absl::StatusOr<v1::HeartbeatResponse> Agent::StreamBeat(const v1::HeartbeatRequest& hb) {
+  const bool was_streaming = beats_.streaming();
+  const int opened = beats_.opened();
+  absl::StatusOr<v1::HeartbeatResponse> resp = beats_.Beat(hb);
+  if (beats_.opened() > opened) {
+    DHP_LOG(INFO) << "heartbeats on a WorkerService.HeartbeatStream (stream " << beats_.opened()
+                  << " of this agent)";
+  }
+  if (was_streaming && !beats_.streaming()) {
+    DHP_LOG(INFO) << "the controller has no HeartbeatStream: heartbeats are unary calls";
+  }
+  return resp;
 }
 
 void Agent::RetainRelayed(const v1::HeartbeatRequest& hb, const v1::HeartbeatResponse& resp) {

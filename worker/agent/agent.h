@@ -82,6 +82,8 @@ class Agent {
   void Shutdown();
   // With relay_progress: listens for the ranks' reports, which launches then point at.
   void StartProgressRelay();
+  // One heartbeat on beats_, logging each stream it opens and a fallback to unary calls.
+  absl::StatusOr<v1::HeartbeatResponse> StreamBeat(const v1::HeartbeatRequest& hb);
   // After an answered heartbeat `hb`: keeps the relay's ranks to those reported or wanted.
   void RetainRelayed(const v1::HeartbeatRequest& hb, const v1::HeartbeatResponse& resp);
   // Waits up to `ms`; false when stopped (at once or meanwhile).
