@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <string>
 
@@ -204,7 +205,7 @@ bool Reports(const std::string& target, ProgressRelay& relay, int64_t step) {
   return r.ok() && relay.TakeInto(&hb) == 1 && hb.progress(0).step() == step;
 }
 
-TEST(ProgressServerTest, ADeadAgentsSocketIsReplacedALiveOnesIsNot) {
+TEST(ProgressServerTest, ADeadAgentsSocketIsReplacedALiveOnesOrAFileIsNot) {
   ShortDir dir;
   const std::string path = dir.path() + "/progress.sock";
   LeaveDeadSocket(path);
@@ -219,6 +220,17 @@ TEST(ProgressServerTest, ADeadAgentsSocketIsReplacedALiveOnesIsNot) {
   EXPECT_NE(second.status().message().find("listens on it"), std::string::npos)
       << second.status();
   EXPECT_TRUE(Reports("unix:" + path, relay, 8)) << "the refused server took the live socket";
+
+  const std::string file = dir.path() + "/notes.txt";  // a mistyped --progress-socket
+  std::ofstream(file) << "keep me";
+  absl::StatusOr<std::unique_ptr<ProgressServer>> third = ProgressServer::Start(other, file);
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(third.status().message().find("other than a socket"), std::string::npos)
+      << third.status();
+  std::ifstream kept(file);
+  std::string text;
+  std::getline(kept, text);
+  EXPECT_EQ(text, "keep me");
 }
 
 TEST(ProgressServerTest, TheDefaultSocketIsInTheLogDirectoryWhenThatIsPrivate) {

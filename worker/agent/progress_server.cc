@@ -46,14 +46,19 @@ bool SomeoneListens(const std::string& path) {
   return listens;
 }
 
-// Removes a socket left at `path` by an agent that died (SIGKILL); refuses one still listened on.
+// Removes a socket left at `path` by an agent that died (SIGKILL); refuses one still listened
+// on, and anything that is not a socket.
 absl::Status RemoveStale(const std::string& path) {
   struct stat st;
   if (lstat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) return absl::OkStatus();
     return absl::FailedPreconditionError(Errno("progress socket \"" + path + "\""));
   }
-  if (S_ISSOCK(st.st_mode) && SomeoneListens(path)) {
+  if (!S_ISSOCK(st.st_mode)) {  // never delete what is not a socket (a mistyped path)
+    return absl::FailedPreconditionError(
+        absl::StrCat("progress socket \"", path, "\": something other than a socket is there"));
+  }
+  if (SomeoneListens(path)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "progress socket \"", path, "\": another process (an agent with the same log "
         "directory?) listens on it"));

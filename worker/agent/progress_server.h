@@ -4,7 +4,7 @@
 // The socket is `path`, or progress.sock in a new private directory under /tmp (mkdtemp, mode
 // 0700) when `path` is empty; the socket itself is made 0600, so only the agent's user (that of
 // its ranks) can report. A socket left at `path` by an agent that died (SIGKILL) is replaced; one
-// that a live process listens on is refused. The socket (and the directory made for it) is
+// that a live process listens on is refused, as is a file that is not a socket. The socket (and the directory made for it) is
 // removed when the server is destroyed.
 //
 // Thread-safety: construct and destroy on one thread; the relay is called from gRPC's threads.
