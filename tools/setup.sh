@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake pkg-config git curl ca-certificates python3 python3-yaml python3-venv
   protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev libgrpc-dev
-  libsqlite3-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
+  libsqlite3-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libjemalloc-dev
   libboost-dev libboost-system-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libtorch-dev libopenblas0-pthread libgloo-dev
