@@ -40,13 +40,17 @@ absl::StatusOr<v1::ReportProgressResponse> ProgressRelay::Accept(
   return e.answer;
 }
 
-int ProgressRelay::TakeInto(v1::HeartbeatRequest* hb) {
+int ProgressRelay::TakeInto(v1::HeartbeatRequest* hb, int max) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (entries_.empty()) return 0;
+  auto it = last_taken_.has_value() ? entries_.upper_bound(*last_taken_) : entries_.begin();
   int n = 0;
-  for (auto& [key, e] : entries_) {
-    if (!e.pending.has_value()) continue;
-    *hb->add_progress() = std::move(*e.pending);
-    e.pending.reset();
+  for (size_t visited = 0; visited < entries_.size() && n < max; ++visited, ++it) {
+    if (it == entries_.end()) it = entries_.begin();
+    if (!it->second.pending.has_value()) continue;
+    *hb->add_progress() = std::move(*it->second.pending);
+    it->second.pending.reset();
+    last_taken_ = it->first;
     ++n;
   }
   return n;

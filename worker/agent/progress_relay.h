@@ -31,6 +31,10 @@
 
 namespace dhp::worker {
 
+// The most reports one heartbeat may carry: the controller refuses a heartbeat with more
+// (HeartbeatRequest.progress in proto/dhp/v1/service.proto).
+inline constexpr int kMaxRelayedPerHeartbeat = 1024;
+
 class ProgressRelay {
  public:
   // At most `max_ranks` ranks are tracked at once (RESOURCE_EXHAUSTED beyond): a node runs one
@@ -39,8 +43,10 @@ class ProgressRelay {
 
   // A rank's report: kept as its newest, answered as described above.
   absl::StatusOr<v1::ReportProgressResponse> Accept(const v1::ReportProgressRequest& req);
-  // Moves the reports received since the last call into hb->progress; returns how many.
-  int TakeInto(v1::HeartbeatRequest* hb);
+  // Moves the reports received since the last call into hb->progress, at most `max` of them,
+  // and returns how many. The rest wait for the next heartbeat, which starts after the last
+  // rank taken, so that no rank waits behind others that report at every heartbeat.
+  int TakeInto(v1::HeartbeatRequest* hb, int max = kMaxRelayedPerHeartbeat);
   // The heartbeat carrying hb.progress was answered OK: each answer is kept for its rank.
   void Answered(const v1::HeartbeatRequest& hb, const v1::HeartbeatResponse& resp);
   // The heartbeat failed: its reports are pending again, except where a rank reported since.
@@ -65,6 +71,7 @@ class ProgressRelay {
   const size_t max_ranks_;
   mutable std::mutex mu_;  // guards everything below
   std::map<RankKey, Entry> entries_;
+  std::optional<RankKey> last_taken_;  // where the next TakeInto starts (after it)
   bool unsupported_ = false;
 };
 

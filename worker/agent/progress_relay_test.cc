@@ -9,7 +9,9 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "api/client.h"
 #include "common/remove_tree.h"
@@ -137,6 +139,45 @@ TEST(ProgressRelayTest, RanksThatAreGoneAreForgottenAndStrayOnesAreBounded) {
   ASSERT_EQ(relay.TakeInto(&hb), 2);  // rank 0's report went with it
   EXPECT_EQ(hb.progress(0).rank(), 1);
   EXPECT_EQ(hb.progress(1).rank(), 2);
+}
+
+// More ranks reporting than one heartbeat may carry (stray local clients; the controller
+// refuses a heartbeat of over kMaxRelayedPerHeartbeat reports): each heartbeat carries the limit,
+// the rest go in the next ones, and a rank that reports every time does not hold others back.
+TEST(ProgressRelayTest, AHeartbeatCarriesAtMostTheControllersLimitTakingRanksInTurn) {
+  ProgressRelay relay;
+  const int ranks = kMaxRelayedPerHeartbeat + 500;
+  for (int r = 0; r < ranks; ++r) ASSERT_TRUE(relay.Accept(Report("j", r, 1)).ok());
+  std::set<int> carried;
+  std::vector<int64_t> rank0_steps;
+  for (int beat = 0; beat < 2; ++beat) {
+    ASSERT_TRUE(relay.Accept(Report("j", 0, 2 + beat)).ok());  // rank 0 reports every time
+    v1::HeartbeatRequest hb;
+    const int n = relay.TakeInto(&hb);
+    ASSERT_EQ(n, hb.progress_size());
+    ASSERT_LE(n, kMaxRelayedPerHeartbeat);
+    for (const v1::ReportProgressRequest& p : hb.progress()) {
+      carried.insert(p.rank());
+      if (p.rank() == 0) rank0_steps.push_back(p.step());
+    }
+  }
+  EXPECT_EQ(static_cast<int>(carried.size()), ranks);  // every rank within two heartbeats
+  EXPECT_EQ(rank0_steps, (std::vector<int64_t>{2, 3}));  // and rank 0's newest in each
+  v1::HeartbeatRequest third;
+  EXPECT_EQ(relay.TakeInto(&third), 0);
+
+  // Two a heartbeat, with ranks 0 and 1 reporting before every one: 2 and 3 still get through.
+  ProgressRelay small;
+  for (int r = 0; r < 4; ++r) ASSERT_TRUE(small.Accept(Report("k", r, 1)).ok());
+  std::set<int> small_carried;
+  for (int beat = 0; beat < 2; ++beat) {
+    ASSERT_TRUE(small.Accept(Report("k", 0, 2 + beat)).ok());
+    ASSERT_TRUE(small.Accept(Report("k", 1, 2 + beat)).ok());
+    v1::HeartbeatRequest hb;
+    ASSERT_EQ(small.TakeInto(&hb, /*max=*/2), 2);
+    for (const v1::ReportProgressRequest& p : hb.progress()) small_carried.insert(p.rank());
+  }
+  EXPECT_EQ(small_carried, (std::set<int>{0, 1, 2, 3}));
 }
 
 // Over the agent's Unix socket, with the client ranks use.
