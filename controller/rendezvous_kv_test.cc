@@ -227,7 +227,8 @@ size_t Threads() {
   return n;
 }
 
-// What asynchronous waits ended with, in the order they ended.
+// What asynchronous waits ended with, in the order they ended. Declare it before the
+// RendezvousKv: kv's destructor ends the waits still in flight, which write here.
 struct Results {
   std::mutex mu;
   std::vector<std::pair<int, absl::StatusOr<std::string>>> ended;  // (wait's tag, result)
@@ -249,8 +250,8 @@ struct Results {
 };
 
 TEST(RendezvousKvTest, TenThousandWaitsHoldNoThreadAndEndWhenTheirKeyIsSet) {
-  RendezvousKv kv;
   Results results;
+  RendezvousKv kv;
   const size_t threads = Threads();
   for (int i = 0; i < 10000; ++i) {
     if (i % 2 == 0) {
@@ -275,8 +276,8 @@ TEST(RendezvousKvTest, TenThousandWaitsHoldNoThreadAndEndWhenTheirKeyIsSet) {
 }
 
 TEST(RendezvousKvTest, AWaitForSeveralKeysEndsWithTheLastAndNotBeforeAll) {
-  RendezvousKv kv;
   Results results;
+  RendezvousKv kv;
   ASSERT_TRUE(kv.Set(kRun1, "b", "1").ok());
   kv.WaitAsync(kRun1, {"a", "b", "c"}, milliseconds(60000), results.For(1));
   ASSERT_TRUE(kv.Set(kRun1, "c", "1").ok());
@@ -298,8 +299,8 @@ TEST(RendezvousKvTest, AWaitForSeveralKeysEndsWithTheLastAndNotBeforeAll) {
 }
 
 TEST(RendezvousKvTest, TimeoutsEndInDeadlineOrderNamingWhatIsMissing) {
-  RendezvousKv kv;
   Results results;
+  RendezvousKv kv;
   ASSERT_TRUE(kv.Set(kRun1, "rank/0", "x").ok());
   kv.WaitAsync(kRun1, {"rank/0", "rank/1"}, milliseconds(3000), results.For(1));
   kv.GetAsync(kRun1, "rank/2", milliseconds(20), results.For(2));  // earlier: the timer re-arms
@@ -328,8 +329,8 @@ TEST(RendezvousKvTest, AWaitForManyKeysNamesTheFirstFewWhenItTimesOut) {
 }
 
 TEST(RendezvousKvTest, DropScopeEndsOnlyThatAttemptsWaits) {
-  RendezvousKv kv;
   Results results;
+  RendezvousKv kv;
   kv.WaitAsync(kRun1, {"a", "b"}, milliseconds(60000), results.For(1));
   kv.GetAsync(kRun2, "a", milliseconds(60000), results.For(2));
   ASSERT_TRUE(kv.DropScope(kRun1).ok());
@@ -345,8 +346,8 @@ TEST(RendezvousKvTest, DropScopeEndsOnlyThatAttemptsWaits) {
 }
 
 TEST(RendezvousKvTest, CloseEndsAsynchronousWaitsAndRefusesNewOnes) {
-  RendezvousKv kv;
   Results results;
+  RendezvousKv kv;
   kv.WaitAsync(kRun1, {"a"}, milliseconds(60000), results.For(1));
   kv.Close();
   kv.GetAsync(kRun1, "a", milliseconds(60000), results.For(2));

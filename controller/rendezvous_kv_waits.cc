@@ -107,13 +107,13 @@ void RendezvousKv::Register(Waiter waiter, Ended* ended) {
   it->second.expiry = expiries_.end();
   Advance(id, ended);
   if (waiters_.count(id) == 0) return;  // the keys were there
-  if (timeout.count() <= 0) {           // no wait: what is missing, at once
-    Waiter& w = it->second;
-    ended->emplace_back(Unregister(id),
-                        absl::DeadlineExceededError("rendezvous of " + ScopeName(w.scope) +
-                                                    ": still missing " +
-                                                    JoinQuoted(MissingLocked(w.scope, w.keys)) +
-                                                    " after 0 ms"));
+  // What ends it here is worded before Unregister, which destroys the waiter.
+  const Waiter& w = it->second;
+  if (timeout.count() <= 0) {  // no wait: what is missing, at once
+    absl::Status missing = absl::DeadlineExceededError(
+        "rendezvous of " + ScopeName(w.scope) + ": still missing " +
+        JoinQuoted(MissingLocked(w.scope, w.keys)) + " after 0 ms");
+    ended->emplace_back(Unregister(id), std::move(missing));
     return;
   }
   const bool earliest = expiries_.empty() || Clock::now() + timeout < expiries_.begin()->first;
