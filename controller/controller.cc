@@ -61,6 +61,9 @@ Controller::Controller(Store& store, const Clock& clock, MetricsExposition& metr
           {"dhp_store_quarantine_rows",
            "Rows held in the store's quarantine table, by the table they came from.",
            {"table"}},
+          {"dhp_rendezvous_waits",
+           "Rendezvous waits (KvGet, KvWait) in flight; past 262,144 they are refused.",
+           {}},
       })),
       events_total_(
           metrics.AddCounter("dhp_events_total", "Events recorded since the controller started.")),

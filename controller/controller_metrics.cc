@@ -81,7 +81,8 @@ void Controller::CollectGauges() {
   if (!AddRunRowsInSlices(stored, builder).ok()) return;
   cluster_gauges_.Set({{"dhp_jobs", std::move(jobs)},
                        {"dhp_nodes", std::move(nodes)},
-                       {"dhp_store_quarantine_rows", std::move(quarantined)}});
+                       {"dhp_store_quarantine_rows", std::move(quarantined)},
+                       {"dhp_rendezvous_waits", {{{}, static_cast<double>(kv_.Waiting())}}}});
   run_metrics_.Set(builder.Finish(slots));
 }
 

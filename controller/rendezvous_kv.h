@@ -65,9 +65,15 @@ class RendezvousKv {
   static constexpr size_t kMaxKeyBytes = 1024;
   static constexpr size_t kMaxValueBytes = 4 << 20;
   static constexpr size_t kMaxRequestIdBytes = 128;
+  // Waits in flight across all jobs. Each holds a gRPC call (a few KiB); a full 10,000-node
+  // cluster's 80,000 ranks waiting at once use under a third. A wait past it ends at once with
+  // RESOURCE_EXHAUSTED, so a client that leaves waits behind (cancelled on its side, so they
+  // stay until their timeout) cannot grow the controller without bound.
+  static constexpr size_t kMaxWaits = 262144;
 
   // `store`: where changes are kept (borrowed; must outlive this); null: memory only.
-  explicit RendezvousKv(Store* store = nullptr);
+  // `max_waits`: the limit on waits in flight (tests lower it).
+  explicit RendezvousKv(Store* store = nullptr, size_t max_waits = kMaxWaits);
   // Closes (ending the waits in flight) and joins the timer thread.
   ~RendezvousKv();
   RendezvousKv(const RendezvousKv&) = delete;
@@ -156,6 +162,7 @@ class RendezvousKv {
                              int64_t reply);
 
   Store* const store_;
+  const size_t max_waits_;
   std::mutex mu_;  // guards everything below but timer_
   std::condition_variable timer_cv_;  // an earlier expiry, or closed_
   std::map<KvScopeKey, Scope> scopes_;

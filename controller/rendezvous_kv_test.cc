@@ -275,6 +275,31 @@ TEST(RendezvousKvTest, TenThousandWaitsHoldNoThreadAndEndWhenTheirKeyIsSet) {
   }
 }
 
+TEST(RendezvousKvTest, WaitsPastTheLimitEndAtOnceAndThoseWithTheirKeysStillAnswer) {
+  Results results;
+  RendezvousKv kv(nullptr, /*max_waits=*/2);
+  kv.WaitAsync(kRun1, {"a"}, milliseconds(60000), results.For(1));
+  kv.GetAsync(kRun2, "a", milliseconds(60000), results.For(2));
+  EXPECT_EQ(kv.Waiting(), 2u);
+  kv.WaitAsync(kRun1, {"b"}, milliseconds(60000), results.For(3));  // a third: refused
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results.ended[0].first, 3);
+  EXPECT_EQ(results.ended[0].second.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(results.ended[0].second.status().message(),
+            "rendezvous of job j-1 attempt 1: the controller holds 2 waits in flight already "
+            "(its limit, over all jobs); retry once some have ended");
+  EXPECT_EQ(kv.Waiting(), 2u);
+  ASSERT_TRUE(kv.Set(kRun1, "c", "1").ok());
+  kv.GetAsync(kRun1, "c", milliseconds(60000), results.For(4));  // there: needs no wait
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(*results.ended[1].second, "1");
+  ASSERT_TRUE(kv.Set(kRun1, "a", "1").ok());  // ends wait 1: room for one more
+  EXPECT_EQ(kv.Waiting(), 1u);
+  kv.WaitAsync(kRun1, {"b"}, milliseconds(60000), results.For(5));
+  EXPECT_EQ(kv.Waiting(), 2u);
+  EXPECT_EQ(results.size(), 3u);  // wait 1's answer, nothing for 5 yet
+}
+
 TEST(RendezvousKvTest, AWaitForSeveralKeysEndsWithTheLastAndNotBeforeAll) {
   Results results;
   RendezvousKv kv;

@@ -16,7 +16,8 @@ using kv_internal::Closed;
 using kv_internal::JoinQuoted;
 using kv_internal::ScopeName;
 
-RendezvousKv::RendezvousKv(Store* store) : store_(store), timer_([this] { ExpireLoop(); }) {}
+RendezvousKv::RendezvousKv(Store* store, size_t max_waits)
+    : store_(store), max_waits_(max_waits), timer_([this] { ExpireLoop(); }) {}
 
 RendezvousKv::~RendezvousKv() {
   Close();
@@ -109,6 +110,14 @@ void RendezvousKv::Register(Waiter waiter, Ended* ended) {
   if (waiters_.count(id) == 0) return;  // the keys were there
   // What ends it here is worded before Unregister, which destroys the waiter.
   const Waiter& w = it->second;
+  if (waiters_.size() > max_waits_) {
+    absl::Status full = absl::ResourceExhaustedError(
+        "rendezvous of " + ScopeName(w.scope) + ": the controller holds " +
+        std::to_string(max_waits_) +
+        " waits in flight already (its limit, over all jobs); retry once some have ended");
+    ended->emplace_back(Unregister(id), std::move(full));
+    return;
+  }
   if (timeout.count() <= 0) {  // no wait: what is missing, at once
     absl::Status missing = absl::DeadlineExceededError(
         "rendezvous of " + ScopeName(w.scope) + ": still missing " +

@@ -55,6 +55,10 @@
 //   dhp_node_slots{node,kind}                kind = total|used: a node's rank slots
 //   dhp_device_memory_bytes{node,device}     device = GPU index ("0", "1", ...), or "host" for
 //                                            the memory of a node without GPUs
+// Kept by the Controller (controller_metrics.cc): dhp_jobs{state}, dhp_nodes{state},
+// dhp_store_quarantine_rows{table} and
+//   dhp_rendezvous_waits                     KvGet and KvWait calls waiting for their keys (the
+//                                            limit is RendezvousKv::kMaxWaits)
 // And a counter kept by the Controller (controller_nodes.cc):
 //   dhp_progress_reports_relayed_total       rank progress reports agents carried in their
 //                                            heartbeats (HeartbeatRequest.progress)
@@ -145,7 +149,7 @@ struct RunMetricsInput {
   ClusterSlots slots;
 };
 
-// The samples of every family listed in the header comment (but dhp_jobs, dhp_nodes).
+// The samples of every family listed in the header comment but those the Controller keeps.
 MetricRows ComputeRunMetrics(const RunMetricsInput& in);
 
 // Reads the supervisor's runs and, per job that has one, its stored rows. `nodes`: the

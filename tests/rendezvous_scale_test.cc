@@ -168,6 +168,8 @@ TEST_F(RendezvousScaleTest, ThousandsOfRanksWaitForRankZerosKeysOnFourThreads) {
     EXPECT_EQ(c->got.value(), "10.0.0.1:29500");
   }
   EXPECT_EQ(controller_->KvWaiting(), static_cast<size_t>(kRanks / 2));
+  const std::string metrics = controller_->MetricsText();
+  EXPECT_NE(metrics.find("\ndhp_rendezvous_waits 2000\n"), std::string::npos) << metrics;
   for (const auto& c : waits) EXPECT_FALSE(c->done);
   Set("world/size", "4000");
   ASSERT_TRUE(AllDone(waits, 30s));
