@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstdint>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -117,6 +119,18 @@ std::string Fixed(double v, int digits) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
   return buf;
+}
+
+bool ParseNameInt(const std::string& s, std::string* name, int* value) {
+  const size_t eq = s.find('=');
+  if (eq == 0 || eq == std::string::npos || eq + 1 == s.size()) return false;
+  errno = 0;
+  char* end = nullptr;
+  const long v = std::strtol(s.c_str() + eq + 1, &end, 10);
+  if (errno != 0 || *end != '\0' || v < INT32_MIN || v > INT32_MAX) return false;
+  *name = s.substr(0, eq);
+  *value = static_cast<int>(v);
+  return true;
 }
 
 }  // namespace dhp::bench

@@ -40,6 +40,9 @@ std::string ReadFile(const std::string& path);
 std::string Trim(std::string s);
 // `v` with `digits` digits after the point.
 std::string Fixed(double v, int digits);
+// "NAME=INT" (a gRPC channel argument, e.g. grpc.http2.bdp_probe=0) split; false if it is not
+// that shape or the number does not fit an int.
+bool ParseNameInt(const std::string& s, std::string* name, int* value);
 
 }  // namespace dhp::bench
 

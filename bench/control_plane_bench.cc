@@ -132,7 +132,7 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(1, 64));
   app.add_option("--channels", o.channels, "Generator HTTP/2 connections in all")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1024));
+      ->check(CLI::Range(1, 10000));
   app.add_option("--register-concurrency", o.register_concurrency,
                  "RegisterNode calls in flight at once during ramp-up")
       ->capture_default_str()
@@ -145,6 +145,16 @@ int Main(int argc, char** argv) {
   app.add_flag("--every-rank-reports", o.every_rank_reports,
                "Every rank sends ReportProgress, as dhp-rank does (default: only each run's "
                "rank 0, one reporter per run)");
+  app.add_option("--agent-channel-arg", o.agent_channel_args,
+                 "[LABEL:]NAME=INT gRPC channel argument on the agents' channels, against "
+                 "every --controller or only LABEL (repeatable), e.g. grpc.http2.bdp_probe=0")
+      ->check([](const std::string& s) {
+        std::string name;
+        int value = 0;
+        const std::string arg = s.substr(s.find(':') == std::string::npos ? 0 : s.find(':') + 1);
+        return ParseNameInt(arg, &name, &value) ? std::string()
+                                                : "expected [LABEL:]NAME=INT, got " + s;
+      });
   app.add_flag("--heartbeat-stream", o.heartbeat_stream,
                "Agents heartbeat on one WorkerService.HeartbeatStream each, as dhp-worker does, "
                "instead of unary Heartbeat calls (every controller)");
@@ -253,6 +263,7 @@ int Main(int argc, char** argv) {
                   {"register_concurrency", o.register_concurrency},
                   {"progress_interval_ms", o.progress_interval_ms},
                   {"every_rank_reports", o.every_rank_reports},
+                  {"agent_channel_args", o.agent_channel_args},
                   {"heartbeat_stream", o.heartbeat_stream},
                   {"heartbeat_stream_for", o.heartbeat_stream_for},
                   {"relay_progress", o.relay_progress},

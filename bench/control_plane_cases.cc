@@ -296,6 +296,15 @@ Json RunNodeCase(const BenchOptions& o, const std::string& label, const std::str
   fo.register_concurrency = o.register_concurrency;
   fo.progress_interval_ms = o.progress_interval_ms;
   fo.every_rank_reports = o.every_rank_reports;
+  for (std::string arg : o.agent_channel_args) {
+    const size_t colon = arg.find(':');
+    if (colon != std::string::npos) {  // LABEL:NAME=INT, for that controller's cases only
+      if (arg.substr(0, colon) != label) continue;
+      arg = arg.substr(colon + 1);
+    }
+    std::pair<std::string, int> parsed;
+    if (ParseNameInt(arg, &parsed.first, &parsed.second)) fo.channel_args.push_back(parsed);
+  }
   fo.heartbeat_stream = stream;
   fo.relay_progress = RelayProgressFor(o, label);
   fo.start_spread_ms = o.heartbeat_interval_ms > 0 ? o.heartbeat_interval_ms : 2000;

@@ -43,6 +43,9 @@ struct BenchOptions {
   int register_concurrency = 64;
   int progress_interval_ms = 5000;
   bool every_rank_reports = false;
+  // gRPC channel arguments of the agents' channels: NAME=INT for every controller's cases, or
+  // LABEL:NAME=INT for that controller's only.
+  std::vector<std::string> agent_channel_args;
   // Heartbeats on one HeartbeatStream per agent: for every controller, or for those labels.
   bool heartbeat_stream = false;
   std::vector<std::string> heartbeat_stream_for;

@@ -607,6 +607,7 @@ void AgentFleet::Start() {
       grpc::ChannelArguments args;
       args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // its own HTTP/2 connection
       args.SetMaxReceiveMessageSize(64 << 20);
+      for (const auto& [name, value] : options_.channel_args) args.SetInt(name, value);
       auto ch =
           grpc::CreateCustomChannel(options_.target, grpc::InsecureChannelCredentials(), args);
       ch->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10));

@@ -50,6 +50,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dhp::bench {
@@ -70,6 +71,8 @@ struct FleetOptions {
   int gpus_per_node = 8;
   int64_t gpu_memory_bytes = int64_t{81559} << 20;  // nvidia-smi's 80 GB (81,559 MiB)
   std::string node_prefix = "sim-node-";
+  // gRPC channel arguments set on every channel (e.g. grpc.http2.bdp_probe = 0).
+  std::vector<std::pair<std::string, int>> channel_args;
 };
 
 // Totals since Start.

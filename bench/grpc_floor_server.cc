@@ -35,8 +35,10 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "CLI/CLI.hpp"
+#include "bench/bench_util.h"
 #include "boost/asio/executor_work_guard.hpp"
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/post.hpp"
@@ -174,6 +176,15 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(0, 64));
   app.add_option("--next-report-ms", o.next_report_ms, "Pace asked of relayed reports")
       ->check(CLI::NonNegativeNumber);
+  std::vector<std::string> channel_args;
+  app.add_option("--channel-arg", channel_args,
+                 "NAME=INT gRPC channel argument of the server (repeatable), e.g. "
+                 "grpc.http2.bdp_probe=0")
+      ->check([](const std::string& s) {
+        std::string name;
+        int value = 0;
+        return ParseNameInt(s, &name, &value) ? std::string() : "expected NAME=INT, got " + s;
+      });
   app.add_option("--data-dir", data_dir, "Ignored (the controller's flag)");
   app.add_option("--grpc-port", grpc_port, "gRPC port on 127.0.0.1; 0: kernel-chosen");
   app.add_option("--http-port", http_port, "Ignored: the HTTP port is always kernel-chosen");
@@ -193,6 +204,12 @@ int Main(int argc, char** argv) {
                            grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(16 << 20);
+  for (const std::string& arg : channel_args) {
+    std::string name;
+    int value = 0;
+    ParseNameInt(arg, &name, &value);
+    builder.AddChannelArgument(name, value);
+  }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   int http_fd = -1;
   const int held = HoldPort(&http_fd);
