@@ -391,6 +391,12 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string&
   builder.RegisterService(static_cast<v1::WorkerService::Service*>(services.get()));
   s->services_ = std::move(services);
   builder.SetMaxReceiveMessageSize(16 << 20);
+  // No BDP probing: it sends a PING (and reads its ACK) on connections that receive data, and
+  // each of 10,000 agents' connections gets a heartbeat every 2 s; that cost ~10% of the CPU
+  // per heartbeat (bench/results/control_plane.md, stop 42). The window it would have tuned is
+  // fixed instead, at 1 MiB per stream: uploads (AppendLogs, SubmitJob) run at 1 GB/s at 1 ms RTT.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 1 << 20);
   if (max_threads > 0) {  // gRPC's own synchronous threads (server reflection)
     grpc::ResourceQuota quota("dhp-grpc");
     quota.SetMaxThreads(max_threads);
