@@ -121,16 +121,25 @@ std::string Fixed(double v, int digits) {
   return buf;
 }
 
-bool ParseNameInt(const std::string& s, std::string* name, int* value) {
-  const size_t eq = s.find('=');
-  if (eq == 0 || eq == std::string::npos || eq + 1 == s.size()) return false;
+absl::StatusOr<ChannelArg> ParseChannelArg(const std::string& s) {
+  ChannelArg arg;
+  const size_t colon = s.find(':');
+  const size_t eq = s.find('=', colon == std::string::npos ? 0 : colon + 1);
+  const size_t name_at = colon == std::string::npos ? 0 : colon + 1;
+  if (eq == std::string::npos || eq == name_at || eq + 1 == s.size()) {
+    return absl::InvalidArgumentError("expected [LABEL:]NAME=INT, got \"" + s + "\"");
+  }
   errno = 0;
   char* end = nullptr;
   const long v = std::strtol(s.c_str() + eq + 1, &end, 10);
-  if (errno != 0 || *end != '\0' || v < INT32_MIN || v > INT32_MAX) return false;
-  *name = s.substr(0, eq);
-  *value = static_cast<int>(v);
-  return true;
+  if (errno != 0 || *end != '\0' || v < INT32_MIN || v > INT32_MAX) {
+    return absl::InvalidArgumentError("\"" + s.substr(eq + 1) + "\" in \"" + s +
+                                      "\" is not an int");
+  }
+  if (colon != std::string::npos) arg.label = s.substr(0, colon);
+  arg.name = s.substr(name_at, eq - name_at);
+  arg.value = static_cast<int>(v);
+  return arg;
 }
 
 }  // namespace dhp::bench

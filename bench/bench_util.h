@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 
 namespace dhp::bench {
@@ -40,9 +41,16 @@ std::string ReadFile(const std::string& path);
 std::string Trim(std::string s);
 // `v` with `digits` digits after the point.
 std::string Fixed(double v, int digits);
-// "NAME=INT" (a gRPC channel argument, e.g. grpc.http2.bdp_probe=0) split; false if it is not
-// that shape or the number does not fit an int.
-bool ParseNameInt(const std::string& s, std::string* name, int* value);
+// A gRPC channel argument given on a command line, "[LABEL:]NAME=INT" (e.g.
+// new:grpc.http2.bdp_probe=0; the label names the case it is for, empty: every case).
+struct ChannelArg {
+  std::string label;
+  std::string name;
+  int value = 0;
+};
+// `s` parsed, or an error naming it: the shape is wrong, NAME or INT is empty, or INT is not
+// an int.
+absl::StatusOr<ChannelArg> ParseChannelArg(const std::string& s);
 
 }  // namespace dhp::bench
 

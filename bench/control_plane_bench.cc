@@ -149,11 +149,8 @@ int Main(int argc, char** argv) {
                  "[LABEL:]NAME=INT gRPC channel argument on the agents' channels, against "
                  "every --controller or only LABEL (repeatable), e.g. grpc.http2.bdp_probe=0")
       ->check([](const std::string& s) {
-        std::string name;
-        int value = 0;
-        const std::string arg = s.substr(s.find(':') == std::string::npos ? 0 : s.find(':') + 1);
-        return ParseNameInt(arg, &name, &value) ? std::string()
-                                                : "expected [LABEL:]NAME=INT, got " + s;
+        absl::StatusOr<ChannelArg> arg = ParseChannelArg(s);
+        return arg.ok() ? std::string() : std::string(arg.status().message());
       });
   app.add_flag("--heartbeat-stream", o.heartbeat_stream,
                "Agents heartbeat on one WorkerService.HeartbeatStream each, as dhp-worker does, "
@@ -220,9 +217,15 @@ int Main(int argc, char** argv) {
       return 1;
     }
   }
+  std::vector<std::string> channel_arg_labels;
+  for (const std::string& s : o.agent_channel_args) {
+    absl::StatusOr<ChannelArg> arg = ParseChannelArg(s);
+    if (arg.ok() && !arg->label.empty()) channel_arg_labels.push_back(arg->label);
+  }
   for (const auto& [flag, labels] :
        {std::pair{"--heartbeat-stream-for", &o.heartbeat_stream_for},
-        std::pair{"--relay-progress-for", &o.relay_progress_for}}) {
+        std::pair{"--relay-progress-for", &o.relay_progress_for},
+        std::pair{"--agent-channel-arg", &channel_arg_labels}}) {
     for (const std::string& label : *labels) {
       bool known = false;
       for (const auto& c : o.controllers) known = known || c.first == label;

@@ -296,14 +296,11 @@ Json RunNodeCase(const BenchOptions& o, const std::string& label, const std::str
   fo.register_concurrency = o.register_concurrency;
   fo.progress_interval_ms = o.progress_interval_ms;
   fo.every_rank_reports = o.every_rank_reports;
-  for (std::string arg : o.agent_channel_args) {
-    const size_t colon = arg.find(':');
-    if (colon != std::string::npos) {  // LABEL:NAME=INT, for that controller's cases only
-      if (arg.substr(0, colon) != label) continue;
-      arg = arg.substr(colon + 1);
+  for (const std::string& s : o.agent_channel_args) {
+    absl::StatusOr<ChannelArg> arg = ParseChannelArg(s);  // checked when parsed
+    if (arg.ok() && (arg->label.empty() || arg->label == label)) {
+      fo.channel_args.emplace_back(arg->name, arg->value);
     }
-    std::pair<std::string, int> parsed;
-    if (ParseNameInt(arg, &parsed.first, &parsed.second)) fo.channel_args.push_back(parsed);
   }
   fo.heartbeat_stream = stream;
   fo.relay_progress = RelayProgressFor(o, label);

@@ -181,9 +181,9 @@ int Main(int argc, char** argv) {
                  "NAME=INT gRPC channel argument of the server (repeatable), e.g. "
                  "grpc.http2.bdp_probe=0")
       ->check([](const std::string& s) {
-        std::string name;
-        int value = 0;
-        return ParseNameInt(s, &name, &value) ? std::string() : "expected NAME=INT, got " + s;
+        absl::StatusOr<ChannelArg> arg = ParseChannelArg(s);
+        if (!arg.ok()) return std::string(arg.status().message());
+        return arg->label.empty() ? std::string() : "no LABEL: here, got \"" + s + "\"";
       });
   app.add_option("--data-dir", data_dir, "Ignored (the controller's flag)");
   app.add_option("--grpc-port", grpc_port, "gRPC port on 127.0.0.1; 0: kernel-chosen");
@@ -204,11 +204,9 @@ int Main(int argc, char** argv) {
                            grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(16 << 20);
-  for (const std::string& arg : channel_args) {
-    std::string name;
-    int value = 0;
-    ParseNameInt(arg, &name, &value);
-    builder.AddChannelArgument(name, value);
+  for (const std::string& s : channel_args) {
+    absl::StatusOr<ChannelArg> arg = ParseChannelArg(s);  // checked when parsed
+    if (arg.ok()) builder.AddChannelArgument(arg->name, arg->value);
   }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   int http_fd = -1;
