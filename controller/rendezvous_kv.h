@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -48,6 +49,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/cancel_signal.h"
 #include "controller/store.h"
 
 namespace dhp::controller {
@@ -100,11 +102,14 @@ class RendezvousKv {
   absl::Status Wait(const KvScopeKey& scope, const std::vector<std::string>& keys,
                     std::chrono::milliseconds timeout);
   // Get and Wait without blocking: `done` runs once, with what they would return (see the
-  // thread-safety note above for where).
+  // thread-safety note above for where). `cancel` (may be null): its Cancel ends the wait at
+  // once with CANCELLED and removes it (the client gave up), instead of at its timeout.
   void GetAsync(const KvScopeKey& scope, const std::string& key,
-                std::chrono::milliseconds timeout, WaitDone done);
+                std::chrono::milliseconds timeout, WaitDone done,
+                std::shared_ptr<CancelSignal> cancel = nullptr);
   void WaitAsync(const KvScopeKey& scope, const std::vector<std::string>& keys,
-                 std::chrono::milliseconds timeout, WaitDone done);
+                 std::chrono::milliseconds timeout, WaitDone done,
+                 std::shared_ptr<CancelSignal> cancel = nullptr);
   bool Check(const KvScopeKey& scope, const std::vector<std::string>& keys);
   // True if the key existed. A `request_id` seen before returns that call's answer.
   absl::StatusOr<bool> Delete(const KvScopeKey& scope, const std::string& key,
@@ -138,8 +143,12 @@ class RendezvousKv {
 
   // Registers a wait and runs what ended (it, when the keys are there or it is refused).
   void Start(const KvScopeKey& scope, std::vector<std::string> keys, bool get,
-             std::chrono::milliseconds timeout, WaitDone done);
-  void Register(Waiter waiter, Ended* ended);
+             std::chrono::milliseconds timeout, WaitDone done,
+             std::shared_ptr<CancelSignal> cancel);
+  // The wait's id while it is in flight; nothing when it ended here. mu_ held.
+  std::optional<uint64_t> Register(Waiter waiter, Ended* ended);
+  // Ends `id` with CANCELLED, if it is still in flight (its caller gave up).
+  void Cancel(uint64_t id);
   // Moves `id` on to the next key it lacks, or ends it. mu_ held.
   void Advance(uint64_t id, Ended* ended);
   // Ends every wait for (scope, key), or moves it on. mu_ held.

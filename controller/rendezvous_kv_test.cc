@@ -383,5 +383,94 @@ TEST(RendezvousKvTest, CloseEndsAsynchronousWaitsAndRefusesNewOnes) {
   EXPECT_EQ(kv.Waiting(), 0u);
 }
 
+// A client that gives up (gRPC's cancel, or its deadline) ends its wait at once, so that waits
+// left behind do not hold a place under the limit until their timeout.
+TEST(RendezvousKvCancelTest, ACancelledWaitEndsAtOnceAndLeavesNoWaiter) {
+  Results results;
+  RendezvousKv kv;
+  auto cancel = std::make_shared<CancelSignal>();
+  kv.WaitAsync(kRun1, {"a", "b"}, milliseconds(60000), results.For(1), cancel);
+  kv.GetAsync(kRun1, "a", milliseconds(60000), results.For(2), std::make_shared<CancelSignal>());
+  EXPECT_EQ(kv.Waiting(), 2u);
+  cancel->Cancel();
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results.ended[0].first, 1);
+  EXPECT_EQ(results.ended[0].second.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(results.ended[0].second.status().message(),
+            "rendezvous of job j-1 attempt 1: the caller cancelled the wait for \"a\", \"b\"");
+  EXPECT_EQ(kv.Waiting(), 1u);
+  cancel->Cancel();  // again: nothing more
+  ASSERT_TRUE(kv.Set(kRun1, "a", "x").ok());  // ends only the other one
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results.ended[1].first, 2);
+  EXPECT_EQ(*results.ended[1].second, "x");
+  EXPECT_EQ(kv.Waiting(), 0u);
+}
+
+TEST(RendezvousKvCancelTest, AWaitCancelledBeforeItStartsEndsAtOnceAndIsNotKept) {
+  Results results;
+  RendezvousKv kv(nullptr, /*max_waits=*/1);
+  auto cancel = std::make_shared<CancelSignal>();
+  cancel->Cancel();  // the client gave up while the call was on its way to the kv
+  kv.WaitAsync(kRun1, {"a"}, milliseconds(60000), results.For(1), cancel);
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results.ended[0].second.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(kv.Waiting(), 0u);
+  kv.WaitAsync(kRun1, {"a"}, milliseconds(60000), results.For(2));  // its place is free
+  EXPECT_EQ(kv.Waiting(), 1u);
+  EXPECT_EQ(results.size(), 1u);
+}
+
+TEST(RendezvousKvCancelTest, ACancelAfterTheWaitEndedChangesNothing) {
+  Results results;
+  auto cancel = std::make_shared<CancelSignal>();
+  {
+    RendezvousKv kv;
+    kv.GetAsync(kRun1, "a", milliseconds(60000), results.For(1), cancel);
+    ASSERT_TRUE(kv.Set(kRun1, "a", "x").ok());
+    ASSERT_EQ(results.size(), 1u);
+    cancel->Cancel();  // the answer was on its way when the client cancelled
+    EXPECT_EQ(results.size(), 1u);
+    EXPECT_EQ(*results.ended[0].second, "x");
+  }
+  auto late = std::make_shared<CancelSignal>();
+  {
+    RendezvousKv kv;
+    kv.GetAsync(kRun1, "b", milliseconds(60000), results.For(2), late);
+  }  // Close ends it (UNAVAILABLE) and detaches the signal
+  late->Cancel();  // the kv is gone: the signal no longer reaches it (ASan would see it)
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results.ended[1].second.status().code(), absl::StatusCode::kUnavailable);
+}
+
+// Cancels racing with the keys being set and with timeouts: every wait ends exactly once.
+TEST(RendezvousKvCancelTest, CancelsRacingWithSetsEndEachWaitOnce) {
+  Results results;
+  RendezvousKv kv;
+  constexpr int kWaits = 2000;
+  std::vector<std::shared_ptr<CancelSignal>> signals;
+  for (int i = 0; i < kWaits; ++i) {
+    signals.push_back(std::make_shared<CancelSignal>());
+    kv.WaitAsync(kRun1, {"k" + std::to_string(i % 7)}, milliseconds(i % 3 == 0 ? 5 : 60000),
+                 results.For(i), signals.back());
+  }
+  std::thread canceller([&] {
+    for (int i = 0; i < kWaits; i += 2) signals[i]->Cancel();
+  });
+  for (int k = 0; k < 7; ++k) ASSERT_TRUE(kv.Set(kRun1, "k" + std::to_string(k), "v").ok());
+  canceller.join();
+  ASSERT_TRUE(results.AwaitCount(kWaits));
+  std::vector<int> seen(kWaits, 0);
+  for (const auto& [tag, r] : results.ended) {
+    ++seen[tag];
+    EXPECT_TRUE(r.ok() || r.status().code() == absl::StatusCode::kCancelled ||
+                r.status().code() == absl::StatusCode::kDeadlineExceeded)
+        << r.status();
+    if (tag % 2 == 1 && tag % 3 != 0) EXPECT_TRUE(r.ok()) << tag << ": " << r.status();
+  }
+  for (int i = 0; i < kWaits; ++i) EXPECT_EQ(seen[i], 1) << i;
+  EXPECT_EQ(kv.Waiting(), 0u);
+}
+
 }  // namespace
 }  // namespace dhp::controller

@@ -29,15 +29,17 @@ void RendezvousKv::Run(Ended& ended) {
 }
 
 void RendezvousKv::WaitAsync(const KvScopeKey& scope, const std::vector<std::string>& keys,
-                             std::chrono::milliseconds timeout, WaitDone done) {
+                             std::chrono::milliseconds timeout, WaitDone done,
+                             std::shared_ptr<CancelSignal> cancel) {
   for (const std::string& k : keys) {
     if (absl::Status s = CheckKey(k); !s.ok()) return done(s);
   }
-  Start(scope, keys, /*get=*/false, timeout, std::move(done));
+  Start(scope, keys, /*get=*/false, timeout, std::move(done), std::move(cancel));
 }
 
 void RendezvousKv::GetAsync(const KvScopeKey& scope, const std::string& key,
-                            std::chrono::milliseconds timeout, WaitDone done) {
+                            std::chrono::milliseconds timeout, WaitDone done,
+                            std::shared_ptr<CancelSignal> cancel) {
   if (absl::Status s = CheckKey(key); !s.ok()) return done(s);
   if (timeout.count() <= 0) {  // no wait: the value or NOT_FOUND
     absl::StatusOr<std::string> result;
@@ -54,23 +56,50 @@ void RendezvousKv::GetAsync(const KvScopeKey& scope, const std::string& key,
     }
     return done(std::move(result));
   }
-  Start(scope, {key}, /*get=*/true, timeout, std::move(done));
+  Start(scope, {key}, /*get=*/true, timeout, std::move(done), std::move(cancel));
 }
 
 void RendezvousKv::Start(const KvScopeKey& scope, std::vector<std::string> keys, bool get,
-                         std::chrono::milliseconds timeout, WaitDone done) {
+                         std::chrono::milliseconds timeout, WaitDone done,
+                         std::shared_ptr<CancelSignal> cancel) {
   Waiter waiter;
   waiter.scope = scope;
   waiter.keys = std::move(keys);
   waiter.get = get;
   waiter.timeout = timeout;
   waiter.done = std::move(done);
+  if (cancel != nullptr) {  // however it ends, the signal no longer reaches this kv after
+    waiter.done = [cancel, done = std::move(waiter.done)](absl::StatusOr<std::string> r) {
+      cancel->Detach();
+      done(std::move(r));
+    };
+  }
   Ended ended;
+  std::optional<uint64_t> id;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    Register(std::move(waiter), &ended);
+    id = Register(std::move(waiter), &ended);
   }
   Run(ended);
+  // Outside mu_: a signal cancelled already runs the handler at once, and Cancel takes mu_.
+  // A wait that ended in between has detached the signal, which then ignores this.
+  if (id.has_value() && cancel != nullptr) cancel->OnCancel([this, id = *id] { Cancel(id); });
+}
+
+void RendezvousKv::Cancel(uint64_t id) {
+  WaitDone done;
+  absl::Status cancelled;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = waiters_.find(id);
+    if (it == waiters_.end()) return;  // ended meanwhile
+    cancelled = absl::CancelledError("rendezvous of " + ScopeName(it->second.scope) +
+                                     ": the caller cancelled the wait for " +
+                                     JoinQuoted(MissingLocked(it->second.scope,
+                                                              it->second.keys)));
+    done = Unregister(id);
+  }
+  done(cancelled);
 }
 
 namespace {
@@ -97,17 +126,17 @@ absl::StatusOr<std::string> RendezvousKv::Get(const KvScopeKey& scope, const std
   return Await([&](WaitDone done) { GetAsync(scope, key, timeout, std::move(done)); });
 }
 
-void RendezvousKv::Register(Waiter waiter, Ended* ended) {
+std::optional<uint64_t> RendezvousKv::Register(Waiter waiter, Ended* ended) {
   if (closed_) {
     ended->emplace_back(std::move(waiter.done), Closed());
-    return;
+    return std::nullopt;
   }
   const uint64_t id = next_id_++;
   const std::chrono::milliseconds timeout = waiter.timeout;
   auto it = waiters_.emplace(id, std::move(waiter)).first;
   it->second.expiry = expiries_.end();
   Advance(id, ended);
-  if (waiters_.count(id) == 0) return;  // the keys were there
+  if (waiters_.count(id) == 0) return std::nullopt;  // the keys were there
   // What ends it here is worded before Unregister, which destroys the waiter.
   const Waiter& w = it->second;
   if (waiters_.size() > max_waits_) {
@@ -116,18 +145,19 @@ void RendezvousKv::Register(Waiter waiter, Ended* ended) {
         std::to_string(max_waits_) +
         " waits in flight already (its limit, over all jobs); retry once some have ended");
     ended->emplace_back(Unregister(id), std::move(full));
-    return;
+    return std::nullopt;
   }
   if (timeout.count() <= 0) {  // no wait: what is missing, at once
     absl::Status missing = absl::DeadlineExceededError(
         "rendezvous of " + ScopeName(w.scope) + ": still missing " +
         JoinQuoted(MissingLocked(w.scope, w.keys)) + " after 0 ms");
     ended->emplace_back(Unregister(id), std::move(missing));
-    return;
+    return std::nullopt;
   }
   const bool earliest = expiries_.empty() || Clock::now() + timeout < expiries_.begin()->first;
   it->second.expiry = expiries_.emplace(Clock::now() + timeout, id);
   if (earliest) timer_cv_.notify_one();
+  return id;
 }
 
 void RendezvousKv::Advance(uint64_t id, Ended* ended) {
