@@ -57,11 +57,13 @@ class Authorizer {
   absl::Status Watch(std::string_view authorization, const v1::WatchJobRequest& req,
                      EventSink& sink) const;
   // Call for the asynchronous methods (DhpService::KvGetAsync, KvWaitAsync): `done` gets the
-  // refusal at once, or is handed to the method.
+  // refusal at once, or is handed to the method with `cancel`.
   template <typename Req, typename Resp>
   void CallAsync(std::string_view authorization, std::string_view method,
-                 void (DhpService::*call)(const Req&, Resp*, DhpService::Done), const Req& req,
-                 Resp* resp, DhpService::Done done) const;
+                 void (DhpService::*call)(const Req&, Resp*, DhpService::Done,
+                                          std::shared_ptr<CancelSignal>),
+                 const Req& req, Resp* resp, DhpService::Done done,
+                 std::shared_ptr<CancelSignal> cancel) const;
 
   // The checks alone, for a caller already known (tests use them too).
   absl::Status Check(const Identity& who, std::string_view method,
@@ -134,12 +136,14 @@ absl::Status Authorizer::Call(std::string_view authorization, std::string_view m
 
 template <typename Req, typename Resp>
 void Authorizer::CallAsync(std::string_view authorization, std::string_view method,
-                           void (DhpService::*call)(const Req&, Resp*, DhpService::Done),
-                           const Req& req, Resp* resp, DhpService::Done done) const {
+                           void (DhpService::*call)(const Req&, Resp*, DhpService::Done,
+                                                    std::shared_ptr<CancelSignal>),
+                           const Req& req, Resp* resp, DhpService::Done done,
+                           std::shared_ptr<CancelSignal> cancel) const {
   absl::StatusOr<Identity> who = auth_.Authenticate(authorization);
   if (!who.ok()) return done(who.status());
   if (absl::Status s = Check(*who, method, ScopeOf(req)); !s.ok()) return done(s);
-  (service_.*call)(req, resp, std::move(done));
+  (service_.*call)(req, resp, std::move(done), std::move(cancel));
 }
 
 }  // namespace dhp::api

@@ -211,7 +211,8 @@ TEST(GrpcAsyncTest, CallsThatMayBlockAreBoundedByMaxThreads) {
 // KvWait the asynchronous way: every call is held (its `done` kept) until EndAll.
 class AsyncKvService : public FakeOwnersService {
  public:
-  void KvWaitAsync(const v1::KvWaitRequest&, v1::KvWaitResponse*, Done done) override {
+  void KvWaitAsync(const v1::KvWaitRequest&, v1::KvWaitResponse*, Done done,
+                   std::shared_ptr<CancelSignal>) override {
     std::lock_guard<std::mutex> lock(mu_);
     held_.push_back(std::move(done));
     cv_.notify_all();

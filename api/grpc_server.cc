@@ -12,6 +12,7 @@
 #include "api/authz.h"
 #include "api/grpc_status.h"
 #include "common/call_pool.h"
+#include "common/cancel_signal.h"
 #include "common/proto_utf8.h"
 #include "common/serial_worker.h"
 #include "dhp/v1/service.grpc.pb.h"
@@ -133,6 +134,17 @@ absl::Status DecodeRequest(const grpc::ByteBuffer& bytes, google::protobuf::Mess
                                     " bytes that do not decode as this message (truncated, or "
                                     "not protobuf's binary encoding)");
 }
+
+// A rendezvous wait's call (KvGet, KvWait). The wait holds no thread; when the client gives
+// up (it cancelled, or its deadline passed) gRPC calls OnCancel, and `cancel` ends the wait
+// at once, so that it does not hold a place until its own timeout (RendezvousKv::kMaxWaits).
+class WaitReactor final : public grpc::ServerUnaryReactor {
+ public:
+  void OnCancel() override { cancel->Cancel(); }
+  void OnDone() override { delete this; }
+
+  const std::shared_ptr<CancelSignal> cancel = std::make_shared<CancelSignal>();
+};
 
 // One WatchJob stream. The watch runs on a CallPool thread (DhpService::WatchJob blocks until
 // the stream ends); each event is written with StartWrite, and Write waits for its
@@ -309,7 +321,15 @@ class GrpcServices final : public RawJobService, public RawNodeService, public R
   grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* ctx, const char* method,
                                   absl::Status (DhpService::*call)(const Req&, Resp*),
                                   const grpc::ByteBuffer& bytes, grpc::ByteBuffer* out) {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    grpc::ServerUnaryReactor* reactor = nullptr;
+    std::shared_ptr<CancelSignal> cancel;  // the rendezvous waits': see WaitReactor
+    if constexpr (AsyncMethod<Req, Resp>() != nullptr) {
+      auto* wait = new WaitReactor();
+      cancel = wait->cancel;
+      reactor = wait;
+    } else {
+      reactor = ctx->DefaultReactor();
+    }
     std::string token(Authorization(ctx));
     auto req = std::make_shared<Req>();
     if (absl::Status s = Decode(&bytes, token, req.get()); !s.ok()) {
@@ -333,7 +353,8 @@ class GrpcServices final : public RawJobService, public RawNodeService, public R
       authz_.CallAsync(token, method, AsyncMethod<Req, Resp>(), *req, resp.get(),
                        [this, finish](const absl::Status& s) {
                          finisher_.Post([finish, s] { finish(s); });
-                       });
+                       },
+                       std::move(cancel));
       return reactor;
     }
     auto run = [this, token = std::move(token), method, call, req, resp] {

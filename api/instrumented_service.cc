@@ -143,13 +143,13 @@ DhpService::Done InstrumentedService::Counted(const char* method, Done done) {
 }
 
 void InstrumentedService::KvGetAsync(const v1::KvGetRequest& req, v1::KvGetResponse* resp,
-                                     Done done) {
-  inner_.KvGetAsync(req, resp, Counted("KvGet", std::move(done)));
+                                     Done done, std::shared_ptr<CancelSignal> cancel) {
+  inner_.KvGetAsync(req, resp, Counted("KvGet", std::move(done)), std::move(cancel));
 }
 
 void InstrumentedService::KvWaitAsync(const v1::KvWaitRequest& req, v1::KvWaitResponse* resp,
-                                      Done done) {
-  inner_.KvWaitAsync(req, resp, Counted("KvWait", std::move(done)));
+                                      Done done, std::shared_ptr<CancelSignal> cancel) {
+  inner_.KvWaitAsync(req, resp, Counted("KvWait", std::move(done)), std::move(cancel));
 }
 
 absl::Status InstrumentedService::WatchJob(const v1::WatchJobRequest& req, EventSink& sink) {

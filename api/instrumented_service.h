@@ -61,8 +61,10 @@ class InstrumentedService : public DhpService {
   absl::Status PrepareSubmitJob(v1::SubmitJobRequest* req) override;
   // Forward; counted when `done` runs, with the time waited (no slow-call warning: waiting is
   // what they are for).
-  void KvGetAsync(const v1::KvGetRequest& req, v1::KvGetResponse* resp, Done done) override;
-  void KvWaitAsync(const v1::KvWaitRequest& req, v1::KvWaitResponse* resp, Done done) override;
+  void KvGetAsync(const v1::KvGetRequest& req, v1::KvGetResponse* resp, Done done,
+                  std::shared_ptr<CancelSignal> cancel) override;
+  void KvWaitAsync(const v1::KvWaitRequest& req, v1::KvWaitResponse* resp, Done done,
+                   std::shared_ptr<CancelSignal> cancel) override;
 
  private:
   // `done`, counting the call as `method` from now until it runs.

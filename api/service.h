@@ -8,10 +8,12 @@
 #define DHP_API_SERVICE_H_
 
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "api/methods.h"
+#include "common/cancel_signal.h"
 #include "dhp/v1/service.pb.h"
 
 namespace dhp::api {
@@ -50,13 +52,18 @@ class DhpService {
 
   // The rendezvous waits without holding the calling thread: `done` runs once, on any thread,
   // when the keys are there (resp filled in) or the wait ended otherwise (timeout, the attempt
-  // ended, shutdown). `req` is read before this returns; `resp` must live until `done`. The
-  // gRPC server calls these, so that 80,000 ranks waiting for one key hold no thread. The
-  // defaults call the blocking methods on the calling thread.
-  virtual void KvGetAsync(const v1::KvGetRequest& req, v1::KvGetResponse* resp, Done done) {
+  // ended, shutdown, `cancel`). `req` is read before this returns; `resp` must live until
+  // `done`. The gRPC server calls these, so that 80,000 ranks waiting for one key hold no
+  // thread. `cancel` (may be null) is signalled when the caller gives up (gRPC: the client
+  // cancelled, or its deadline passed): the wait then ends at once with CANCELLED instead of
+  // holding a place until its timeout. The defaults call the blocking methods on the calling
+  // thread and ignore `cancel`.
+  virtual void KvGetAsync(const v1::KvGetRequest& req, v1::KvGetResponse* resp, Done done,
+                          std::shared_ptr<CancelSignal> /*cancel*/) {
     done(KvGet(req, resp));
   }
-  virtual void KvWaitAsync(const v1::KvWaitRequest& req, v1::KvWaitResponse* resp, Done done) {
+  virtual void KvWaitAsync(const v1::KvWaitRequest& req, v1::KvWaitResponse* resp, Done done,
+                           std::shared_ptr<CancelSignal> /*cancel*/) {
     done(KvWait(req, resp));
   }
 

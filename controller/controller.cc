@@ -606,28 +606,35 @@ absl::Status Controller::KvSet(const v1::KvSetRequest& req, v1::KvSetResponse*) 
 }
 
 absl::Status Controller::KvGet(const v1::KvGetRequest& req, v1::KvGetResponse* resp) {
-  return Blocking([&](Done done) { KvGetAsync(req, resp, std::move(done)); });
+  return Blocking([&](Done done) { KvGetAsync(req, resp, std::move(done), nullptr); });
 }
 
-void Controller::KvGetAsync(const v1::KvGetRequest& req, v1::KvGetResponse* resp, Done done) {
+void Controller::KvGetAsync(const v1::KvGetRequest& req, v1::KvGetResponse* resp, Done done,
+                            std::shared_ptr<CancelSignal> cancel) {
   WithScope(req.scope(), [this, key = req.key(), timeout = KvTimeout(req.timeout_ms()), resp,
-                          done = std::move(done)](absl::StatusOr<KvScopeKey> scope) {
+                          done = std::move(done),
+                          cancel = std::move(cancel)](absl::StatusOr<KvScopeKey> scope) {
     if (!scope.ok()) return done(scope.status());
-    kv_.GetAsync(*scope, key, timeout, [resp, done](absl::StatusOr<std::string> v) {
-      if (v.ok()) resp->set_value(std::move(*v));
-      done(v.status());
-    });
+    kv_.GetAsync(
+        *scope, key, timeout,
+        [resp, done](absl::StatusOr<std::string> v) {
+          if (v.ok()) resp->set_value(std::move(*v));
+          done(v.status());
+        },
+        cancel);
   });
 }
 
-void Controller::KvWaitAsync(const v1::KvWaitRequest& req, v1::KvWaitResponse*, Done done) {
+void Controller::KvWaitAsync(const v1::KvWaitRequest& req, v1::KvWaitResponse*, Done done,
+                             std::shared_ptr<CancelSignal> cancel) {
   WithScope(req.scope(), [this, keys = std::vector<std::string>(req.keys().begin(),
                                                                  req.keys().end()),
-                          timeout = KvTimeout(req.timeout_ms()),
-                          done = std::move(done)](absl::StatusOr<KvScopeKey> scope) {
+                          timeout = KvTimeout(req.timeout_ms()), done = std::move(done),
+                          cancel = std::move(cancel)](absl::StatusOr<KvScopeKey> scope) {
     if (!scope.ok()) return done(scope.status());
-    kv_.WaitAsync(*scope, keys, timeout,
-                  [done](absl::StatusOr<std::string> r) { done(r.status()); });
+    kv_.WaitAsync(
+        *scope, keys, timeout, [done](absl::StatusOr<std::string> r) { done(r.status()); },
+        cancel);
   });
 }
 
@@ -643,7 +650,7 @@ absl::Status Controller::KvAdd(const v1::KvAddRequest& req, v1::KvAddResponse* r
 }
 
 absl::Status Controller::KvWait(const v1::KvWaitRequest& req, v1::KvWaitResponse* resp) {
-  return Blocking([&](Done done) { KvWaitAsync(req, resp, std::move(done)); });
+  return Blocking([&](Done done) { KvWaitAsync(req, resp, std::move(done), nullptr); });
 }
 
 absl::Status Controller::KvCheck(const v1::KvCheckRequest& req, v1::KvCheckResponse* resp) {

@@ -129,8 +129,10 @@ class Controller : public api::DhpService {
   // The scope is checked on the loop and the wait registered there; no thread waits
   // (RendezvousKv::GetAsync). `done` runs on the loop when the keys are there already, else
   // on the thread that ends the wait.
-  void KvGetAsync(const v1::KvGetRequest& req, v1::KvGetResponse* resp, Done done) override;
-  void KvWaitAsync(const v1::KvWaitRequest& req, v1::KvWaitResponse* resp, Done done) override;
+  void KvGetAsync(const v1::KvGetRequest& req, v1::KvGetResponse* resp, Done done,
+                  std::shared_ptr<CancelSignal> cancel) override;
+  void KvWaitAsync(const v1::KvWaitRequest& req, v1::KvWaitResponse* resp, Done done,
+                   std::shared_ptr<CancelSignal> cancel) override;
 
  private:
   // Runs `fn` on the loop thread and returns its status; UNAVAILABLE once stopped.

@@ -69,8 +69,9 @@ class RendezvousKv {
   static constexpr size_t kMaxRequestIdBytes = 128;
   // Waits in flight across all jobs. Each holds a gRPC call (a few KiB); a full 10,000-node
   // cluster's 80,000 ranks waiting at once use under a third. A wait past it ends at once with
-  // RESOURCE_EXHAUSTED, so a client that leaves waits behind (cancelled on its side, so they
-  // stay until their timeout) cannot grow the controller without bound.
+  // RESOURCE_EXHAUSTED, so that the waits in flight cannot grow the controller without bound
+  // (those a gRPC client gives up on end at once: GetAsync's `cancel`; REST's stay until
+  // their timeout).
   static constexpr size_t kMaxWaits = 262144;
 
   // `store`: where changes are kept (borrowed; must outlive this); null: memory only.

@@ -71,14 +71,19 @@ class LossyService : public api::DhpService {
   void Dispatch(std::function<absl::Status()> call, Done done) override {
     inner_.Dispatch(std::move(call), std::move(done));
   }
-  void KvGetAsync(const v1::KvGetRequest& req, v1::KvGetResponse* resp, Done done) override {
+  void KvGetAsync(const v1::KvGetRequest& req, v1::KvGetResponse* resp, Done done,
+                  std::shared_ptr<CancelSignal> cancel) override {
     if (down_) return done(absl::UnavailableError("down"));
-    inner_.KvGetAsync(req, resp, [this, done](const absl::Status& s) { done(AfterCall("KvGet", s)); });
+    inner_.KvGetAsync(
+        req, resp, [this, done](const absl::Status& s) { done(AfterCall("KvGet", s)); },
+        std::move(cancel));
   }
-  void KvWaitAsync(const v1::KvWaitRequest& req, v1::KvWaitResponse* resp, Done done) override {
+  void KvWaitAsync(const v1::KvWaitRequest& req, v1::KvWaitResponse* resp, Done done,
+                   std::shared_ptr<CancelSignal> cancel) override {
     if (down_) return done(absl::UnavailableError("down"));
-    inner_.KvWaitAsync(req, resp,
-                       [this, done](const absl::Status& s) { done(AfterCall("KvWait", s)); });
+    inner_.KvWaitAsync(
+        req, resp, [this, done](const absl::Status& s) { done(AfterCall("KvWait", s)); },
+        std::move(cancel));
   }
   absl::Status Health() override { return inner_.Health(); }
   std::string MetricsText() override { return inner_.MetricsText(); }

@@ -89,10 +89,13 @@ class RendezvousScaleTest : public ::testing::Test {
     scope.set_attempt(attempt);
     return scope;
   }
-  // Rank i's KvGet of `key` (even i) or KvWait for {key, "world/size"} (odd i), 60 s timeout.
-  std::unique_ptr<Call> Start(int i, const std::string& key, int attempt = 1) {
+  // Rank i's KvGet of `key` (even i) or KvWait for {key, "world/size"} (odd i), 60 s timeout;
+  // the client gives up after `deadline` if it is set.
+  std::unique_ptr<Call> Start(int i, const std::string& key, int attempt = 1,
+                              std::chrono::milliseconds deadline = 0ms) {
     auto call = std::make_unique<Call>();
     Call* c = call.get();
+    if (deadline > 0ms) c->ctx.set_deadline(std::chrono::system_clock::now() + deadline);
     auto& stub = stubs_[i % stubs_.size()];
     auto done = [c](grpc::Status s) {
       c->status = std::move(s);
@@ -131,7 +134,7 @@ class RendezvousScaleTest : public ::testing::Test {
     return true;
   }
   bool WaitForWaiting(size_t n) {
-    for (int i = 0; i < 3000 && controller_->KvWaiting() < n; ++i) std::this_thread::sleep_for(10ms);
+    for (int i = 0; i < 3000 && controller_->KvWaiting() != n; ++i) std::this_thread::sleep_for(10ms);
     return controller_->KvWaiting() == n;
   }
 
@@ -204,6 +207,31 @@ TEST_F(RendezvousScaleTest, WaitsOfAnAttemptThatEndsAreCancelledAndOldAttemptsRe
             "job " + job_id_ + " is CANCELLED: the rendezvous of its attempts is over");
   EXPECT_EQ(late[1]->status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(late[1]->status.error_message(), "scope.attempt: 0 must be at least 1");
+}
+
+// Ranks that give up (a crashed rank's connection reset, a client cancel, a client deadline
+// shorter than the wait's timeout) leave no wait behind: it ends when they go, not 60 s later.
+TEST_F(RendezvousScaleTest, WaitsWhoseClientsGiveUpEndAtOnce) {
+  std::vector<std::unique_ptr<Call>> cancelled, expired, kept;
+  for (int i = 0; i < 100; ++i) cancelled.push_back(Start(i, "rank0/addr"));
+  for (int i = 0; i < 100; ++i) expired.push_back(Start(i, "rank0/addr", 1, 1500ms));
+  for (int i = 0; i < 100; ++i) kept.push_back(Start(i, "rank0/addr"));
+  ASSERT_TRUE(WaitForWaiting(300)) << controller_->KvWaiting() << " waiting";
+  for (const auto& c : cancelled) c->ctx.TryCancel();
+  ASSERT_TRUE(AllDone(cancelled, 10s));
+  ASSERT_TRUE(AllDone(expired, 10s));
+  for (const auto& c : cancelled) EXPECT_EQ(c->status.error_code(), grpc::StatusCode::CANCELLED);
+  for (const auto& c : expired) {
+    EXPECT_EQ(c->status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  ASSERT_TRUE(WaitForWaiting(100)) << controller_->KvWaiting() << " waiting, not 100";
+  EXPECT_NE(controller_->MetricsText().find("\ndhp_rendezvous_waits 100\n"), std::string::npos);
+  for (const auto& c : kept) EXPECT_FALSE(c->done) << c->status.error_message();
+  Set("rank0/addr", "10.0.0.1:29500");
+  Set("world/size", "100");
+  ASSERT_TRUE(AllDone(kept, 30s));
+  for (const auto& c : kept) EXPECT_TRUE(c->status.ok()) << c->status.error_message();
+  EXPECT_EQ(controller_->KvWaiting(), 0u);
 }
 
 TEST_F(RendezvousScaleTest, ShuttingDownEndsTheWaitsWithUnavailable) {
