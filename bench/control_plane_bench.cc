@@ -286,10 +286,11 @@ int Main(int argc, char** argv) {
       {"generator",
        "Generator: 1 process (no fork), " + std::to_string(o.threads) +
            " gRPC completion-queue threads, " + std::to_string(o.channels) +
-           " HTTP/2 connections for all agents (so the controller sees a few connections, not "
-           "one per agent). Agents start at random moments over one heartbeat interval, "
-           "register with 8 GPUs of 80 GB, heartbeat at the interval the controller returns "
-           "(after the previous answer, 5 s deadline, as dhp-worker) on " + transport +
+           " HTTP/2 connections, the agents spread over them (a real cluster has one per "
+           "agent: --channels as many as --nodes). Agents start at random moments over one "
+           "heartbeat interval, register with 8 GPUs of 80 GB, heartbeat at the interval the "
+           "controller returns (after the previous answer, 5 s deadline, as dhp-worker) on " +
+           transport +
            ", report their ranks RUNNING, and " +
            (o.every_rank_reports ? "every rank" : "each run's rank 0") +
            " reports progress every " + std::to_string(o.progress_interval_ms) +

@@ -134,7 +134,9 @@ class RendezvousScaleTest : public ::testing::Test {
     return true;
   }
   bool WaitForWaiting(size_t n) {
-    for (int i = 0; i < 3000 && controller_->KvWaiting() != n; ++i) std::this_thread::sleep_for(10ms);
+    for (int i = 0; i < 3000 && controller_->KvWaiting() != n; ++i) {
+      std::this_thread::sleep_for(10ms);
+    }
     return controller_->KvWaiting() == n;
   }
 
