@@ -1,6 +1,7 @@
 #include "api/authz.h"
 
 #include <map>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -130,6 +131,9 @@ absl::Status Authorizer::Check(const Identity& who, std::string_view method,
                                    Sv(scope.job_id), "/", scope.attempt, "\""));
       }
       return absl::OkStatus();
+    case Access::kRelay:
+      if (who.role == Role::kNode) return absl::OkStatus();
+      return Denied(who, method, "is not a node's agent (a relay holds a node's token)");
     case Access::kAdmin:
       return Denied(who, method, "may not change nodes (only admins may)");
   }
@@ -176,6 +180,51 @@ absl::Status Authorizer::Restrict(const Identity& who, v1::ListJobsRequest* req)
                                                 req->owner(), "\"'s"));
   }
   req->set_owner(who.name);
+  return absl::OkStatus();
+}
+
+absl::Status Authorizer::RelayHeartbeats(const v1::HeartbeatBatchRequest& req,
+                                         v1::HeartbeatBatchResponse* resp) const {
+  if (req.heartbeats_size() > kMaxHeartbeatBatch) {
+    return absl::InvalidArgumentError(absl::StrCat("heartbeats: ", req.heartbeats_size(),
+                                                   "; a batch holds at most ",
+                                                   kMaxHeartbeatBatch));
+  }
+  // Each heartbeat is checked as its agent's own Heartbeat call; the refused are answered here
+  // and the rest go to the service together, in order.
+  std::vector<int> allowed;  // their indices in req
+  allowed.reserve(req.heartbeats_size());
+  resp->mutable_answers()->Reserve(req.heartbeats_size());
+  for (int i = 0; i < req.heartbeats_size(); ++i) {
+    const v1::RelayedHeartbeat& entry = req.heartbeats(i);
+    v1::HeartbeatAnswer* answer = resp->add_answers();
+    absl::StatusOr<Identity> who = auth_.Authenticate(entry.authorization());
+    absl::Status s =
+        who.ok() ? Check(*who, "Heartbeat", ScopeOf(entry.heartbeat())) : who.status();
+    if (s.ok()) {
+      allowed.push_back(i);
+      continue;
+    }
+    answer->set_code(static_cast<int>(s.code()));
+    answer->set_message(std::string(s.message()));
+  }
+  v1::HeartbeatBatchResponse served;
+  if (static_cast<int>(allowed.size()) == req.heartbeats_size()) {
+    if (absl::Status s = service_.HeartbeatBatch(req, &served); !s.ok()) return s;
+  } else if (!allowed.empty()) {
+    v1::HeartbeatBatchRequest some;
+    for (int i : allowed) *some.add_heartbeats() = req.heartbeats(i);
+    if (absl::Status s = service_.HeartbeatBatch(some, &served); !s.ok()) return s;
+  }
+  if (served.answers_size() != static_cast<int>(allowed.size())) {
+    return absl::InternalError(absl::StrCat("HeartbeatBatch: ", served.answers_size(),
+                                            " answers to ", allowed.size(), " heartbeats"));
+  }
+  for (size_t k = 0; k < allowed.size(); ++k) {
+    v1::HeartbeatAnswer* answer = resp->mutable_answers(allowed[k]);
+    *answer = std::move(*served.mutable_answers(static_cast<int>(k)));
+    if (answer->code() == 0) AddRankTokens(answer->mutable_response());
+  }
   return absl::OkStatus();
 }
 

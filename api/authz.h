@@ -10,6 +10,9 @@
 //            them
 //   node     kNode for its own node id (RegisterNode's node.id or hostname, Heartbeat's and
 //            AppendLogs' node_id)
+//   node     kRelay (HeartbeatBatch) for any node: each relayed heartbeat is then checked with
+//            its own credential as that agent's Heartbeat call, and a refused one is answered
+//            in its place without stopping the others
 //   rank     kRank for its own job and attempt (KV scope, progress, checkpoints), and kRead
 //            of its own job (GetJob, GetLogs, WatchJob of that job id)
 // Anything else is PERMISSION_DENIED naming the method, the role and what it lacks. A
@@ -73,6 +76,9 @@ class Authorizer {
   // A user's copy of SubmitJob and ListJobs: owned by them, only theirs.
   absl::Status Restrict(const Identity& who, v1::SubmitJobRequest* req) const;
   absl::Status Restrict(const Identity& who, v1::ListJobsRequest* req) const;
+  // HeartbeatBatch once the relay may call it: every entry checked, the allowed applied.
+  absl::Status RelayHeartbeats(const v1::HeartbeatBatchRequest& req,
+                               v1::HeartbeatBatchResponse* resp) const;
   void AddRankTokens(v1::HeartbeatResponse* resp) const;
   absl::Status CheckOwner(const Identity& who, std::string_view method,
                           std::string_view job_id) const;
@@ -118,6 +124,9 @@ absl::Status Authorizer::Call(std::string_view authorization, std::string_view m
     return (service_.*call)(restricted, resp);
   } else {
     if (absl::Status s = Check(*who, method, ScopeOf(req)); !s.ok()) return s;
+    if constexpr (std::is_same_v<Req, v1::HeartbeatBatchRequest>) {
+      return RelayHeartbeats(req, resp);
+    }
     absl::Status s = (service_.*call)(req, resp);
     if constexpr (std::is_same_v<Resp, v1::HeartbeatResponse>) {
       if (s.ok()) AddRankTokens(resp);

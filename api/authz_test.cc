@@ -142,6 +142,60 @@ TEST_F(AuthzTest, HeartbeatsCarryEachRanksToken) {
   EXPECT_EQ(resp.ranks(0).credential(), auth_.RankToken("j-1", 2));
 }
 
+// A relay may send any node's heartbeats, but each is checked with its agent's own token: a
+// forged or missing one is refused in its place, and the others still reach the service.
+TEST_F(AuthzTest, ARelaysBatchChecksEachHeartbeatWithItsOwnToken) {
+  v1::HeartbeatBatchRequest batch;
+  auto add = [&](const std::string& token, const std::string& node) {
+    v1::RelayedHeartbeat* entry = batch.add_heartbeats();
+    if (!token.empty()) entry->set_authorization("Bearer " + token);
+    entry->mutable_heartbeat()->set_node_id(node);
+  };
+  add("node-a-secret", "node-a");
+  add("node-a-secret", "node-b");  // node-a's token for node-b
+  add("", "node-b");
+  add("node-b-secret", "node-b");
+  add("alice-secret", "node-a");
+  v1::HeartbeatBatchResponse resp;
+  ASSERT_TRUE(authz_.Call("Bearer node-b-secret", "HeartbeatBatch", &DhpService::HeartbeatBatch,
+                          batch, &resp)
+                  .ok());
+  ASSERT_EQ(resp.answers_size(), 5);
+  EXPECT_EQ(resp.answers(0).code(), 0);
+  EXPECT_EQ(resp.answers(0).response().ranks(0).credential(), auth_.RankToken("j-1", 2));
+  EXPECT_EQ(resp.answers(1).code(), static_cast<int>(StatusCode::kPermissionDenied));
+  EXPECT_EQ(resp.answers(1).message(),
+            "Heartbeat: node \"node-a\" may act only for its own node, not \"node-b\"");
+  EXPECT_FALSE(resp.answers(1).has_response());
+  EXPECT_EQ(resp.answers(2).code(), static_cast<int>(StatusCode::kUnauthenticated));
+  EXPECT_EQ(resp.answers(3).code(), 0);
+  EXPECT_EQ(resp.answers(3).response().ranks(0).credential(), auth_.RankToken("j-1", 2));
+  EXPECT_EQ(resp.answers(4).code(), static_cast<int>(StatusCode::kPermissionDenied));
+  EXPECT_EQ(service_.batched_nodes, (std::vector<std::string>{"node-a", "node-b"}));
+
+  // The relay itself must be a node's agent (or an admin); users, viewers and ranks may not.
+  service_.batched_nodes.clear();
+  for (const std::string& caller :
+       {std::string("alice-secret"), std::string("vera-secret"), auth_.RankToken("j-1", 2)}) {
+    v1::HeartbeatBatchResponse refused;
+    EXPECT_EQ(authz_.Call("Bearer " + caller, "HeartbeatBatch", &DhpService::HeartbeatBatch,
+                          batch, &refused)
+                  .code(),
+              StatusCode::kPermissionDenied)
+        << caller;
+  }
+  EXPECT_TRUE(As("admin-secret", "HeartbeatBatch", &DhpService::HeartbeatBatch, batch).ok());
+  EXPECT_EQ(service_.batched_nodes.size(), 2u);
+
+  // Past the limit, nothing is applied.
+  service_.batched_nodes.clear();
+  while (batch.heartbeats_size() <= kMaxHeartbeatBatch) add("node-a-secret", "node-a");
+  absl::Status s = As("admin-secret", "HeartbeatBatch", &DhpService::HeartbeatBatch, batch);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "heartbeats: 1025; a batch holds at most 1024");
+  EXPECT_TRUE(service_.batched_nodes.empty());
+}
+
 TEST_F(AuthzTest, RanksActOnlyForTheirJobAndAttempt) {
   const std::string rank = auth_.RankToken("j-1", 2);
   v1::KvSetRequest kv;

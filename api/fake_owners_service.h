@@ -1,7 +1,7 @@
 // FakeOwnersService: a DhpService for tests and benchmarks of api/authz. Every call answers OK
 // at once and is counted; GetJob answers jobs by id with their owner from `owner_of` (NOT_FOUND
 // otherwise); SubmitJob and ListJobs keep their last request; Heartbeat launches one rank of
-// job "j-1", attempt 2; WatchJob writes `events`. Not thread-safe.
+// job "j-1", attempt 2 (each of HeartbeatBatch's too); WatchJob writes `events`. Not thread-safe.
 #ifndef DHP_API_FAKE_OWNERS_SERVICE_H_
 #define DHP_API_FAKE_OWNERS_SERVICE_H_
 
@@ -81,6 +81,17 @@ class FakeOwnersService : public DhpService {
     launch->set_attempt(2);
     return absl::OkStatus();
   }
+  // Each heartbeat answered as Heartbeat is, its node id in batched_nodes.
+  absl::Status Answer(const v1::HeartbeatBatchRequest& req, v1::HeartbeatBatchResponse* resp) {
+    for (const v1::RelayedHeartbeat& entry : req.heartbeats()) {
+      if (record_names) batched_nodes.push_back(entry.heartbeat().node_id());
+      (void)Answer(entry.heartbeat(), resp->add_answers()->mutable_response());
+    }
+    return absl::OkStatus();
+  }
+
+ public:
+  std::vector<std::string> batched_nodes;  // HeartbeatBatch's heartbeats that reached it
 };
 
 }  // namespace dhp::api

@@ -81,6 +81,7 @@ using RawNodeService =
 using RawWorkerService =
     Layered<v1::WorkerService::Service, v1::WorkerService::WithRawCallbackMethod_RegisterNode,
             v1::WorkerService::WithRawCallbackMethod_Heartbeat,
+            v1::WorkerService::WithRawCallbackMethod_HeartbeatBatch,
             v1::WorkerService::WithRawCallbackMethod_HeartbeatStream,
             v1::WorkerService::WithRawCallbackMethod_AppendLogs,
             v1::WorkerService::WithRawCallbackMethod_KvSet,

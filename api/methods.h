@@ -30,6 +30,7 @@ enum class Access {
   kOwnJob,  // a job's owner and admins (cancel, resume, checkpoint)
   kNode,    // an agent, for the node its credential names
   kRank,    // a rank, for the job and attempt its credential names
+  kRelay,   // any node's agent (a heartbeat relay); what it relays is checked entry by entry
   kAdmin,   // admins only (node operations: drain, uncordon)
 };
 
@@ -63,6 +64,8 @@ enum class Access {
     "Worker-facing: an agent registers")                                                          \
   X(WorkerService, Heartbeat, kNode, POST, "/v1/nodes/{id}:heartbeat",                           \
     "Worker-facing: an agent's heartbeat")                                                        \
+  X(WorkerService, HeartbeatBatch, kRelay, POST, "/v1/nodes:heartbeatBatch",                     \
+    "Worker-facing: many agents' heartbeats, from a heartbeat relay")                             \
   X(WorkerService, AppendLogs, kNode, POST, "/v1/nodes/{id}/logs", "Worker-facing: rank output") \
   X(WorkerService, KvSet, kRank, POST, "/v1/kv:set", "Rendezvous: set a key")                    \
   X(WorkerService, KvGet, kRank, POST, "/v1/kv:get", "Rendezvous: get a key")                    \
@@ -101,7 +104,7 @@ constexpr const MethodInfo* FindMethod(std::string_view name) {
   return nullptr;
 }
 
-// "read", "submit", "own-job", "node", "rank".
+// "read", "submit", "own-job", "node", "rank", "relay", "admin".
 constexpr std::string_view AccessName(Access access) {
   switch (access) {
     case Access::kRead: return "read";
@@ -109,6 +112,7 @@ constexpr std::string_view AccessName(Access access) {
     case Access::kOwnJob: return "own-job";
     case Access::kNode: return "node";
     case Access::kRank: return "rank";
+    case Access::kRelay: return "relay";
     case Access::kAdmin: return "admin";
   }
   return "?";

@@ -211,14 +211,15 @@ TEST_F(RestGatewayTest, OpenApiDocumentIsTheRouteTable) {
   EXPECT_TRUE(Observed("OpenApi", 200));
   const nlohmann::json doc = nlohmann::json::parse(res.body());
   EXPECT_EQ(doc["openapi"], "3.0.3");
-  EXPECT_EQ(doc["paths"].size(), 29u);  // 30 routes: GET and POST /v1/jobs share a path
+  EXPECT_EQ(doc["paths"].size(), 30u);  // 31 routes: GET and POST /v1/jobs share a path
   std::set<std::string> ids;
   for (const auto& [path, item] : doc["paths"].items()) {
     for (const auto& [method, op] : item.items()) ids.insert(op["operationId"]);
   }
-  EXPECT_EQ(ids.size(), 30u);
+  EXPECT_EQ(ids.size(), 31u);
   EXPECT_TRUE(ids.count("WatchJob") && ids.count("WatchEvents") && ids.count("KvDelete") &&
-              ids.count("CheckpointJob") && ids.count("DrainNode") && ids.count("UncordonNode"));
+              ids.count("CheckpointJob") && ids.count("DrainNode") && ids.count("UncordonNode") &&
+              ids.count("HeartbeatBatch"));
   EXPECT_TRUE(ids.count("ExportCheckpoint") && ids.count("GetExport") &&
               ids.count("ListExports"));
   // GetExport's {id} is the export's id, which ExportCheckpoint's answer links to.

@@ -163,6 +163,11 @@ class FakeService : public DhpService {
   absl::Status Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse*) override {
     return Record(req);
   }
+  absl::Status HeartbeatBatch(const v1::HeartbeatBatchRequest& req,
+                              v1::HeartbeatBatchResponse* resp) override {
+    for (int i = 0; i < req.heartbeats_size(); ++i) resp->add_answers();
+    return Record(req);
+  }
   absl::Status KvSet(const v1::KvSetRequest& req, v1::KvSetResponse*) override {
     return Record(req);
   }

@@ -28,6 +28,9 @@ class EventSink {
   virtual bool IsCancelled() const = 0;
 };
 
+// HeartbeatBatchRequest.heartbeats: the most one batch may carry.
+inline constexpr int kMaxHeartbeatBatch = 1024;
+
 class DhpService {
  public:
   virtual ~DhpService() = default;

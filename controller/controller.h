@@ -108,6 +108,9 @@ class Controller : public api::DhpService {
   absl::Status RegisterNode(const v1::RegisterNodeRequest& req,
                             v1::RegisterNodeResponse* resp) override;
   absl::Status Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) override;
+  // Each heartbeat as its own Heartbeat, in order, all in one turn of the loop.
+  absl::Status HeartbeatBatch(const v1::HeartbeatBatchRequest& req,
+                              v1::HeartbeatBatchResponse* resp) override;
   absl::Status KvSet(const v1::KvSetRequest& req, v1::KvSetResponse* resp) override;
   absl::Status KvGet(const v1::KvGetRequest& req, v1::KvGetResponse* resp) override;
   absl::Status KvAdd(const v1::KvAddRequest& req, v1::KvAddResponse* resp) override;

@@ -161,6 +161,27 @@ absl::Status Controller::Heartbeat(const v1::HeartbeatRequest& req,
   });
 }
 
+absl::Status Controller::HeartbeatBatch(const v1::HeartbeatBatchRequest& req,
+                                        v1::HeartbeatBatchResponse* resp) {
+  if (req.heartbeats_size() > api::kMaxHeartbeatBatch) {
+    return absl::InvalidArgumentError(absl::StrCat("heartbeats: ", req.heartbeats_size(),
+                                                   "; a batch holds at most ",
+                                                   api::kMaxHeartbeatBatch));
+  }
+  return OnLoop([&] {
+    resp->mutable_answers()->Reserve(req.heartbeats_size());
+    for (const v1::RelayedHeartbeat& entry : req.heartbeats()) {
+      v1::HeartbeatAnswer* answer = resp->add_answers();
+      absl::Status s = Heartbeat(entry.heartbeat(), answer->mutable_response());
+      if (s.ok()) continue;
+      answer->Clear();
+      answer->set_code(static_cast<int>(s.code()));
+      answer->set_message(std::string(s.message()));
+    }
+    return absl::OkStatus();
+  });
+}
+
 void Controller::RelayProgress(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp,
                                std::vector<v1::Event>* events) {
   for (const v1::ReportProgressRequest& report : req.progress()) {

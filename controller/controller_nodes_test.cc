@@ -1,6 +1,7 @@
 // Tests the Controller's node methods as agents and the API call them: a stopping agent's node
 // (a heartbeat with `stopping`) gets no new ranks while another READY node does, shows as
-// stopping in ListNodes, and is placed on again once an agent registers it anew.
+// stopping in ListNodes, and is placed on again once an agent registers it anew; a relay's batch
+// of heartbeats is answered as each alone.
 #include <memory>
 #include <string>
 #include <vector>
@@ -107,6 +108,45 @@ TEST_F(ControllerNodesTest, ListNodesRefusesABadPageSizeOrToken) {
     EXPECT_NE(s.message().find("is not a token returned by ListNodes"), std::string::npos) << s;
   }
   EXPECT_EQ(resp.nodes_size(), 0);
+}
+
+// A relay's batch is answered as each heartbeat alone would be, in order: the unknown node's
+// NOT_FOUND stands in its place without stopping the others; past the limit nothing is applied.
+TEST_F(ControllerNodesTest, ABatchOfHeartbeatsIsAnsweredAsEachHeartbeatAlone) {
+  ASSERT_TRUE(Register("n1").ok());
+  ASSERT_TRUE(Register("n2").ok());
+  for (int i = 0; i < 3; ++i) Submit();  // one-rank jobs: n1 gets two, n2 one (or the reverse)
+  v1::HeartbeatBatchRequest batch;
+  for (const char* id : {"n1", "gone", "n2"}) {
+    batch.add_heartbeats()->mutable_heartbeat()->set_node_id(id);
+  }
+  v1::HeartbeatBatchResponse resp;
+  ASSERT_TRUE(controller_->HeartbeatBatch(batch, &resp).ok());
+  ASSERT_EQ(resp.answers_size(), 3);
+  EXPECT_EQ(resp.answers(0).code(), 0);
+  EXPECT_EQ(resp.answers(1).code(), static_cast<int>(absl::StatusCode::kNotFound));
+  EXPECT_NE(resp.answers(1).message().find("gone"), std::string::npos)
+      << resp.answers(1).message();
+  EXPECT_FALSE(resp.answers(1).has_response());
+  EXPECT_EQ(resp.answers(2).code(), 0);
+  EXPECT_EQ(resp.answers(0).response().ranks_size() + resp.answers(2).response().ranks_size(), 3);
+  // The same wanted sets as a heartbeat of each alone gets next.
+  EXPECT_EQ(Beat("n1"), resp.answers(0).response().ranks_size());
+  EXPECT_EQ(Beat("n2"), resp.answers(2).response().ranks_size());
+
+  // 1,025 heartbeats saying "stopping": refused whole, and n1 is not stopping.
+  v1::HeartbeatBatchRequest big;
+  for (int i = 0; i <= api::kMaxHeartbeatBatch; ++i) {
+    v1::HeartbeatRequest* hb = big.add_heartbeats()->mutable_heartbeat();
+    hb->set_node_id("n1");
+    hb->set_stopping(true);
+  }
+  v1::HeartbeatBatchResponse refused;
+  absl::Status s = controller_->HeartbeatBatch(big, &refused);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "heartbeats: 1025; a batch holds at most 1024");
+  EXPECT_EQ(refused.answers_size(), 0);
+  EXPECT_FALSE(Listed("n1").stopping());
 }
 
 }  // namespace
