@@ -26,9 +26,10 @@ AgentOptions Agent::WithDefaults(AgentOptions options) {
   return options;
 }
 
-Agent::Agent(api::DhpClient& client, AgentOptions options)
+Agent::Agent(api::DhpClient& client, AgentOptions options, api::DhpClient* heartbeat_relay)
     : client_(client),
       beats_(client),
+      heartbeat_relay_(heartbeat_relay),
       options_(WithDefaults(std::move(options))),
       launcher_(options_.ranks),
       shipper_({options_.node.id()},
@@ -85,8 +86,9 @@ Agent::Beat Agent::Heartbeat() {
   if (exits) ShipLogs();
   // Taken after the statuses: a report a rank sent before it exited goes with its exit.
   relay_.TakeInto(&hb);
-  absl::StatusOr<v1::HeartbeatResponse> resp =
-      options_.heartbeat_stream ? StreamBeat(hb) : client_.Heartbeat(hb);
+  absl::StatusOr<v1::HeartbeatResponse> resp = heartbeat_relay_ != nullptr ? RelayedBeat(hb)
+                                                : options_.heartbeat_stream ? StreamBeat(hb)
+                                                                            : client_.Heartbeat(hb);
   if (resp.ok()) {
     relay_.Answered(hb, *resp);
     RetainRelayed(hb, *resp);
@@ -110,6 +112,33 @@ Agent::Beat Agent::Heartbeat() {
                      << launcher_.tracked() << " rank processes keep running): " << resp.status();
   }
   return Beat::kFailed;
+}
+
+absl::StatusOr<v1::HeartbeatResponse> Agent::RelayedBeat(const v1::HeartbeatRequest& hb) {
+  absl::StatusOr<v1::HeartbeatResponse> resp = heartbeat_relay_->Heartbeat(hb);
+  // The controller's own answers (OK, NOT_FOUND, PERMISSION_DENIED, INVALID_ARGUMENT, ...) stand;
+  // the relay's failures (it is down, full, or the batch failed) send this heartbeat direct.
+  const absl::StatusCode code = resp.status().code();
+  const bool relay_failed =
+      code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded ||
+      code == absl::StatusCode::kResourceExhausted || code == absl::StatusCode::kUnimplemented ||
+      code == absl::StatusCode::kInternal || code == absl::StatusCode::kUnknown ||
+      code == absl::StatusCode::kCancelled;
+  if (!relay_failed) {
+    if (relay_failing_) {
+      DHP_LOG(INFO) << "heartbeats go through the relay " << heartbeat_relay_->target()
+                    << " again";
+    }
+    relay_failing_ = false;
+    return resp;
+  }
+  if (!relay_failing_) {
+    DHP_LOG(WARNING) << "the heartbeat relay " << heartbeat_relay_->target()
+                     << " failed (" << resp.status() << "); heartbeats go to the controller "
+                     << client_.target() << " directly until it answers again";
+  }
+  relay_failing_ = true;
+  return client_.Heartbeat(hb);
 }
 
 absl::StatusOr<v1::HeartbeatResponse> Agent::StreamBeat(const v1::HeartbeatRequest& hb) {

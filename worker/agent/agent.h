@@ -63,7 +63,11 @@ struct AgentOptions {
 
 class Agent {
  public:
-  Agent(api::DhpClient& client, AgentOptions options);
+  // With `heartbeat_relay` (a client of a dhp-relay; it must outlive this), heartbeats go to
+  // the relay, and to `client` when the relay cannot answer (down, overloaded, or past its
+  // deadline): a relay saves the controller work but is never needed. Everything else
+  // (registration, logs) goes to `client`. heartbeat_stream is then ignored.
+  Agent(api::DhpClient& client, AgentOptions options, api::DhpClient* heartbeat_relay = nullptr);
 
   // Runs until Stop, then stops the ranks. Returns the number of successful registrations.
   int Run();
@@ -84,6 +88,8 @@ class Agent {
   void StartProgressRelay();
   // One heartbeat on beats_, logging each stream it opens and a fallback to unary calls.
   absl::StatusOr<v1::HeartbeatResponse> StreamBeat(const v1::HeartbeatRequest& hb);
+  // One heartbeat through heartbeat_relay_, or directly when the relay fails.
+  absl::StatusOr<v1::HeartbeatResponse> RelayedBeat(const v1::HeartbeatRequest& hb);
   // After an answered heartbeat `hb`: keeps the relay's ranks to those reported or wanted.
   void RetainRelayed(const v1::HeartbeatRequest& hb, const v1::HeartbeatResponse& resp);
   // Waits up to `ms`; false when stopped (at once or meanwhile).
@@ -92,6 +98,8 @@ class Agent {
 
   api::DhpClient& client_;
   api::HeartbeatStream beats_;  // with heartbeat_stream (unary against older controllers)
+  api::DhpClient* const heartbeat_relay_;  // null: none
+  bool relay_failing_ = false;             // the last relayed heartbeat went direct (Run's thread)
   const AgentOptions options_;
   RankLauncher launcher_;  // used by Run's thread only
   LogShipper shipper_;     // thread-safe

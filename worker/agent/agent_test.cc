@@ -224,6 +224,37 @@ TEST_F(AgentTest, LaunchesReportsShipsLogsAndStopsRanks) {
   StopAgent();
 }
 
+// With a heartbeat relay, heartbeats go there (registration still to the controller); when the
+// relay goes down they go to the controller directly, and a NOT_FOUND from the relay (the
+// controller's answer, relayed) makes the agent register again rather than bypass it.
+TEST_F(AgentTest, HeartbeatsGoThroughTheRelayAndDirectWhileItIsDown) {
+  FakeController relayed;  // stands for a relay; it answers as the controller would
+  auto relay_server = std::make_unique<Server>(&relayed, 0);
+  api::DhpClient relay("127.0.0.1:" + std::to_string(relay_server->port), 1000);
+  agent_ = std::make_unique<Agent>(*client_, options_, &relay);
+  thread_ = std::thread([this] { agent_->Run(); });
+  auto beats = [](FakeController& f) {
+    std::lock_guard<std::mutex> lock(f.mu);
+    return f.heartbeats.size();
+  };
+  // The relay does not know the node yet: NOT_FOUND, so the agent registers (with the
+  // controller) again, and again, and its heartbeats never go direct meanwhile.
+  ASSERT_TRUE(Eventually([&] {
+    std::lock_guard<std::mutex> lock(fake_.mu);
+    return fake_.registrations >= 3;
+  }));
+  EXPECT_EQ(beats(fake_), 0u);
+  {
+    std::lock_guard<std::mutex> lock(relayed.mu);
+    relayed.nodes.insert("node-a");
+  }
+  ASSERT_TRUE(Eventually([&] { return beats(relayed) >= 3; }));
+  EXPECT_EQ(beats(fake_), 0u);
+  relay_server.reset();  // the relay is gone: UNAVAILABLE, so straight to the controller
+  ASSERT_TRUE(Eventually([&] { return beats(fake_) >= 3; }));
+  StopAgent();
+}
+
 // This fake controller has no HeartbeatStream (UNIMPLEMENTED): an agent asked to stream its
 // heartbeats falls back to unary calls and is heard as before.
 TEST_F(AgentTest, WithHeartbeatStreamAControllerWithoutItIsHeardByUnaryCalls) {

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -81,6 +82,12 @@ int main(int argc, char** argv) {
                "Heartbeat on one gRPC stream instead of a call per heartbeat (cheaper for the "
                "controller up to a few thousand nodes, dearer at 10,000: bench/results/"
                "control_plane.md)");
+  std::string heartbeat_relay;
+  app.add_option("--heartbeat-relay", heartbeat_relay,
+                 "Send heartbeats through this dhp-relay, host:port, which forwards its agents' "
+                 "heartbeats to the controller in batches (for clusters of thousands of nodes); "
+                 "when it fails they go to the controller directly")
+      ->excludes("--heartbeat-stream");
   bool no_progress_relay = false;
   std::string progress_socket;
   app.add_flag("--no-progress-relay", no_progress_relay,
@@ -153,7 +160,15 @@ int main(int argc, char** argv) {
                 << options.ranks.log_dir;
 
   dhp::api::DhpClient client(server, 5000, token, *tls);
-  dhp::worker::Agent agent(client, options);
+  // The relay's own deadline to the controller (dhp-relay --timeout-ms, 4 s) is below this
+  // client's 5 s, so that a batch that failed is answered as such; the heartbeat then goes to
+  // the controller directly.
+  std::unique_ptr<dhp::api::DhpClient> relay;
+  if (!heartbeat_relay.empty()) {
+    relay = std::make_unique<dhp::api::DhpClient>(heartbeat_relay, 5000, token, *tls);
+    DHP_LOG(INFO) << "heartbeats go through the relay " << heartbeat_relay;
+  }
+  dhp::worker::Agent agent(client, options, relay.get());
   std::thread waiter([&] {
     int sig = 0;
     sigwait(&signals, &sig);

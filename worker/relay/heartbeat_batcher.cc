@@ -1,0 +1,129 @@
+#include "worker/relay/heartbeat_batcher.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "api/service.h"
+
+namespace dhp::worker {
+
+absl::Status Validate(const HeartbeatBatcherOptions& o) {
+  auto bad = [](const char* name, int value, const char* bounds) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": ", value, " must be ", bounds));
+  };
+  if (o.max_batch < 1 || o.max_batch > api::kMaxHeartbeatBatch) {
+    return bad("max_batch", o.max_batch, "in 1..1024");
+  }
+  if (o.window_ms < 0 || o.window_ms > 1000) return bad("window_ms", o.window_ms, "in 0..1000");
+  if (o.senders < 1 || o.senders > 64) return bad("senders", o.senders, "in 1..64");
+  if (o.max_queued < 1) return bad("max_queued", o.max_queued, "at least 1");
+  return absl::OkStatus();
+}
+
+HeartbeatBatcher::HeartbeatBatcher(api::DhpClient& controller, HeartbeatBatcherOptions options)
+    : controller_(controller), options_(options) {
+  for (int i = 0; i < options_.senders; ++i) senders_.emplace_back([this] { SendLoop(); });
+}
+
+HeartbeatBatcher::~HeartbeatBatcher() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : senders_) t.join();
+}
+
+void HeartbeatBatcher::Submit(std::string authorization, v1::HeartbeatRequest heartbeat,
+                              Answer answer) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (stopping_ || static_cast<int>(queue_.size()) >= options_.max_queued) {
+    const bool full = !stopping_;
+    ++stats_.refused;
+    lock.unlock();
+    answer(full ? absl::ResourceExhaustedError(absl::StrCat(
+                      "the relay holds ", options_.max_queued,
+                      " heartbeats already; send to the controller directly"))
+                : absl::UnavailableError("the relay is shutting down"),
+           v1::HeartbeatResponse());
+    return;
+  }
+  queue_.push_back({std::chrono::steady_clock::now(), std::move(authorization),
+                    std::move(heartbeat), std::move(answer)});
+  const bool wake = queue_.size() == 1 || static_cast<int>(queue_.size()) >= options_.max_batch;
+  lock.unlock();
+  if (wake) cv_.notify_one();
+}
+
+HeartbeatBatcherStats HeartbeatBatcher::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void HeartbeatBatcher::SendLoop() {
+  while (true) {
+    std::vector<Pending> batch = Take();
+    if (batch.empty()) return;
+    Send(std::move(batch));
+  }
+}
+
+std::vector<HeartbeatBatcher::Pending> HeartbeatBatcher::Take() {
+  std::unique_lock<std::mutex> lock(mu_);
+  const auto full = [this] { return static_cast<int>(queue_.size()) >= options_.max_batch; };
+  while (true) {
+    cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return {};  // stopping, nothing left
+    const auto due = queue_.front().arrived + std::chrono::milliseconds(options_.window_ms);
+    cv_.wait_until(lock, due, [&] { return stopping_ || full() || queue_.empty(); });
+    if (queue_.empty()) continue;  // another sender took them
+    if (!stopping_ && !full() && std::chrono::steady_clock::now() < due) continue;
+    const size_t n = std::min(queue_.size(), static_cast<size_t>(options_.max_batch));
+    std::vector<Pending> batch;
+    batch.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      batch.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+    }
+    if (!queue_.empty()) cv_.notify_one();  // the rest are another sender's
+    return batch;
+  }
+}
+
+void HeartbeatBatcher::Send(std::vector<Pending> batch) {
+  v1::HeartbeatBatchRequest req;
+  req.mutable_heartbeats()->Reserve(static_cast<int>(batch.size()));
+  for (Pending& p : batch) {
+    v1::RelayedHeartbeat* entry = req.add_heartbeats();
+    entry->set_authorization(std::move(p.authorization));
+    *entry->mutable_heartbeat() = std::move(p.heartbeat);
+  }
+  absl::StatusOr<v1::HeartbeatBatchResponse> resp = controller_.HeartbeatBatch(req);
+  absl::Status failed = resp.status();
+  if (failed.ok() && resp->answers_size() != static_cast<int>(batch.size())) {
+    failed = absl::InternalError(absl::StrCat("the controller answered ", resp->answers_size(),
+                                              " of ", batch.size(), " relayed heartbeats"));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.heartbeats += static_cast<int64_t>(batch.size());
+    ++stats_.batches;
+    if (!failed.ok()) ++stats_.failed_batches;
+  }
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (!failed.ok()) {
+      batch[i].answer(failed, v1::HeartbeatResponse());
+      continue;
+    }
+    v1::HeartbeatAnswer* a = resp->mutable_answers(static_cast<int>(i));
+    if (a->code() == 0) {
+      batch[i].answer(absl::OkStatus(), std::move(*a->mutable_response()));
+    } else {
+      batch[i].answer(absl::Status(static_cast<absl::StatusCode>(a->code()), a->message()),
+                      v1::HeartbeatResponse());
+    }
+  }
+}
+
+}  // namespace dhp::worker

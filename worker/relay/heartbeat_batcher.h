@@ -1,0 +1,92 @@
+// HeartbeatBatcher: agents' heartbeats, forwarded to the controller as WorkerService.
+// HeartbeatBatch calls, the core of dhp-relay (worker/relay/main.cc).
+//
+// A heartbeat waits at most `window_ms` for others to join it, and a batch holds at most
+// `max_batch`; so at 1,250 heartbeats a second (2,500 agents at 2 s) and a 20 ms window a batch
+// carries about 25, and the controller pays for one call where it paid for 25. Each heartbeat
+// goes with its agent's own `authorization`, which the controller checks as it checks the
+// agent's own Heartbeat call; the batch itself goes with the relay's credential (a node's
+// token). Each `Answer` gets what the controller answered to that heartbeat (NOT_FOUND,
+// PERMISSION_DENIED, ... or the response), or the batch's failure (UNAVAILABLE when the
+// controller cannot be reached, DEADLINE_EXCEEDED past the client's deadline). More than `max_queued`
+// waiting: RESOURCE_EXHAUSTED at once, so that the agent goes to the controller directly.
+//
+// `senders` threads each send one batch at a time. Thread-safe; Answer runs on a sender thread
+// (or on the caller's, for a refusal) and must not block.
+#ifndef DHP_WORKER_RELAY_HEARTBEAT_BATCHER_H_
+#define DHP_WORKER_RELAY_HEARTBEAT_BATCHER_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "api/client.h"
+#include "dhp/v1/service.pb.h"
+
+namespace dhp::worker {
+
+struct HeartbeatBatcherOptions {
+  int max_batch = 256;  // at most api::kMaxHeartbeatBatch
+  int window_ms = 20;
+  int senders = 2;
+  int max_queued = 20000;
+};
+
+// INVALID_ARGUMENT naming the option and its bounds.
+absl::Status Validate(const HeartbeatBatcherOptions& options);
+
+struct HeartbeatBatcherStats {
+  int64_t heartbeats = 0;      // answered, whatever the answer
+  int64_t batches = 0;         // HeartbeatBatch calls made
+  int64_t failed_batches = 0;  // calls that failed as a whole
+  int64_t refused = 0;         // RESOURCE_EXHAUSTED: the queue was full
+};
+
+class HeartbeatBatcher {
+ public:
+  using Answer = std::function<void(const absl::Status&, v1::HeartbeatResponse)>;
+
+  // `controller` must outlive this; options as Validate accepts them.
+  HeartbeatBatcher(api::DhpClient& controller, HeartbeatBatcherOptions options);
+  // What is still queued is sent at once, and this waits for those batches' answers; a
+  // Submit from then on is answered UNAVAILABLE.
+  ~HeartbeatBatcher();
+  HeartbeatBatcher(const HeartbeatBatcher&) = delete;
+  HeartbeatBatcher& operator=(const HeartbeatBatcher&) = delete;
+
+  void Submit(std::string authorization, v1::HeartbeatRequest heartbeat, Answer answer);
+  HeartbeatBatcherStats stats() const;
+
+ private:
+  struct Pending {
+    std::chrono::steady_clock::time_point arrived;
+    std::string authorization;
+    v1::HeartbeatRequest heartbeat;
+    Answer answer;
+  };
+  void SendLoop();
+  // The next batch, once its oldest heartbeat has waited the window or it is full; empty when
+  // stopping with nothing queued.
+  std::vector<Pending> Take();
+  void Send(std::vector<Pending> batch);
+
+  api::DhpClient& controller_;
+  const HeartbeatBatcherOptions options_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Pending> queue_;  // guarded by mu_
+  bool stopping_ = false;      // guarded by mu_
+  HeartbeatBatcherStats stats_;  // guarded by mu_
+  std::vector<std::thread> senders_;
+};
+
+}  // namespace dhp::worker
+
+#endif  // DHP_WORKER_RELAY_HEARTBEAT_BATCHER_H_

@@ -1,0 +1,187 @@
+// HeartbeatBatcher against a real gRPC server (api/grpc_server over FakeOwnersService, with
+// per-node tokens): heartbeats that arrive together go as one HeartbeatBatch call, each answered
+// with its own answer (a forged token refused in its place); a full batch goes at once and a
+// lone heartbeat waits the window; an unreachable controller and a full queue fail cleanly.
+#include "worker/relay/heartbeat_batcher.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "api/auth.h"
+#include "api/fake_owners_service.h"
+#include "api/grpc_server.h"
+#include "gtest/gtest.h"
+
+namespace dhp::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The answers of a test's heartbeats, by index.
+struct Answers {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<absl::Status> status;
+  std::vector<v1::HeartbeatResponse> resp;
+  std::vector<Clock::time_point> at;
+  int done = 0;
+
+  explicit Answers(int n) : status(n), resp(n), at(n) {}
+  HeartbeatBatcher::Answer For(int i) {
+    return [this, i](const absl::Status& s, v1::HeartbeatResponse r) {
+      std::lock_guard<std::mutex> lock(mu);
+      status[i] = s;
+      resp[i] = std::move(r);
+      at[i] = Clock::now();
+      ++done;
+      cv.notify_all();
+    };
+  }
+  bool WaitAll(int n, int timeout_ms = 10000) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return done >= n; });
+  }
+};
+
+v1::HeartbeatRequest Beat(const std::string& node) {
+  v1::HeartbeatRequest hb;
+  hb.set_node_id(node);
+  return hb;
+}
+
+class HeartbeatBatcherTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    api::AuthSettings settings;
+    settings.nodes = {{"node-a", api::Sha256Hex("a-secret")},
+                      {"node-b", api::Sha256Hex("b-secret")},
+                      {"relay-1", api::Sha256Hex("relay-secret")}};
+    settings.rank_key = std::string(32, 'k');
+    auth_ = *api::TokenAuth::Create(settings);
+    auto server = api::GrpcServer::Start("127.0.0.1:0", service_, auth_, api::TlsPems(), 0);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    client_ = std::make_unique<api::DhpClient>("127.0.0.1:" + std::to_string(server_->port()),
+                                               5000, "relay-secret");
+  }
+  int BatchCalls() const {
+    int n = 0;
+    for (const std::string& name : service_.names) n += name == "HeartbeatBatch";
+    return n;
+  }
+
+  api::FakeOwnersService service_;
+  api::TokenAuth auth_;
+  std::unique_ptr<api::GrpcServer> server_;
+  std::unique_ptr<api::DhpClient> client_;
+};
+
+TEST_F(HeartbeatBatcherTest, HeartbeatsThatArriveTogetherShareOneCallAndEachGetsItsAnswer) {
+  HeartbeatBatcherOptions options;
+  options.window_ms = 300;
+  options.senders = 1;  // FakeOwnersService is not thread-safe
+  HeartbeatBatcher batcher(*client_, options);
+  constexpr int kBeats = 40;
+  Answers answers(kBeats);
+  for (int i = 0; i < kBeats; ++i) {
+    const bool a = i % 2 == 0;
+    std::string token = i == 7 ? "Bearer a-secret" : a ? "Bearer a-secret" : "Bearer b-secret";
+    batcher.Submit(token, Beat(a ? "node-a" : "node-b"), answers.For(i));  // 7: a's for b
+  }
+  ASSERT_TRUE(answers.WaitAll(kBeats));
+  EXPECT_EQ(BatchCalls(), 1);
+  EXPECT_EQ(service_.batched_nodes.size(), static_cast<size_t>(kBeats - 1));
+  for (int i = 0; i < kBeats; ++i) {
+    if (i == 7) {
+      EXPECT_EQ(answers.status[i].code(), absl::StatusCode::kPermissionDenied);
+      EXPECT_EQ(answers.status[i].message(),
+                "Heartbeat: node \"node-a\" may act only for its own node, not \"node-b\"");
+      continue;
+    }
+    ASSERT_TRUE(answers.status[i].ok()) << i << ": " << answers.status[i];
+    ASSERT_EQ(answers.resp[i].ranks_size(), 1) << i;
+    EXPECT_EQ(answers.resp[i].ranks(0).credential(), auth_.RankToken("j-1", 2)) << i;
+  }
+  const HeartbeatBatcherStats stats = batcher.stats();
+  EXPECT_EQ(stats.heartbeats, kBeats);
+  EXPECT_EQ(stats.batches, 1);
+  EXPECT_EQ(stats.failed_batches, 0);
+}
+
+TEST_F(HeartbeatBatcherTest, AFullBatchGoesAtOnceAndALoneHeartbeatWaitsTheWindow) {
+  HeartbeatBatcherOptions options;
+  options.window_ms = 60000;
+  options.max_batch = 10;
+  options.senders = 1;
+  auto batcher = std::make_unique<HeartbeatBatcher>(*client_, options);
+  Answers full(10);
+  const Clock::time_point start = Clock::now();
+  for (int i = 0; i < 10; ++i) batcher->Submit("Bearer a-secret", Beat("node-a"), full.For(i));
+  ASSERT_TRUE(full.WaitAll(10, 5000));
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(BatchCalls(), 1);
+
+  options.window_ms = 200;
+  batcher = std::make_unique<HeartbeatBatcher>(*client_, options);
+  Answers lone(1);
+  const Clock::time_point sent = Clock::now();
+  batcher->Submit("Bearer b-secret", Beat("node-b"), lone.For(0));
+  ASSERT_TRUE(lone.WaitAll(1));
+  EXPECT_TRUE(lone.status[0].ok()) << lone.status[0];
+  EXPECT_GE(lone.at[0] - sent, std::chrono::milliseconds(195));
+  EXPECT_LT(lone.at[0] - sent, std::chrono::milliseconds(3000));
+  EXPECT_EQ(BatchCalls(), 2);
+}
+
+TEST_F(HeartbeatBatcherTest, TheRelaysOwnCredentialMustBeANodes) {
+  api::DhpClient viewer("127.0.0.1:" + std::to_string(server_->port()), 5000, "a-secret-not");
+  HeartbeatBatcherOptions options;
+  options.window_ms = 0;
+  HeartbeatBatcher batcher(viewer, options);
+  Answers answers(1);
+  batcher.Submit("Bearer a-secret", Beat("node-a"), answers.For(0));
+  ASSERT_TRUE(answers.WaitAll(1));
+  EXPECT_EQ(answers.status[0].code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(batcher.stats().failed_batches, 1);
+  EXPECT_EQ(BatchCalls(), 0);
+}
+
+TEST_F(HeartbeatBatcherTest, AnUnreachableControllerAndAFullQueueFailEachHeartbeatAtOnce) {
+  server_.reset();
+  HeartbeatBatcherOptions options;
+  options.window_ms = 60000;
+  options.max_queued = 2;
+  options.senders = 1;
+  auto batcher = std::make_unique<HeartbeatBatcher>(*client_, options);
+  Answers answers(3);
+  for (int i = 0; i < 3; ++i) batcher->Submit("Bearer a-secret", Beat("node-a"), answers.For(i));
+  {
+    std::lock_guard<std::mutex> lock(answers.mu);
+    ASSERT_EQ(answers.done, 1);  // the third, refused at once
+    EXPECT_EQ(answers.status[2].code(), absl::StatusCode::kResourceExhausted);
+  }
+  batcher.reset();  // sends the two queued at once, to nobody
+  ASSERT_TRUE(answers.WaitAll(3, 0));
+  EXPECT_EQ(answers.status[0].code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(answers.status[1].code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(HeartbeatBatcherOptionsTest, BadOptionsNameTheOption) {
+  HeartbeatBatcherOptions o;
+  EXPECT_TRUE(Validate(o).ok());
+  o.max_batch = 1025;
+  EXPECT_EQ(Validate(o).message(), "max_batch: 1025 must be in 1..1024");
+  o = HeartbeatBatcherOptions();
+  o.window_ms = -1;
+  EXPECT_EQ(Validate(o).message(), "window_ms: -1 must be in 0..1000");
+  o = HeartbeatBatcherOptions();
+  o.senders = 0;
+  EXPECT_EQ(Validate(o).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace dhp::worker
