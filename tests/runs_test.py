@@ -181,6 +181,54 @@ class RunsTest(ClusterJobs, unittest.TestCase):
         self.cluster.stop_worker("node-a")  # SIGTERM: the agent removes its socket
         self.assertFalse(os.path.exists(socket))
 
+    def api_calls(self, method):
+        """dhp_api_requests_total of a gRPC method, summed over its status codes."""
+        status, text = self.cluster.http("GET", "/metrics")
+        self.assertEqual(status, 200)
+        total = 0.0
+        for line in text.splitlines():
+            if (line.startswith("dhp_api_requests_total{") and 'method="%s"' % method in line
+                    and 'transport="grpc"' in line):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def test_agents_behind_a_heartbeat_relay_train_and_outlive_the_relay(self):
+        """dhp-relay forwards two agents' heartbeats as HeartbeatBatch calls (no unary Heartbeat
+        reaches the controller); SIGKILLed mid-run, the agents heartbeat to the controller
+        directly, and the job succeeds on its first attempt with no node lost."""
+        relay_bin = os.path.join(os.path.dirname(os.path.dirname(BINS.worker)), "relay",
+                                 "dhp-relay")
+        port_file = os.path.join(self.cluster.tmp.name, "relay-ports.json")
+        log = self.cluster._log("relay.log")
+        relay = subprocess.Popen([relay_bin, "--controller", self.cluster.server, "--listen",
+                                  "127.0.0.1:0", "--port-file", port_file, "--window-ms", "50"],
+                                 stdout=log, stderr=log)
+        try:
+            wait_for(lambda: os.path.exists(port_file), what="the relay's port file")
+            with open(port_file) as f:
+                via = ["--heartbeat-relay", "127.0.0.1:%d" % json.load(f)["grpc_port"]]
+            self.start_worker("node-a", extra=via)
+            self.start_worker("node-b", extra=via)
+            job = self.submit(spec_text(self.cluster, "relayed", steps=30, every=10))
+            self.wait_step(job, 3)
+            batches = self.api_calls("HeartbeatBatch")
+            self.assertGreater(batches, 5)
+            self.assertEqual(self.api_calls("Heartbeat"), 0)
+        finally:
+            relay.kill()
+            relay.wait()
+        self.wait_state(job, "SUCCEEDED")
+        self.assertGreater(self.api_calls("Heartbeat"), 5)
+        got = self.job(job)
+        self.assertEqual(int(got["job"]["latest_step"]), 30)
+        self.assertEqual(len(got["runs"]), 1)
+        for node in ("node-a", "node-b"):
+            self.assertIn("heartbeats go to the controller %s directly" % self.cluster.server,
+                          self.cluster.worker_log(node))
+        nodes = {n["id"]: n for n in self.cluster.dhpctl_json("nodes")["nodes"]}
+        for node in ("node-a", "node-b"):
+            self.assertEqual(nodes[node]["state"], "NODE_STATE_READY")
+
     def test_cancel_mid_run_leaves_no_rank_process(self):
         self.start_worker("node-a")
         job = self.submit(spec_text(self.cluster, "cancel", steps=400, every=0))
