@@ -165,6 +165,16 @@ int Main(int argc, char** argv) {
   app.add_option("--relay-progress-for", o.relay_progress_for,
                  "LABEL of a --controller whose cases relay progress in heartbeats (repeatable; "
                  "the others: a call per report)");
+  app.add_option("--relays", o.relays,
+                 "dhp-relay processes between the agents and each controller (0: none); the "
+                 "agents' heartbeats go to them, over --channels connections")
+      ->check(CLI::Range(0, 64));
+  app.add_option("--relay-binary", o.relay_binary, "The dhp-relay to run")->capture_default_str();
+  app.add_option("--relay-window-ms", o.relay_window_ms, "dhp-relay --window-ms")
+      ->capture_default_str();
+  app.add_option("--controller-channels", o.controller_channels,
+                 "With --relays: the agents' connections to the controller itself (0: "
+                 "--channels)");
   app.add_option("--probe-get-per-s", o.probe_get_per_s, "Prober GetJob calls per second")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);

@@ -287,6 +287,21 @@ Json RunNodeCase(const BenchOptions& o, const std::string& label, const std::str
             << (RelayProgressFor(o, label) ? ", progress relayed in them" : "") << "\n";
   auto keep_going = [&] { return sampler.Tripped().empty(); };
 
+  std::vector<std::unique_ptr<ControllerProcess>> relays;
+  for (int i = 0; i < o.relays; ++i) {
+    auto relay = ControllerProcess::StartRelay(
+        o.relay_binary, target, {"--window-ms", std::to_string(o.relay_window_ms)});
+    if (!relay.ok()) {
+      r["error"] = std::string(relay.status().message());
+      return r;
+    }
+    std::cerr << log << "relay pid " << (*relay)->pid() << " on 127.0.0.1:"
+              << (*relay)->grpc_port() << "\n";
+    relays.push_back(std::move(*relay));
+  }
+  r["relays"] = o.relays;
+  if (o.relays > 0) r["relay_window_ms"] = o.relay_window_ms;
+
   // ---- ramp-up ---------------------------------------------------------------------------------
   FleetOptions fo;
   fo.target = target;
@@ -304,6 +319,10 @@ Json RunNodeCase(const BenchOptions& o, const std::string& label, const std::str
   }
   fo.heartbeat_stream = stream;
   fo.relay_progress = RelayProgressFor(o, label);
+  for (const auto& relay : relays) {
+    fo.heartbeat_targets.push_back("127.0.0.1:" + std::to_string(relay->grpc_port()));
+  }
+  fo.controller_channels = o.controller_channels;
   fo.start_spread_ms = o.heartbeat_interval_ms > 0 ? o.heartbeat_interval_ms : 2000;
   AgentFleet fleet(fo);
   ControllerStubs stubs = ConnectStubs(target);
@@ -376,6 +395,8 @@ Json RunNodeCase(const BenchOptions& o, const std::string& label, const std::str
     fleet.TakeSamples();
     fleet.SetRecording(true);
     const Mark a = TakeMark(controller);
+    double relays_cpu = 0;
+    for (const auto& relay : relays) relays_cpu -= relay->CpuSeconds();
     Prober::Options po;
     po.target = target;
     po.get_per_s = o.probe_get_per_s;
@@ -393,11 +414,17 @@ Json RunNodeCase(const BenchOptions& o, const std::string& label, const std::str
     const bool held = Hold(o.window_s, sampler);
     fleet.SetRecording(false);
     const Mark b = TakeMark(controller);
+    for (const auto& relay : relays) relays_cpu += relay->CpuSeconds();
     prober.Stop();
     scraper.Stop();
     FleetSamples s = fleet.TakeSamples();
     const double wall = std::chrono::duration<double>(b.t - a.t).count();
     Json w = CpuJson(controller, a, b, s.heartbeats_ok, "heartbeat");
+    if (!relays.empty()) {
+      w["relays_cpu_s"] = relays_cpu;
+      w["relays_cpu_us_per_heartbeat"] =
+          s.heartbeats_ok > 0 ? Json(1e6 * relays_cpu / s.heartbeats_ok) : Json(nullptr);
+    }
     w["complete"] = held;
     w.update(SamplesJson(s, wall));
     w["probe_get"] = CallJson(prober.gets(), prober.gets().seconds);

@@ -52,6 +52,13 @@ struct BenchOptions {
   // The ranks' progress relayed in heartbeats: for every controller, or for those labels.
   bool relay_progress = false;
   std::vector<std::string> relay_progress_for;
+  // Heartbeat relays: `relays` dhp-relay processes (relay_binary) per node case, between the
+  // agents and the controller, each batching over relay_window_ms; the agents' own
+  // connections to the controller (registration, progress) are then controller_channels.
+  int relays = 0;
+  std::string relay_binary = "bazel-bin/worker/relay/dhp-relay";
+  int relay_window_ms = 20;
+  int controller_channels = 0;
   // Prober.
   double probe_get_per_s = 20;
   double probe_submit_per_s = 2;

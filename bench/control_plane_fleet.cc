@@ -74,9 +74,13 @@ class AgentFleet::Shard {
     agents_.push_back(std::move(a));
   }
 
-  void Start(std::vector<std::shared_ptr<grpc::Channel>> channels) {
+  // `heartbeats`: the channels the agents' unary heartbeats go on (empty: `channels`).
+  void Start(std::vector<std::shared_ptr<grpc::Channel>> channels,
+             std::vector<std::shared_ptr<grpc::Channel>> heartbeats) {
     for (auto& ch : channels) stubs_.push_back(v1::WorkerService::NewStub(ch));
+    for (auto& ch : heartbeats) hb_stubs_.push_back(v1::WorkerService::NewStub(ch));
     channels_ = std::move(channels);
+    hb_channels_ = std::move(heartbeats);
     // Agents come up at random moments over start_spread_ms, as on a real cluster, so that
     // their heartbeats are spread over the interval rather than in one burst.
     std::uniform_int_distribution<int64_t> start(0, std::max(0, o_.start_spread_ms) * kMs);
@@ -300,7 +304,10 @@ class AgentFleet::Shard {
       Call* c = NewCall(Kind::kHeartbeat, i, o_.heartbeat_deadline_ms);
       c->due_ns = due;
       FillHeartbeatRequest(a, &c->hb_req);
-      c->hb_reader = stubs_[a.channel]->PrepareAsyncHeartbeat(&c->ctx, c->hb_req, &cq_);
+      v1::WorkerService::Stub* stub =
+          hb_stubs_.empty() ? stubs_[a.channel].get()
+                            : hb_stubs_[i % hb_stubs_.size()].get();
+      c->hb_reader = stub->PrepareAsyncHeartbeat(&c->ctx, c->hb_req, &cq_);
       c->hb_reader->StartCall();
       c->hb_reader->Finish(&c->hb_resp, &c->status, c);
     }
@@ -560,6 +567,8 @@ class AgentFleet::Shard {
   grpc::CompletionQueue cq_;
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<v1::WorkerService::Stub>> stubs_;
+  std::vector<std::shared_ptr<grpc::Channel>> hb_channels_;  // to relays (empty: none)
+  std::vector<std::unique_ptr<v1::WorkerService::Stub>> hb_stubs_;
   // heartbeat_stream: the agents' streams; declared after cq_, so destroyed before it.
   std::unique_ptr<fleet::HeartbeatStreams> streams_;
 
@@ -600,20 +609,31 @@ AgentFleet::~AgentFleet() { Stop(); }
 void AgentFleet::Start() {
   if (started_) return;
   started_ = true;
-  const int per_shard = std::max(1, options_.channels / static_cast<int>(shards_.size()));
+  const int shards = static_cast<int>(shards_.size());
+  const bool relayed = !options_.heartbeat_targets.empty();
+  const int to_controller =
+      relayed && options_.controller_channels > 0 ? options_.controller_channels : options_.channels;
+  auto connect = [&](const std::string& target) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // its own HTTP/2 connection
+    args.SetMaxReceiveMessageSize(64 << 20);
+    for (const auto& [name, value] : options_.channel_args) args.SetInt(name, value);
+    auto ch = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+    ch->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return ch;
+  };
+  int relay_next = 0;
   for (auto& shard : shards_) {
-    std::vector<std::shared_ptr<grpc::Channel>> channels;
-    for (int i = 0; i < per_shard; ++i) {
-      grpc::ChannelArguments args;
-      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // its own HTTP/2 connection
-      args.SetMaxReceiveMessageSize(64 << 20);
-      for (const auto& [name, value] : options_.channel_args) args.SetInt(name, value);
-      auto ch =
-          grpc::CreateCustomChannel(options_.target, grpc::InsecureChannelCredentials(), args);
-      ch->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10));
-      channels.push_back(std::move(ch));
+    std::vector<std::shared_ptr<grpc::Channel>> channels, heartbeats;
+    for (int i = 0; i < std::max(1, to_controller / shards); ++i) {
+      channels.push_back(connect(options_.target));
     }
-    shard->Start(std::move(channels));
+    for (int i = 0; relayed && i < std::max(1, options_.channels / shards); ++i) {
+      const std::string& relay = options_.heartbeat_targets[relay_next++ %
+                                                            options_.heartbeat_targets.size()];
+      heartbeats.push_back(connect(relay));
+    }
+    shard->Start(std::move(channels), std::move(heartbeats));
   }
 }
 

@@ -71,6 +71,12 @@ struct FleetOptions {
   int gpus_per_node = 8;
   int64_t gpu_memory_bytes = int64_t{81559} << 20;  // nvidia-smi's 80 GB (81,559 MiB)
   std::string node_prefix = "sim-node-";
+  // Heartbeat relays (dhp-relay, host:port): when set, the agents' unary heartbeats go to these
+  // over `channels` connections of their own (agent i's to the relay of its channel), as
+  // dhp-worker --heartbeat-relay sends them; registration and progress still go to `target`,
+  // over controller_channels connections (0: `channels`).
+  std::vector<std::string> heartbeat_targets;
+  int controller_channels = 0;
   // gRPC channel arguments set on every channel (e.g. grpc.http2.bdp_probe = 0).
   std::vector<std::pair<std::string, int>> channel_args;
 };

@@ -26,16 +26,26 @@ std::string DescribeWaitStatus(int status) {
 }
 
 // Reads {"grpc_port": N, "http_port": M}; false while the file is absent or incomplete.
-bool ReadPortFile(const std::string& path, int* grpc_port, int* http_port) {
+// dhp-controller's {"grpc_port": G, "http_port": H}, or dhp-relay's {"grpc_port": G} (then
+// `http_port` is left 0).
+bool ReadPortFile(const std::string& path, int* grpc_port, int* http_port, bool relay) {
   std::ifstream in(path);
   if (!in) return false;
   std::stringstream text;
   text << in.rdbuf();
   const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("grpc_port") || !j.contains("http_port")) return false;
+  if (!j.is_object() || !j.contains("grpc_port") || !j["grpc_port"].is_number_integer()) {
+    return false;
+  }
   *grpc_port = j["grpc_port"].get<int>();
+  if (relay) return *grpc_port > 0;
+  if (!j.contains("http_port") || !j["http_port"].is_number_integer()) return false;
   *http_port = j["http_port"].get<int>();
   return *grpc_port > 0 && *http_port > 0;
+}
+
+std::string Name(const std::string& binary) {
+  return std::filesystem::path(binary).filename().string();
 }
 
 }  // namespace
@@ -49,9 +59,28 @@ std::string FileTail(const std::string& path, size_t max_bytes) {
   return s.size() > max_bytes ? "..." + s.substr(s.size() - max_bytes) : s;
 }
 
+absl::StatusOr<std::unique_ptr<ControllerProcess>> ControllerProcess::StartRelay(
+    const std::string& binary, const std::string& controller,
+    const std::vector<std::string>& extra_args, std::chrono::milliseconds ready_timeout) {
+  std::vector<std::string> args = {"--controller", controller, "--listen", "127.0.0.1:0"};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  return Spawn(binary, args, ready_timeout, /*relay=*/true);
+}
+
 absl::StatusOr<std::unique_ptr<ControllerProcess>> ControllerProcess::Start(
     const std::string& binary, const std::vector<std::string>& extra_args,
     std::chrono::milliseconds ready_timeout) {
+  return Spawn(binary, extra_args, ready_timeout, /*relay=*/false);
+}
+
+absl::StatusOr<std::unique_ptr<ControllerProcess>> ControllerProcess::Spawn(
+    const std::string& binary, const std::vector<std::string>& extra_args,
+    std::chrono::milliseconds ready_timeout, bool relay) {
+  if (relay && ::access(binary.c_str(), X_OK) != 0) {
+    return absl::NotFoundError("relay binary " + binary +
+                               " is missing or not executable; build it with `bazel build "
+                               "//worker/relay:dhp-relay`");
+  }
   if (::access(binary.c_str(), X_OK) != 0) {
     return absl::NotFoundError("controller binary " + binary +
                                " is missing or not executable; build it with `bazel build "
@@ -67,6 +96,7 @@ absl::StatusOr<std::unique_ptr<ControllerProcess>> ControllerProcess::Start(
   std::vector<std::string> args = {binary,          "--data-dir",  p->temp_dir_ + "/data",
                                    "--grpc-port",   "0",           "--http-port",
                                    "0",             "--port-file", port_file};
+  if (relay) args = {binary, "--port-file", port_file};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
 
   const int log_fd = ::open(p->log_path().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -99,19 +129,19 @@ absl::StatusOr<std::unique_ptr<ControllerProcess>> ControllerProcess::Start(
   p->pid_ = pid;
 
   const auto deadline = std::chrono::steady_clock::now() + ready_timeout;
-  while (!ReadPortFile(port_file, &p->grpc_port_, &p->http_port_)) {
+  while (!ReadPortFile(port_file, &p->grpc_port_, &p->http_port_, relay)) {
     int status = 0;
     if (::waitpid(pid, &status, WNOHANG) == pid) {
       p->pid_ = -1;
       p->exit_ = DescribeWaitStatus(status);
-      return absl::FailedPreconditionError("dhp-controller ended (" + p->exit_ +
+      return absl::FailedPreconditionError(Name(binary) + " ended (" + p->exit_ +
                                            ") before listening; its log:\n" +
                                            FileTail(p->log_path()));
     }
     if (std::chrono::steady_clock::now() > deadline) {
       p->keep_ = true;
       return absl::FailedPreconditionError(
-          "dhp-controller wrote no port file within " + std::to_string(ready_timeout.count()) +
+          Name(binary) + " wrote no port file within " + std::to_string(ready_timeout.count()) +
           " ms; its log (kept in " + p->temp_dir_ + "):\n" + FileTail(p->log_path()));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -1,6 +1,6 @@
 // ControllerProcess: a real dhp-controller child process for benchmarks, on loopback, with a
 // fresh temporary --data-dir, kernel-chosen ports (read back from --port-file) and its log in
-// <temp dir>/controller.log.
+// <temp dir>/controller.log. StartRelay runs a dhp-relay the same way.
 //
 // The destructor stops the process (SIGTERM, then SIGKILL after a grace period) and removes
 // the temporary directory unless keep_temp_dir() was asked for. Not thread-safe.
@@ -27,6 +27,12 @@ class ControllerProcess {
   // (with the log's tail) when the process exits or never writes it.
   static absl::StatusOr<std::unique_ptr<ControllerProcess>> Start(
       const std::string& binary, const std::vector<std::string>& extra_args = {},
+      std::chrono::milliseconds ready_timeout = std::chrono::seconds(30));
+  // The same for a dhp-relay forwarding to `controller` (host:port): --listen 127.0.0.1:0,
+  // --port-file and `extra_args`; http_port() is 0.
+  static absl::StatusOr<std::unique_ptr<ControllerProcess>> StartRelay(
+      const std::string& binary, const std::string& controller,
+      const std::vector<std::string>& extra_args = {},
       std::chrono::milliseconds ready_timeout = std::chrono::seconds(30));
   ~ControllerProcess();
   ControllerProcess(const ControllerProcess&) = delete;
@@ -61,6 +67,9 @@ class ControllerProcess {
 
  private:
   ControllerProcess() = default;
+  static absl::StatusOr<std::unique_ptr<ControllerProcess>> Spawn(
+      const std::string& binary, const std::vector<std::string>& extra_args,
+      std::chrono::milliseconds ready_timeout, bool relay);
 
   pid_t pid_ = -1;
   int grpc_port_ = 0;
