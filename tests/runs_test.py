@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import unittest
+import urllib.request
 
 from dhp_cluster import Binaries, Cluster, wait_for
 
@@ -63,6 +64,18 @@ def rank_pids(job, attempt=None, rank=None):
             continue
         pids.append(int(pid))
     return pids
+
+
+def relay_samples(port):
+    """dhp-relay's /metrics as {series: value}."""
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
+        text = r.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line.startswith("dhp_relay_"):
+            series, value = line.rsplit(" ", 1)
+            samples[series] = float(value)
+    return samples
 
 
 class ClusterJobs:
@@ -194,26 +207,37 @@ class RunsTest(ClusterJobs, unittest.TestCase):
 
     def test_agents_behind_a_heartbeat_relay_train_and_outlive_the_relay(self):
         """dhp-relay forwards two agents' heartbeats as HeartbeatBatch calls (no unary Heartbeat
-        reaches the controller); SIGKILLed mid-run, the agents heartbeat to the controller
-        directly, and the job succeeds on its first attempt with no node lost."""
+        reaches the controller) and counts them on its own /metrics; SIGKILLed mid-run, the
+        agents heartbeat to the controller directly, and the job succeeds on its first attempt
+        with no node lost."""
         relay_bin = os.path.join(os.path.dirname(os.path.dirname(BINS.worker)), "relay",
                                  "dhp-relay")
         port_file = os.path.join(self.cluster.tmp.name, "relay-ports.json")
         log = self.cluster._log("relay.log")
         relay = subprocess.Popen([relay_bin, "--controller", self.cluster.server, "--listen",
-                                  "127.0.0.1:0", "--port-file", port_file, "--window-ms", "50"],
+                                  "127.0.0.1:0", "--port-file", port_file, "--window-ms", "50",
+                                  "--metrics-listen", "127.0.0.1:0"],
                                  stdout=log, stderr=log)
         try:
             wait_for(lambda: os.path.exists(port_file), what="the relay's port file")
             with open(port_file) as f:
-                via = ["--heartbeat-relay", "127.0.0.1:%d" % json.load(f)["grpc_port"]]
+                ports = json.load(f)
+            via = ["--heartbeat-relay", "127.0.0.1:%d" % ports["grpc_port"]]
             self.start_worker("node-a", extra=via)
             self.start_worker("node-b", extra=via)
             job = self.submit(spec_text(self.cluster, "relayed", steps=30, every=10))
             self.wait_step(job, 3)
+            wait_for(lambda: self.api_calls("HeartbeatBatch") > 5, what="6 HeartbeatBatch calls")
+            relayed = relay_samples(ports["metrics_port"])
             batches = self.api_calls("HeartbeatBatch")
-            self.assertGreater(batches, 5)
             self.assertEqual(self.api_calls("Heartbeat"), 0)
+            # The relay counts a batch once its answer is in: at least the 5 the controller had
+            # answered before the scrape, at most what it answered after.
+            self.assertGreaterEqual(relayed['dhp_relay_batches_total{code="OK"}'], 5)
+            self.assertLessEqual(relayed['dhp_relay_batches_total{code="OK"}'], batches)
+            self.assertGreaterEqual(relayed['dhp_relay_heartbeats_total{code="OK"}'],
+                                    relayed['dhp_relay_batches_total{code="OK"}'])
+            self.assertIn("dhp_relay_queued_heartbeats", relayed)
         finally:
             relay.kill()
             relay.wait()

@@ -21,8 +21,17 @@ absl::Status Validate(const HeartbeatBatcherOptions& o) {
   return absl::OkStatus();
 }
 
-HeartbeatBatcher::HeartbeatBatcher(api::DhpClient& controller, HeartbeatBatcherOptions options)
-    : controller_(controller), options_(options) {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+HeartbeatBatcher::HeartbeatBatcher(api::DhpClient& controller, HeartbeatBatcherOptions options,
+                                   HeartbeatBatcherObserver* observer)
+    : controller_(controller), options_(options), observer_(observer) {
   for (int i = 0; i < options_.senders; ++i) senders_.emplace_back([this] { SendLoop(); });
 }
 
@@ -42,11 +51,13 @@ void HeartbeatBatcher::Submit(std::string authorization, v1::HeartbeatRequest he
     const bool full = !stopping_;
     ++stats_.refused;
     lock.unlock();
-    answer(full ? absl::ResourceExhaustedError(absl::StrCat(
-                      "the relay holds ", options_.max_queued,
-                      " heartbeats already; send to the controller directly"))
-                : absl::UnavailableError("the relay is shutting down"),
-           v1::HeartbeatResponse());
+    const absl::Status refusal =
+        full ? absl::ResourceExhaustedError(absl::StrCat(
+                   "the relay holds ", options_.max_queued,
+                   " heartbeats already; send to the controller directly"))
+             : absl::UnavailableError("the relay is shutting down");
+    if (observer_ != nullptr) observer_->OnAnswer(refusal.code(), 0.0);
+    answer(refusal, v1::HeartbeatResponse());
     return;
   }
   queue_.push_back({std::chrono::steady_clock::now(), std::move(authorization),
@@ -59,6 +70,15 @@ void HeartbeatBatcher::Submit(std::string authorization, v1::HeartbeatRequest he
 HeartbeatBatcherStats HeartbeatBatcher::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;
+}
+
+int64_t HeartbeatBatcher::queued() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(queue_.size());
+}
+
+void HeartbeatBatcher::Answered(const Pending& p, const absl::Status& s) {
+  if (observer_ != nullptr) observer_->OnAnswer(s.code(), SecondsSince(p.arrived));
 }
 
 void HeartbeatBatcher::SendLoop() {
@@ -99,6 +119,7 @@ void HeartbeatBatcher::Send(std::vector<Pending> batch) {
     entry->set_authorization(std::move(p.authorization));
     *entry->mutable_heartbeat() = std::move(p.heartbeat);
   }
+  const auto started = std::chrono::steady_clock::now();
   absl::StatusOr<v1::HeartbeatBatchResponse> resp = controller_.HeartbeatBatch(req);
   absl::Status failed = resp.status();
   if (failed.ok() && resp->answers_size() != static_cast<int>(batch.size())) {
@@ -111,18 +132,22 @@ void HeartbeatBatcher::Send(std::vector<Pending> batch) {
     ++stats_.batches;
     if (!failed.ok()) ++stats_.failed_batches;
   }
+  if (observer_ != nullptr) {
+    observer_->OnBatch(static_cast<int>(batch.size()), SecondsSince(started), failed.code());
+  }
   for (size_t i = 0; i < batch.size(); ++i) {
     if (!failed.ok()) {
+      Answered(batch[i], failed);
       batch[i].answer(failed, v1::HeartbeatResponse());
       continue;
     }
     v1::HeartbeatAnswer* a = resp->mutable_answers(static_cast<int>(i));
-    if (a->code() == 0) {
-      batch[i].answer(absl::OkStatus(), std::move(*a->mutable_response()));
-    } else {
-      batch[i].answer(absl::Status(static_cast<absl::StatusCode>(a->code()), a->message()),
-                      v1::HeartbeatResponse());
-    }
+    const absl::Status s = a->code() == 0
+                               ? absl::OkStatus()
+                               : absl::Status(static_cast<absl::StatusCode>(a->code()),
+                                              a->message());
+    Answered(batch[i], s);
+    batch[i].answer(s, s.ok() ? std::move(*a->mutable_response()) : v1::HeartbeatResponse());
   }
 }
 

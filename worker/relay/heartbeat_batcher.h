@@ -42,6 +42,18 @@ struct HeartbeatBatcherOptions {
 // INVALID_ARGUMENT naming the option and its bounds.
 absl::Status Validate(const HeartbeatBatcherOptions& options);
 
+// Told what the batcher does (dhp-relay's /metrics: worker/relay/relay_metrics.h). Called from
+// the batcher's threads and the callers of Submit, concurrently: thread-safe, must not block.
+class HeartbeatBatcherObserver {
+ public:
+  virtual ~HeartbeatBatcherObserver() = default;
+  // One HeartbeatBatch call: how many heartbeats it carried, how long it took, and its outcome
+  // as a whole (OK when the controller answered every heartbeat, whatever each answer).
+  virtual void OnBatch(int heartbeats, double seconds, absl::StatusCode code) = 0;
+  // One heartbeat answered (refusals included): its answer's code and the time since it came.
+  virtual void OnAnswer(absl::StatusCode code, double seconds) = 0;
+};
+
 struct HeartbeatBatcherStats {
   int64_t heartbeats = 0;      // answered, whatever the answer
   int64_t batches = 0;         // HeartbeatBatch calls made
@@ -53,8 +65,9 @@ class HeartbeatBatcher {
  public:
   using Answer = std::function<void(const absl::Status&, v1::HeartbeatResponse)>;
 
-  // `controller` must outlive this; options as Validate accepts them.
-  HeartbeatBatcher(api::DhpClient& controller, HeartbeatBatcherOptions options);
+  // `controller` and `observer` (may be null) must outlive this; options as Validate accepts.
+  HeartbeatBatcher(api::DhpClient& controller, HeartbeatBatcherOptions options,
+                   HeartbeatBatcherObserver* observer = nullptr);
   // What is still queued is sent at once, and this waits for those batches' answers; a
   // Submit from then on is answered UNAVAILABLE.
   ~HeartbeatBatcher();
@@ -63,6 +76,7 @@ class HeartbeatBatcher {
 
   void Submit(std::string authorization, v1::HeartbeatRequest heartbeat, Answer answer);
   HeartbeatBatcherStats stats() const;
+  int64_t queued() const;  // heartbeats waiting for their batch to be sent
 
  private:
   struct Pending {
@@ -76,9 +90,11 @@ class HeartbeatBatcher {
   // stopping with nothing queued.
   std::vector<Pending> Take();
   void Send(std::vector<Pending> batch);
+  void Answered(const Pending& p, const absl::Status& s);  // tells the observer
 
   api::DhpClient& controller_;
   const HeartbeatBatcherOptions options_;
+  HeartbeatBatcherObserver* const observer_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> queue_;  // guarded by mu_

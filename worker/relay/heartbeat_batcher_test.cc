@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "api/auth.h"
@@ -44,6 +45,21 @@ struct Answers {
   bool WaitAll(int n, int timeout_ms = 10000) {
     std::unique_lock<std::mutex> lock(mu);
     return cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return done >= n; });
+  }
+};
+
+// What a HeartbeatBatcherObserver was told.
+struct Recorder final : HeartbeatBatcherObserver {
+  std::mutex mu;
+  std::vector<std::pair<int, absl::StatusCode>> batches;  // size, code
+  std::vector<std::pair<absl::StatusCode, double>> answers;
+  void OnBatch(int heartbeats, double, absl::StatusCode code) override {
+    std::lock_guard<std::mutex> lock(mu);
+    batches.emplace_back(heartbeats, code);
+  }
+  void OnAnswer(absl::StatusCode code, double seconds) override {
+    std::lock_guard<std::mutex> lock(mu);
+    answers.emplace_back(code, seconds);
   }
 };
 
@@ -84,7 +100,8 @@ TEST_F(HeartbeatBatcherTest, HeartbeatsThatArriveTogetherShareOneCallAndEachGets
   HeartbeatBatcherOptions options;
   options.window_ms = 300;
   options.senders = 1;  // FakeOwnersService is not thread-safe
-  HeartbeatBatcher batcher(*client_, options);
+  Recorder told;
+  HeartbeatBatcher batcher(*client_, options, &told);
   constexpr int kBeats = 40;
   Answers answers(kBeats);
   for (int i = 0; i < kBeats; ++i) {
@@ -110,6 +127,18 @@ TEST_F(HeartbeatBatcherTest, HeartbeatsThatArriveTogetherShareOneCallAndEachGets
   EXPECT_EQ(stats.heartbeats, kBeats);
   EXPECT_EQ(stats.batches, 1);
   EXPECT_EQ(stats.failed_batches, 0);
+  std::lock_guard<std::mutex> lock(told.mu);
+  ASSERT_EQ(told.batches.size(), 1u);
+  EXPECT_EQ(told.batches[0], std::make_pair(kBeats, absl::StatusCode::kOk));
+  ASSERT_EQ(told.answers.size(), static_cast<size_t>(kBeats));
+  int denied = 0;
+  for (const auto& [code, seconds] : told.answers) {
+    denied += code == absl::StatusCode::kPermissionDenied;
+    EXPECT_TRUE(code == absl::StatusCode::kOk || code == absl::StatusCode::kPermissionDenied);
+    EXPECT_GE(seconds, 0.25);  // each waited (most of) the 300 ms window
+    EXPECT_LT(seconds, 10.0);
+  }
+  EXPECT_EQ(denied, 1);
 }
 
 TEST_F(HeartbeatBatcherTest, AFullBatchGoesAtOnceAndALoneHeartbeatWaitsTheWindow) {
@@ -156,7 +185,8 @@ TEST_F(HeartbeatBatcherTest, AnUnreachableControllerAndAFullQueueFailEachHeartbe
   options.window_ms = 60000;
   options.max_queued = 2;
   options.senders = 1;
-  auto batcher = std::make_unique<HeartbeatBatcher>(*client_, options);
+  Recorder told;
+  auto batcher = std::make_unique<HeartbeatBatcher>(*client_, options, &told);
   Answers answers(3);
   for (int i = 0; i < 3; ++i) batcher->Submit("Bearer a-secret", Beat("node-a"), answers.For(i));
   {
@@ -164,10 +194,17 @@ TEST_F(HeartbeatBatcherTest, AnUnreachableControllerAndAFullQueueFailEachHeartbe
     ASSERT_EQ(answers.done, 1);  // the third, refused at once
     EXPECT_EQ(answers.status[2].code(), absl::StatusCode::kResourceExhausted);
   }
+  EXPECT_EQ(batcher->queued(), 2);
   batcher.reset();  // sends the two queued at once, to nobody
   ASSERT_TRUE(answers.WaitAll(3, 0));
   EXPECT_EQ(answers.status[0].code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(answers.status[1].code(), absl::StatusCode::kUnavailable);
+  ASSERT_EQ(told.answers.size(), 3u);
+  EXPECT_EQ(told.answers[0], std::make_pair(absl::StatusCode::kResourceExhausted, 0.0));
+  EXPECT_EQ(told.answers[1].first, absl::StatusCode::kUnavailable);
+  EXPECT_EQ(told.answers[2].first, absl::StatusCode::kUnavailable);
+  ASSERT_EQ(told.batches.size(), 1u);
+  EXPECT_EQ(told.batches[0], std::make_pair(2, absl::StatusCode::kUnavailable));
 }
 
 TEST(HeartbeatBatcherOptionsTest, BadOptionsNameTheOption) {

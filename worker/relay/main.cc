@@ -12,23 +12,47 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
 #include "api/auth.h"
 #include "api/client.h"
+#include "api/http_server.h"
 #include "api/tls.h"
 #include "common/logging.h"
 #include "worker/relay/heartbeat_batcher.h"
+#include "worker/relay/relay_metrics.h"
 #include "worker/relay/relay_server.h"
 
 namespace {
 
-bool WritePortFile(const std::string& path, int port) {
+// {"grpc_port": G} and, with metrics served, "metrics_port": M.
+bool WritePortFile(const std::string& path, int port, int metrics_port) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp);
-    out << "{\"grpc_port\": " << port << "}\n";
+    out << "{\"grpc_port\": " << port;
+    if (metrics_port > 0) out << ", \"metrics_port\": " << metrics_port;
+    out << "}\n";
     if (!out) return false;
   }
   return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+// "host:port" (an IPv6 host in brackets) into options; false when it does not parse.
+bool ParseListen(const std::string& listen, dhp::api::HttpServerOptions* options) {
+  const size_t colon = listen.rfind(':');
+  int port = -1;
+  if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &port) ||
+      port < 0 || port > 65535) {
+    return false;
+  }
+  std::string host = listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host.empty()) return false;
+  options->address = host;
+  options->port = static_cast<uint16_t>(port);
+  return true;
 }
 
 }  // namespace
@@ -37,7 +61,7 @@ int main(int argc, char** argv) {
   CLI::App app{"dhp-relay: forwards agents' heartbeats to the dhp controller in batches"};
   const char* env_server = std::getenv("DHP_SERVER");
   std::string server = env_server ? env_server : "127.0.0.1:7070";
-  std::string listen = "0.0.0.0:7075", port_file, token_file;
+  std::string listen = "0.0.0.0:7075", metrics_listen, port_file, token_file;
   dhp::api::TlsClientFiles tls_files;
   dhp::api::AddTlsClientFlags(app, &tls_files);
   dhp::api::TlsServerFiles serve_tls;
@@ -48,7 +72,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--listen", listen, "Where agents reach this relay, host:port (port 0: any)")
       ->capture_default_str();
-  app.add_option("--port-file", port_file, "Write {\"grpc_port\": N} here once listening");
+  app.add_option("--metrics-listen", metrics_listen,
+                 "Serve Prometheus metrics at GET /metrics (and /healthz) on host:port (port 0: "
+                 "any); off when empty");
+  app.add_option("--port-file", port_file,
+                 "Write {\"grpc_port\": N, \"metrics_port\": M} here once listening");
   app.add_option("--token-file", token_file,
                  "File with this relay's own token: a node's (env DHP_TOKEN holds the token "
                  "itself). Each heartbeat still goes with its agent's token.");
@@ -77,6 +105,11 @@ int main(int argc, char** argv) {
   if (absl::Status s = dhp::worker::Validate(batching); !s.ok()) {
     return fail(std::string(s.message()));
   }
+  dhp::api::HttpServerOptions http;
+  http.max_connections = 64;
+  if (!metrics_listen.empty() && !ParseListen(metrics_listen, &http)) {
+    return fail("--metrics-listen: \"" + metrics_listen + "\" is not host:port");
+  }
   const char* env_token = std::getenv("DHP_TOKEN");
   std::string token = env_token ? env_token : "";
   if (!token_file.empty()) {
@@ -96,11 +129,19 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   dhp::api::DhpClient controller(server, timeout_ms, token, *tls);
-  dhp::worker::HeartbeatBatcher batcher(controller, batching);
+  dhp::worker::RelayMetrics metrics;
+  dhp::worker::HeartbeatBatcher batcher(controller, batching, &metrics);
+  metrics.SetQueued([&batcher] { return batcher.queued(); });
+  dhp::api::HttpServer metrics_server(http, dhp::worker::RelayHttpHandler(metrics));
+  if (!metrics_listen.empty()) {
+    if (absl::Status s = metrics_server.Start(); !s.ok()) {
+      return fail("--metrics-listen " + metrics_listen + ": " + std::string(s.message()));
+    }
+  }
   absl::StatusOr<std::unique_ptr<dhp::worker::RelayServer>> relay =
       dhp::worker::RelayServer::Start(listen, batcher, *served);
   if (!relay.ok()) return fail(std::string(relay.status().message()));
-  if (!port_file.empty() && !WritePortFile(port_file, (*relay)->port())) {
+  if (!port_file.empty() && !WritePortFile(port_file, (*relay)->port(), metrics_server.port())) {
     return fail("cannot write the port file " + port_file);
   }
   DHP_LOG(INFO) << "dhp-relay: agents' heartbeats on port " << (*relay)->port() << " go to "
@@ -109,6 +150,7 @@ int main(int argc, char** argv) {
   int sig = 0;
   sigwait(&signals, &sig);
   relay->reset();  // no new heartbeats; those in flight are answered
+  metrics_server.Stop();
   const dhp::worker::HeartbeatBatcherStats stats = batcher.stats();
   DHP_LOG(INFO) << "dhp-relay: signal " << sig << ", stopping after relaying " << stats.heartbeats
                 << " heartbeats in " << stats.batches << " batches (" << stats.failed_batches
