@@ -1,14 +1,15 @@
 """Checks the deployment files under deploy/ against the binaries they run.
 
-Usage: deploy_test.py CONTROLLER WORKER DEPLOY_DIR [unittest args].
+Usage: deploy_test.py CONTROLLER WORKER RELAY DEPLOY_DIR [unittest args].
 
 Every flag in the systemd units, the Kubernetes manifests and the Dockerfile's CMD must be one
 the binary's --help lists; the Kubernetes ConfigMap's controller.yaml must pass
 `dhp-controller --check-config`; Services, probes and scrape configs must use its ports; the
 worker DaemonSet must get GPUs, host networking and IPC; promtool must accept the Prometheus
-configs. Manifests are read with PyYAML (Debian python3-yaml, which tools/setup.sh installs);
-without it the structural checks fail, unless DHP_NO_YAML=1 says to skip them. A missing
-promtool fails likewise unless DHP_NO_PROMTOOL=1.
+configs; the relay overlay (deploy/k8s/relay) must point agents at the relay Service and
+Prometheus at every relay pod. Manifests are read with PyYAML (Debian python3-yaml, which
+tools/setup.sh installs); without it the structural checks fail, unless DHP_NO_YAML=1 says to
+skip them. A missing promtool fails likewise unless DHP_NO_PROMTOOL=1.
 """
 
 import glob
@@ -27,7 +28,7 @@ try:
 except ImportError:  # python3-yaml is not among tools/setup.sh's packages
     yaml = None
 
-CONTROLLER = WORKER = DEPLOY = None
+CONTROLLER = WORKER = RELAY = DEPLOY = None
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 
 
@@ -61,7 +62,8 @@ def needs_yaml(test):
 class DeployTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.flags = {"dhp-controller": help_flags(CONTROLLER), "dhp-worker": help_flags(WORKER)}
+        cls.flags = {"dhp-controller": help_flags(CONTROLLER), "dhp-worker": help_flags(WORKER),
+                     "dhp-relay": help_flags(RELAY)}
         cls.k8s = os.path.join(DEPLOY, "k8s")
         cls.docs = {}  # k8s file name -> its YAML documents
         if yaml is None:
@@ -166,10 +168,21 @@ class DeployTest(unittest.TestCase):
         env = read(os.path.join(DEPLOY, "systemd", "worker.env.example"))
         self.assertRegex(env, r"(?m)^DHP_SERVER=")
         self.assertRegex(env, r"(?m)^DHP_TOKEN=")
+        self.assertRegex(env, r"(?m)^#DHP_HEARTBEAT_RELAY=\S+:7075$")
+        self.assertIn("(Env:DHP_HEARTBEAT_RELAY)", subprocess.run(
+            [WORKER, "--help"], capture_output=True, text=True, timeout=30).stdout)
+        relay = units["dhp-relay.service"]
+        self.assertEqual(relay["EnvironmentFile"], "/etc/dhp/relay.env")
+        argv = shlex.split(relay["ExecStart"])
+        self.assertIn("0.0.0.0:7075", argv[argv.index("--listen") + 1])
+        self.assertEqual(argv[argv.index("--metrics-listen") + 1], "0.0.0.0:7076")
+        env = read(os.path.join(DEPLOY, "systemd", "relay.env.example"))
+        self.assertRegex(env, r"(?m)^DHP_SERVER=")
+        self.assertRegex(env, r"(?m)^DHP_TOKEN=")
 
     def test_kubernetes_containers_use_known_flags(self):
         if yaml is None:  # text fallback: any flag in the manifests is some binary's flag
-            known = self.flags["dhp-controller"] | self.flags["dhp-worker"]
+            known = set().union(*self.flags.values())
             for path in glob.glob(os.path.join(self.k8s, "*.yaml")):
                 unknown = set(FLAG.findall(strip_comments(read(path)))) - known
                 self.assertFalse(unknown, "%s: %s" % (path, sorted(unknown)))
@@ -331,6 +344,56 @@ class DeployTest(unittest.TestCase):
         for e in by_kind["DaemonSet"]["spec"]["template"]["spec"]["containers"][0]["env"]:
             self.assertIn(e["name"], worker_help)
 
+    def test_relay_overlay_points_agents_and_prometheus_at_the_relays(self):
+        needs_yaml(self)
+        overlay = os.path.join(self.k8s, "relay")
+        kustomization = yaml.safe_load(read(os.path.join(overlay, "kustomization.yaml")))
+        self.assertEqual(kustomization["resources"], ["../", "relay.yaml"])
+        base = yaml.safe_load(read(os.path.join(self.k8s, "kustomization.yaml")))
+        for key in ("namespace", "images"):  # the base's apply to the base's objects only
+            self.assertEqual(kustomization[key], base[key], key)
+        docs = [d for d in yaml.safe_load_all(read(os.path.join(overlay, "relay.yaml"))) if d]
+        by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+        deployment = by[("Deployment", "dhp-relay")]["spec"]
+        (c,) = deployment["template"]["spec"]["containers"]
+        argv = c["command"] + c["args"]
+        self.assert_known(argv, "Deployment dhp-relay")
+        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        flag = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in c["args"]}
+        self.assertEqual(flag["--listen"], "0.0.0.0:%d" % ports["grpc"])
+        self.assertEqual(flag["--metrics-listen"], "0.0.0.0:%d" % ports["metrics"])
+        for probe in ("livenessProbe", "readinessProbe"):
+            self.assertEqual(c[probe]["httpGet"], {"path": "/healthz", "port": "metrics"})
+        env = {e["name"]: e for e in c["env"]}
+        grpc = [p["port"] for p in self.one("Service", "dhp-controller")["spec"]["ports"]
+                if p["name"] == "grpc"][0]
+        self.assertEqual(env["DHP_SERVER"]["value"], "dhp-controller:%d" % grpc)
+        self.assertEqual(env["DHP_TOKEN"]["valueFrom"]["secretKeyRef"]["name"], "dhp-api-token")
+        labels = deployment["template"]["metadata"]["labels"]
+        self.assertEqual(deployment["selector"]["matchLabels"], labels)
+        service = by[("Service", "dhp-relay")]["spec"]
+        headless = by[("Service", "dhp-relay-headless")]["spec"]
+        self.assertEqual(service["selector"], labels)
+        self.assertEqual(headless["selector"], labels)
+        self.assertEqual(headless["clusterIP"], "None")
+        (svc_port,) = service["ports"]
+        self.assertEqual(svc_port["targetPort"], "grpc")
+        # The agents' patch: the relay Service's port, by the variable dhp-worker reads.
+        (patch,) = kustomization["patches"]
+        patch = yaml.safe_load(read(os.path.join(overlay, patch["path"])))
+        self.assertEqual((patch["kind"], patch["metadata"]["name"]), ("DaemonSet", "dhp-worker"))
+        (w,) = patch["spec"]["template"]["spec"]["containers"]
+        self.assertEqual(w["name"], self.container("DaemonSet", "dhp-worker")["name"])
+        self.assertEqual(w["env"], [{"name": "DHP_HEARTBEAT_RELAY",
+                                     "value": "dhp-relay:%d" % svc_port["port"]}])
+        # Prometheus scrapes every relay pod's metrics port.
+        prom = yaml.safe_load(read(os.path.join(DEPLOY, "prometheus",
+                                                "prometheus-kubernetes.yml")))
+        (job,) = [j for j in prom["scrape_configs"] if j["job_name"] == "dhp-relay"]
+        (sd,) = job["dns_sd_configs"]
+        self.assertEqual(sd["names"], ["dhp-relay-headless.dhp.svc.cluster.local"])
+        self.assertEqual(sd["port"], ports["metrics"])
+
     def test_promtool_accepts_the_scrape_configs(self):
         promtool = shutil.which("promtool") or "/usr/bin/promtool"
         if os.environ.get("DHP_NO_PROMTOOL"):
@@ -348,5 +411,5 @@ class DeployTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    CONTROLLER, WORKER, DEPLOY = (os.path.abspath(a) for a in sys.argv[1:4])
-    unittest.main(argv=[sys.argv[0]] + sys.argv[4:], verbosity=2)
+    CONTROLLER, WORKER, RELAY, DEPLOY = (os.path.abspath(a) for a in sys.argv[1:5])
+    unittest.main(argv=[sys.argv[0]] + sys.argv[5:], verbosity=2)

@@ -49,6 +49,7 @@ DATA_ROOT = None
 DASHBOARDS = "dashboards"
 ALERTS = "deploy/prometheus/alerts.yml"
 CONTRACT = "controller/run_metrics.h"
+RELAY_CONTRACT = "worker/relay/relay_metrics.h"
 PROMTOOL = "/usr/bin/promtool"
 PROMETHEUS = "/usr/bin/prometheus"
 
@@ -175,6 +176,11 @@ def http_get_json(url, timeout=10):
         return json.loads(e.read().decode())
 
 
+def http_get_text(url, timeout=10):
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return resp.read().decode()
+
+
 def need_promtool(test):
     if os.environ.get("DHP_NO_PROMTOOL"):
         test.skipTest("DHP_NO_PROMTOOL is set")
@@ -204,18 +210,25 @@ class MetricNamesTest(unittest.TestCase):
         try:
             cluster.start_controller()
             status, text = cluster.http("GET", "/metrics")
+            relay, ports = runs_test.start_relay(cluster)
+            try:
+                relay_text = http_get_text("http://127.0.0.1:%d/metrics" % ports["metrics_port"])
+            finally:
+                relay.terminate()
+                relay.wait()
         finally:
             cluster.close()
         self.assertEqual(status, 200, text)
         families = exported_families(text)
-        exported = sample_names(families) | SYNTHETIC
+        relay_families = exported_families(relay_text)
+        exported = sample_names(families) | sample_names(relay_families) | SYNTHETIC
         used, missing = set(), []
         for where, expr in queries:
             names = metric_names(expr)
             self.assertTrue(names, "%s: no metric in %r" % (where, expr))
             used |= names
             missing += ["%s (%s)" % (n, where) for n in sorted(names - exported)]
-        self.assertEqual(missing, [], "used but not exported by dhp-controller")
+        self.assertEqual(missing, [], "used but not exported by dhp-controller or dhp-relay")
         for name in ["dhp_job_step", "dhp_job_restarts", "dhp_job_last_progress_timestamp_seconds",
                      "dhp_stage_tokens_per_second", "dhp_stage_step_seconds",
                      "dhp_stage_memory_bytes", "dhp_collective_bytes", "dhp_nodes", "dhp_slots",
@@ -228,6 +241,11 @@ class MetricNamesTest(unittest.TestCase):
         undocumented = sorted(n for n in families
                               if n.startswith("dhp_") and n not in contract | BASE_FAMILIES)
         self.assertEqual(undocumented, [], "exported but not documented in " + CONTRACT)
+        with open(RELAY_CONTRACT) as f:
+            relay_contract = set(re.findall(r"\bdhp_relay_[a-z0-9_]+", f.read()))
+        self.assertEqual(sorted(relay_families), sorted(relay_contract),
+                         "dhp-relay's families and those " + RELAY_CONTRACT + " documents")
+        self.assertIn("dhp_relay_heartbeats_total", used)
 
     def test_dashboards_are_well_formed(self):
         paths = sorted(glob.glob(os.path.join(DASHBOARDS, "*.json")))
@@ -276,7 +294,7 @@ class RulesTest(unittest.TestCase):
         out = subprocess.run([PROMTOOL, "check", "rules", ALERTS], capture_output=True,
                              text=True, timeout=60)
         self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
-        self.assertIn("SUCCESS: 5 rules found", out.stdout + out.stderr)
+        self.assertIn("SUCCESS: 7 rules found", out.stdout + out.stderr)
         names = [where.split(": ", 1)[1] for where, _ in rule_exprs(ALERTS)]
         for alert in ["DhpJobStalled", "DhpJobRestartLoop", "DhpNodeLost",
                       "DhpRankMemoryNearCapacity"]:
@@ -371,6 +389,21 @@ tests:
         values: '100x20'
       - series: 'up{job="dhp-controller",instance="c"}'
         values: '1 1 0 0 0 0 0 0 0 0 0'
+      # Relay r1 goes down at 2m; r2 stays up.
+      - series: 'up{job="dhp-relay",instance="r1"}'
+        values: '1 1 0 0 0 0 0 0 0 0 0'
+      - series: 'up{job="dhp-relay",instance="r2"}'
+        values: '1x20'
+      # Per minute: r1 answers 60 OK (then stops, as it is down); r2 60 OK and, from 1m on,
+      # 30 UNAVAILABLE (a third failed); r3 600 OK and 30 DEADLINE_EXCEEDED (5%).
+      - series: 'dhp_relay_heartbeats_total{code="OK",job="dhp-relay",instance="r2"}'
+        values: '0+60x20'
+      - series: 'dhp_relay_heartbeats_total{code="UNAVAILABLE",job="dhp-relay",instance="r2"}'
+        values: '0 0+30x19'
+      - series: 'dhp_relay_heartbeats_total{code="OK",job="dhp-relay",instance="r3"}'
+        values: '0+600x20'
+      - series: 'dhp_relay_heartbeats_total{code="DEADLINE_EXCEEDED",job="dhp-relay",instance="r3"}'
+        values: '0+30x20'
     promql_expr_test:
 """ + "".join([
     firing("DhpJobStalled", "7m"),  # stalled since 5m+, pending for 2m
@@ -384,6 +417,10 @@ tests:
     firing("DhpRankMemoryNearCapacity", "6m", 'job="j-cpu",rank="0",severity="warning"',
            'job="j-gpu",rank="0",severity="warning"'),
     firing("DhpControllerDown", "4m", 'instance="c",job="dhp-controller",severity="critical"'),
+    firing("DhpRelayDown", "3m"),
+    firing("DhpRelayDown", "4m", 'instance="r1",job="dhp-relay",severity="warning"'),
+    firing("DhpRelayHeartbeatsFailing", "5m"),
+    firing("DhpRelayHeartbeatsFailing", "12m", 'instance="r2",severity="warning"'),
 ])
 
 
@@ -515,7 +552,7 @@ class PrometheusTest(unittest.TestCase):
         rules = http_get_json("http://127.0.0.1:%d/api/v1/rules" % self.port)
         self.assertEqual(rules["status"], "success")
         loaded = [r for g in rules["data"]["groups"] for r in g["rules"]]
-        self.assertEqual(len(loaded), 5, loaded)
+        self.assertEqual(len(loaded), 7, loaded)
         def rules_ok():
             got = http_get_json("http://127.0.0.1:%d/api/v1/rules" % self.port)
             return all(r["health"] == "ok" for g in got["data"]["groups"] for r in g["rules"])

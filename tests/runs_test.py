@@ -66,6 +66,26 @@ def rank_pids(job, attempt=None, rank=None):
     return pids
 
 
+def start_relay(cluster, *args):
+    """A real dhp-relay for `cluster`'s controller (the one built beside BINS.worker), with
+    its /metrics on: (the process, {"grpc_port": G, "metrics_port": M})."""
+    binary = os.path.join(os.path.dirname(os.path.dirname(cluster.bins.worker)), "relay",
+                          "dhp-relay")
+    port_file = os.path.join(cluster.tmp.name, "relay-ports.json")
+    log = cluster._log("relay.log")
+    relay = subprocess.Popen([binary, "--controller", cluster.server, "--listen", "127.0.0.1:0",
+                              "--port-file", port_file, "--metrics-listen", "127.0.0.1:0"]
+                             + list(args), stdout=log, stderr=log)
+    try:
+        wait_for(lambda: os.path.exists(port_file), what="the relay's port file")
+        with open(port_file) as f:
+            return relay, json.load(f)
+    except BaseException:
+        relay.kill()
+        relay.wait()
+        raise
+
+
 def relay_samples(port):
     """dhp-relay's /metrics as {series: value}."""
     with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
@@ -210,18 +230,8 @@ class RunsTest(ClusterJobs, unittest.TestCase):
         reaches the controller) and counts them on its own /metrics; SIGKILLed mid-run, the
         agents heartbeat to the controller directly, and the job succeeds on its first attempt
         with no node lost."""
-        relay_bin = os.path.join(os.path.dirname(os.path.dirname(BINS.worker)), "relay",
-                                 "dhp-relay")
-        port_file = os.path.join(self.cluster.tmp.name, "relay-ports.json")
-        log = self.cluster._log("relay.log")
-        relay = subprocess.Popen([relay_bin, "--controller", self.cluster.server, "--listen",
-                                  "127.0.0.1:0", "--port-file", port_file, "--window-ms", "50",
-                                  "--metrics-listen", "127.0.0.1:0"],
-                                 stdout=log, stderr=log)
+        relay, ports = start_relay(self.cluster, "--window-ms", "50")
         try:
-            wait_for(lambda: os.path.exists(port_file), what="the relay's port file")
-            with open(port_file) as f:
-                ports = json.load(f)
             via = ["--heartbeat-relay", "127.0.0.1:%d" % ports["grpc_port"]]
             self.start_worker("node-a", extra=via)
             self.start_worker("node-b", extra=via)

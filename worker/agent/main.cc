@@ -87,6 +87,7 @@ int main(int argc, char** argv) {
                  "Send heartbeats through this dhp-relay, host:port, which forwards its agents' "
                  "heartbeats to the controller in batches (for clusters of thousands of nodes); "
                  "when it fails they go to the controller directly")
+      ->envname("DHP_HEARTBEAT_RELAY")
       ->excludes("--heartbeat-stream");
   bool no_progress_relay = false;
   std::string progress_socket;
