@@ -10,17 +10,16 @@
 #include <vector>
 
 #include "api/authz.h"
+#include "api/grpc_decode.h"
 #include "api/grpc_status.h"
 #include "common/call_pool.h"
 #include "common/cancel_signal.h"
-#include "common/proto_utf8.h"
 #include "common/serial_worker.h"
 #include "dhp/v1/service.grpc.pb.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
-#include "grpcpp/support/proto_buffer_reader.h"
 
 namespace dhp::api {
 namespace {
@@ -113,27 +112,6 @@ constexpr auto AsyncMethod() {
   } else {
     return nullptr;
   }
-}
-
-// `bytes` decoded into `msg`, or INVALID_ARGUMENT saying why not, naming the field whose text
-// is not UTF-8 when that is the reason.
-absl::Status DecodeRequest(const grpc::ByteBuffer& bytes, google::protobuf::Message* msg) {
-  grpc::ByteBuffer copy(bytes);  // shares the slices; the reader needs a mutable buffer
-  grpc::ProtoBufferReader reader(&copy);
-  if (msg->ParseFromZeroCopyStream(&reader)) return absl::OkStatus();
-  std::vector<grpc::Slice> slices;
-  std::string wire;
-  if (bytes.Dump(&slices).ok()) {
-    for (const grpc::Slice& slice : slices) {
-      wire.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
-    }
-  }
-  const std::string what = "request (protobuf " + msg->GetTypeName() + "): ";
-  const std::string field = InvalidUtf8InEncoding(wire, *msg->GetDescriptor());
-  if (!field.empty()) return absl::InvalidArgumentError(what + field);
-  return absl::InvalidArgumentError(what + std::to_string(wire.size()) +
-                                    " bytes that do not decode as this message (truncated, or "
-                                    "not protobuf's binary encoding)");
 }
 
 // A rendezvous wait's call (KvGet, KvWait). The wait holds no thread; when the client gives
