@@ -8,8 +8,9 @@
 // agent's own Heartbeat call; the batch itself goes with the relay's credential (a node's
 // token). Each `Answer` gets what the controller answered to that heartbeat (NOT_FOUND,
 // PERMISSION_DENIED, ... or the response), or the batch's failure (UNAVAILABLE when the
-// controller cannot be reached, DEADLINE_EXCEEDED past the client's deadline). More than `max_queued`
-// waiting: RESOURCE_EXHAUSTED at once, so that the agent goes to the controller directly.
+// controller cannot be reached, DEADLINE_EXCEEDED past the client's deadline). More than
+// `max_queued` waiting: RESOURCE_EXHAUSTED at once, so that the agent goes to the controller
+// directly.
 //
 // `senders` threads each send one batch at a time. Thread-safe; Answer runs on a sender thread
 // (or on the caller's, for a refusal) and must not block.

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <utility>
 
+#include "api/grpc_decode.h"
 #include "api/grpc_status.h"
 #include "dhp/v1/service.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -10,22 +11,39 @@
 
 namespace dhp::worker {
 
-class RelayServer::Service final : public v1::WorkerService::CallbackService {
+// Heartbeat as a raw method: the relay decodes the request itself, so that bytes protobuf
+// refuses get INVALID_ARGUMENT saying why (as the controller answers them), not gRPC's bare
+// UNIMPLEMENTED. Every other WorkerService method stays UNIMPLEMENTED.
+class RelayServer::Service final
+    : public v1::WorkerService::WithRawCallbackMethod_Heartbeat<
+          v1::WorkerService::CallbackService> {
  public:
   explicit Service(HeartbeatBatcher& batcher) : batcher_(batcher) {}
 
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
-                                      const v1::HeartbeatRequest* req,
-                                      v1::HeartbeatResponse* resp) override {
+                                      const grpc::ByteBuffer* req,
+                                      grpc::ByteBuffer* resp) override {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    v1::HeartbeatRequest heartbeat;
+    if (absl::Status s = api::DecodeRequest(*req, &heartbeat); !s.ok()) {
+      reactor->Finish(api::ToGrpcStatus(s));
+      return reactor;
+    }
     std::string authorization;
     auto it = ctx->client_metadata().find("authorization");
-    if (it != ctx->client_metadata().end()) authorization.assign(it->second.data(), it->second.size());
+    if (it != ctx->client_metadata().end()) {
+      authorization.assign(it->second.data(), it->second.size());
+    }
     // gRPC keeps `resp` until Finish, which the answer calls last.
-    batcher_.Submit(std::move(authorization), *req,
+    batcher_.Submit(std::move(authorization), std::move(heartbeat),
                     [reactor, resp](const absl::Status& s, v1::HeartbeatResponse answer) {
-                      if (s.ok()) *resp = std::move(answer);
-                      reactor->Finish(api::ToGrpcStatus(s));
+                      if (!s.ok()) {
+                        reactor->Finish(api::ToGrpcStatus(s));
+                        return;
+                      }
+                      bool own_buffer = false;
+                      reactor->Finish(grpc::SerializationTraits<v1::HeartbeatResponse>::Serialize(
+                          answer, resp, &own_buffer));
                     });
     return reactor;
   }

@@ -1,7 +1,8 @@
 // RelayServer: dhp-relay's gRPC server. Agents (dhp-worker --heartbeat-relay) send it their
 // WorkerService.Heartbeat calls; it hands each, with the caller's `authorization`, to a
 // HeartbeatBatcher and answers the call with what the controller answered to that heartbeat.
-// Every other method is UNIMPLEMENTED: agents register, ship logs and take rank tokens from the
+// A request that does not decode is INVALID_ARGUMENT saying why. Every other method is
+// UNIMPLEMENTED: agents register, ship logs and take rank tokens from the
 // controller itself, and ranks never talk to a relay. grpc.health.v1 answers SERVING.
 //
 // Thread-safety: construct and destroy on one thread; gRPC calls in from its own threads.

@@ -1,0 +1,101 @@
+// RelayServer over real gRPC, in front of a real gRPC server (api/grpc_server over
+// FakeOwnersService with per-node tokens): a heartbeat through the relay gets the controller's
+// answer for that agent's token; bytes protobuf refuses get INVALID_ARGUMENT naming the field,
+// without reaching the controller; other methods are UNIMPLEMENTED; health answers SERVING.
+#include "worker/relay/relay_server.h"
+
+#include <memory>
+#include <string>
+
+#include "api/auth.h"
+#include "api/client.h"
+#include "api/fake_owners_service.h"
+#include "api/grpc_server.h"
+#include "gtest/gtest.h"
+#include "tests/grpc_raw.h"
+
+namespace dhp::worker {
+namespace {
+
+constexpr char kHeartbeat[] = "/dhp.v1.WorkerService/Heartbeat";
+
+class RelayServerTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    api::AuthSettings settings;
+    settings.nodes = {{"node-a", api::Sha256Hex("a-secret")},
+                      {"relay-1", api::Sha256Hex("relay-secret")}};
+    settings.rank_key = std::string(32, 'k');
+    auth_ = *api::TokenAuth::Create(settings);
+    auto server = api::GrpcServer::Start("127.0.0.1:0", service_, auth_, api::TlsPems(), 0);
+    ASSERT_TRUE(server.ok()) << server.status();
+    controller_ = std::move(*server);
+    upstream_ = std::make_unique<api::DhpClient>(
+        "127.0.0.1:" + std::to_string(controller_->port()), 5000, "relay-secret");
+    HeartbeatBatcherOptions options;
+    options.window_ms = 5;
+    options.senders = 1;  // FakeOwnersService is not thread-safe
+    batcher_ = std::make_unique<HeartbeatBatcher>(*upstream_, options);
+    auto relay = RelayServer::Start("127.0.0.1:0", *batcher_, api::TlsPems());
+    ASSERT_TRUE(relay.ok()) << relay.status();
+    relay_ = std::move(*relay);
+    target_ = "127.0.0.1:" + std::to_string(relay_->port());
+  }
+  void TearDown() override {
+    relay_.reset();
+    batcher_.reset();
+  }
+  int ControllerCalls() const { return static_cast<int>(service_.names.size()); }
+
+  api::FakeOwnersService service_;
+  api::TokenAuth auth_;
+  std::unique_ptr<api::GrpcServer> controller_;
+  std::unique_ptr<api::DhpClient> upstream_;
+  std::unique_ptr<HeartbeatBatcher> batcher_;
+  std::unique_ptr<RelayServer> relay_;
+  std::string target_;
+};
+
+TEST_F(RelayServerTest, AHeartbeatGetsTheControllersAnswerForItsAgentsToken) {
+  api::DhpClient agent(target_, 5000, "a-secret");
+  v1::HeartbeatRequest hb;
+  hb.set_node_id("node-a");
+  absl::StatusOr<v1::HeartbeatResponse> ok = agent.Heartbeat(hb);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  ASSERT_EQ(ok->ranks_size(), 1);
+  EXPECT_EQ(ok->ranks(0).credential(), auth_.RankToken("j-1", 2));
+  hb.set_node_id("relay-1");  // a's token for another node
+  absl::StatusOr<v1::HeartbeatResponse> denied = agent.Heartbeat(hb);
+  EXPECT_EQ(denied.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(service_.batched_nodes.size(), 1u);
+}
+
+TEST_F(RelayServerTest, BytesThatDoNotDecodeAreRefusedSayingWhy) {
+  // Field 1 (node_id), length 3: "a", 0xFF, "b".
+  const std::string bad_bytes("\x0a\x03" "a\xff" "b");
+  auto [bad_text, body] = tests::GenericUnary(target_, kHeartbeat, bad_bytes);
+  EXPECT_EQ(bad_text.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(bad_text.error_message().rfind("request (protobuf dhp.v1.HeartbeatRequest): node_id: "
+                                           "not valid UTF-8", 0),
+            0u)
+      << bad_text.error_message();
+  auto [truncated, ignored] = tests::GenericUnary(target_, kHeartbeat, "\x0a\x09node");
+  EXPECT_EQ(truncated.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(truncated.error_message(),
+            "request (protobuf dhp.v1.HeartbeatRequest): 6 bytes that do not decode as this "
+            "message (truncated, or not protobuf's binary encoding)");
+  EXPECT_EQ(ControllerCalls(), 0);
+}
+
+TEST_F(RelayServerTest, OtherMethodsAreUnimplementedAndHealthIsServing) {
+  auto [register_node, body] =
+      tests::GenericUnary(target_, "/dhp.v1.WorkerService/RegisterNode", "");
+  EXPECT_EQ(register_node.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  auto [health, answer] = tests::GenericUnary(target_, "/grpc.health.v1.Health/Check", "");
+  ASSERT_TRUE(health.ok()) << health.error_message();
+  EXPECT_EQ(answer, std::string("\x08\x01"));  // status: SERVING
+  EXPECT_EQ(ControllerCalls(), 0);
+}
+
+}  // namespace
+}  // namespace dhp::worker
