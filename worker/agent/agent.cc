@@ -115,6 +115,7 @@ Agent::Beat Agent::Heartbeat() {
 }
 
 absl::StatusOr<v1::HeartbeatResponse> Agent::RelayedBeat(const v1::HeartbeatRequest& hb) {
+  if (relay_failing_ && SteadyClock::now() < relay_retry_at_) return client_.Heartbeat(hb);
   absl::StatusOr<v1::HeartbeatResponse> resp = heartbeat_relay_->Heartbeat(hb);
   // The controller's own answers (OK, NOT_FOUND, PERMISSION_DENIED, INVALID_ARGUMENT, ...) stand;
   // the relay's failures (it is down, full, or the batch failed) send this heartbeat direct.
@@ -133,11 +134,13 @@ absl::StatusOr<v1::HeartbeatResponse> Agent::RelayedBeat(const v1::HeartbeatRequ
     return resp;
   }
   if (!relay_failing_) {
-    DHP_LOG(WARNING) << "the heartbeat relay " << heartbeat_relay_->target()
-                     << " failed (" << resp.status() << "); heartbeats go to the controller "
-                     << client_.target() << " directly until it answers again";
+    DHP_LOG(WARNING) << "the heartbeat relay " << heartbeat_relay_->target() << " failed ("
+                     << resp.status() << "); heartbeats go to the controller "
+                     << client_.target() << " directly, and to the relay again once it answers"
+                     << " (tried every " << options_.relay_retry_ms << " ms)";
   }
   relay_failing_ = true;
+  relay_retry_at_ = SteadyClock::now() + std::chrono::milliseconds(options_.relay_retry_ms);
   return client_.Heartbeat(hb);
 }
 

@@ -24,6 +24,7 @@
 #define DHP_WORKER_AGENT_AGENT_H_
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -59,13 +60,18 @@ struct AgentOptions {
   // At start, rank logs under ranks.log_dir modified this recently are shipped (what the
   // ranks of a previous agent on this node wrote before they ended with it).
   int64_t adopt_logs_max_age_s = 24 * 3600;
+  // After the heartbeat relay fails, heartbeats go to the controller directly for this long
+  // before the relay is tried again: a relay that hangs costs one deadline per retry, not one
+  // per heartbeat (which, at a 5 s deadline, would leave the controller a beat every 7 s).
+  int relay_retry_ms = 30000;
 };
 
 class Agent {
  public:
   // With `heartbeat_relay` (a client of a dhp-relay; it must outlive this), heartbeats go to
   // the relay, and to `client` when the relay cannot answer (down, overloaded, or past its
-  // deadline): a relay saves the controller work but is never needed. Everything else
+  // deadline; then for options.relay_retry_ms): a relay saves the controller work but is never
+  // needed. Everything else
   // (registration, logs) goes to `client`. heartbeat_stream is then ignored.
   Agent(api::DhpClient& client, AgentOptions options, api::DhpClient* heartbeat_relay = nullptr);
 
@@ -100,6 +106,7 @@ class Agent {
   api::HeartbeatStream beats_;  // with heartbeat_stream (unary against older controllers)
   api::DhpClient* const heartbeat_relay_;  // null: none
   bool relay_failing_ = false;             // the last relayed heartbeat went direct (Run's thread)
+  std::chrono::steady_clock::time_point relay_retry_at_;  // while failing: direct until then
   const AgentOptions options_;
   RankLauncher launcher_;  // used by Run's thread only
   LogShipper shipper_;     // thread-safe

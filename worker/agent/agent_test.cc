@@ -7,12 +7,15 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "common/remove_tree.h"
 #include "gmock/gmock.h"
@@ -116,6 +119,46 @@ struct Server {
   ~Server() { server->Shutdown(std::chrono::system_clock::now()); }
   int port = 0;
   std::unique_ptr<grpc::Server> server;
+};
+
+// A relay whose Heartbeat holds every call (past the client's deadline) until Answer; from then
+// on it answers as `controller` does.
+class HungRelay : public FakeController {
+ public:
+  HungRelay() { controller.nodes.insert("node-a"); }
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
+                         v1::HeartbeatResponse* resp) override {
+    {
+      std::unique_lock<std::mutex> lock(hang_mu_);
+      call_times_.push_back(std::chrono::steady_clock::now());
+      hang_cv_.wait_for(lock, std::chrono::seconds(20), [this] { return answering_; });
+      if (!answering_) return {grpc::StatusCode::UNAVAILABLE, "hung"};
+    }
+    return controller.Heartbeat(ctx, req, resp);
+  }
+  void Answer() {
+    {
+      std::lock_guard<std::mutex> lock(hang_mu_);
+      answering_ = true;
+    }
+    hang_cv_.notify_all();
+  }
+  int calls() {
+    std::lock_guard<std::mutex> lock(hang_mu_);
+    return static_cast<int>(call_times_.size());
+  }
+  // From the first call to the second (calls() >= 2).
+  std::chrono::steady_clock::duration RetryAfter() {
+    std::lock_guard<std::mutex> lock(hang_mu_);
+    return call_times_.at(1) - call_times_.at(0);
+  }
+  FakeController controller;  // what the relay answers once it answers
+
+ private:
+  std::mutex hang_mu_;
+  std::condition_variable hang_cv_;
+  bool answering_ = false;
+  std::vector<std::chrono::steady_clock::time_point> call_times_;
 };
 
 v1::RankLaunch Launch(int attempt, int rank, int world) {
@@ -253,6 +296,38 @@ TEST_F(AgentTest, HeartbeatsGoThroughTheRelayAndDirectWhileItIsDown) {
   relay_server.reset();  // the relay is gone: UNAVAILABLE, so straight to the controller
   ASSERT_TRUE(Eventually([&] { return beats(fake_) >= 3; }));
   StopAgent();
+}
+
+// A relay that takes calls and never answers (a hung process, a black-holed route) costs one
+// deadline, not one per heartbeat: the agent then goes to the controller directly for
+// relay_retry_ms, tries the relay again, and goes back to it once it answers.
+TEST_F(AgentTest, AHungRelayCostsOneDeadlinePerRetryNotOnePerHeartbeat) {
+  HungRelay hung;
+  auto relay_server = std::make_unique<Server>(&hung, 0);
+  api::DhpClient relay("127.0.0.1:" + std::to_string(relay_server->port), 1000);  // 1 s deadline
+  options_.relay_retry_ms = 3000;
+  agent_ = std::make_unique<Agent>(*client_, options_, &relay);
+  thread_ = std::thread([this] { agent_->Run(); });
+  auto beats = [](FakeController& f) {
+    std::lock_guard<std::mutex> lock(f.mu);
+    return f.heartbeats.size();
+  };
+  // 5 direct heartbeats at 100 ms take about 0.5 s, well inside the 3 s before a retry; were
+  // every heartbeat tried at the relay first, they would take 5 deadlines (5 s).
+  ASSERT_TRUE(Eventually([&] { return beats(fake_) >= 5; }));
+  EXPECT_EQ(hung.calls(), 1);
+  // The retry: the first call's 1 s deadline, then 3 s direct.
+  ASSERT_TRUE(Eventually([&] { return hung.calls() >= 2; }));
+  EXPECT_GE(std::chrono::duration_cast<std::chrono::milliseconds>(hung.RetryAfter()).count(),
+            3900);
+  hung.Answer();  // the relay recovers: its next try succeeds and the heartbeats stay there
+  ASSERT_TRUE(Eventually([&] { return beats(hung.controller) >= 5; }));
+  const size_t direct = beats(fake_);
+  ASSERT_TRUE(Eventually([&] { return beats(hung.controller) >= 10; }));
+  EXPECT_EQ(beats(fake_), direct);
+  StopAgent();
+  hung.Answer();
+  relay_server.reset();
 }
 
 // This fake controller has no HeartbeatStream (UNIMPLEMENTED): an agent asked to stream its

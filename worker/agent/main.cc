@@ -89,6 +89,12 @@ int main(int argc, char** argv) {
                  "when it fails they go to the controller directly")
       ->envname("DHP_HEARTBEAT_RELAY")
       ->excludes("--heartbeat-stream");
+  int relay_retry_ms = 30000;
+  app.add_option("--heartbeat-relay-retry-ms", relay_retry_ms,
+                 "After the relay fails, heartbeats go to the controller directly for this long "
+                 "before the relay is tried again")
+      ->check(CLI::Range(100, 3600 * 1000))
+      ->capture_default_str();
   bool no_progress_relay = false;
   std::string progress_socket;
   app.add_flag("--no-progress-relay", no_progress_relay,
@@ -151,6 +157,7 @@ int main(int argc, char** argv) {
   }
   options.ranks.allow_any_data_path = allow_any_data_path;
   options.heartbeat_stream = heartbeat_stream;
+  options.relay_retry_ms = relay_retry_ms;
   options.relay_progress = !no_progress_relay;
   options.progress_socket = progress_socket.empty() ? "" : Absolute(progress_socket);
   options.ranks.log_dir =
