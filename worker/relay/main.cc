@@ -37,7 +37,8 @@ bool WritePortFile(const std::string& path, int port, int metrics_port) {
   return std::rename(tmp.c_str(), path.c_str()) == 0;
 }
 
-// "host:port" (an IPv6 host in brackets) into options; false when it does not parse.
+// "host:port" (an IPv6 host in brackets; ":port" is every interface) into options; false when
+// it does not parse.
 bool ParseListen(const std::string& listen, dhp::api::HttpServerOptions* options) {
   const size_t colon = listen.rfind(':');
   int port = -1;
@@ -49,7 +50,7 @@ bool ParseListen(const std::string& listen, dhp::api::HttpServerOptions* options
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
-  if (host.empty()) return false;
+  if (host.empty()) host = "0.0.0.0";
   options->address = host;
   options->port = static_cast<uint16_t>(port);
   return true;
@@ -73,8 +74,8 @@ int main(int argc, char** argv) {
   app.add_option("--listen", listen, "Where agents reach this relay, host:port (port 0: any)")
       ->capture_default_str();
   app.add_option("--metrics-listen", metrics_listen,
-                 "Serve Prometheus metrics at GET /metrics (and /healthz) on host:port (port 0: "
-                 "any); off when empty");
+                 "Serve Prometheus metrics at GET /metrics (and /healthz) on host:port or :port "
+                 "(every interface; port 0: any); off when empty");
   app.add_option("--port-file", port_file,
                  "Write {\"grpc_port\": N, \"metrics_port\": M} here once listening");
   app.add_option("--token-file", token_file,
@@ -139,7 +140,7 @@ int main(int argc, char** argv) {
     }
   }
   absl::StatusOr<std::unique_ptr<dhp::worker::RelayServer>> relay =
-      dhp::worker::RelayServer::Start(listen, batcher, *served);
+      dhp::worker::RelayServer::Start(listen, batcher, *served, &metrics);
   if (!relay.ok()) return fail(std::string(relay.status().message()));
   if (!port_file.empty() && !WritePortFile(port_file, (*relay)->port(), metrics_server.port())) {
     return fail("cannot write the port file " + port_file);

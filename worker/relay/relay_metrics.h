@@ -6,7 +6,9 @@
 //   dhp_relay_heartbeats_total{code}               heartbeats answered to agents, by the answer's
 //                                                  status code (OK, NOT_FOUND, ..., UNAVAILABLE
 //                                                  when the controller could not be reached,
-//                                                  RESOURCE_EXHAUSTED when the queue was full)
+//                                                  RESOURCE_EXHAUSTED when the queue was full,
+//                                                  INVALID_ARGUMENT when the request did not
+//                                                  decode)
 //   dhp_relay_batches_total{code}                  HeartbeatBatch calls to the controller, by
 //                                                  the call's own outcome
 //   dhp_relay_batch_heartbeats                     histogram: heartbeats per HeartbeatBatch call

@@ -18,7 +18,8 @@ class RelayServer::Service final
     : public v1::WorkerService::WithRawCallbackMethod_Heartbeat<
           v1::WorkerService::CallbackService> {
  public:
-  explicit Service(HeartbeatBatcher& batcher) : batcher_(batcher) {}
+  Service(HeartbeatBatcher& batcher, HeartbeatBatcherObserver* observer)
+      : batcher_(batcher), observer_(observer) {}
 
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
                                       const grpc::ByteBuffer* req,
@@ -26,6 +27,7 @@ class RelayServer::Service final
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     v1::HeartbeatRequest heartbeat;
     if (absl::Status s = api::DecodeRequest(*req, &heartbeat); !s.ok()) {
+      if (observer_ != nullptr) observer_->OnAnswer(s.code(), 0);
       reactor->Finish(api::ToGrpcStatus(s));
       return reactor;
     }
@@ -50,6 +52,7 @@ class RelayServer::Service final
 
  private:
   HeartbeatBatcher& batcher_;
+  HeartbeatBatcherObserver* const observer_;  // may be null
 };
 
 namespace {
@@ -63,12 +66,12 @@ std::shared_ptr<grpc::ServerCredentials> Credentials(const api::TlsPems& tls) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<RelayServer>> RelayServer::Start(const std::string& address,
-                                                                HeartbeatBatcher& batcher,
-                                                                const api::TlsPems& tls) {
+absl::StatusOr<std::unique_ptr<RelayServer>> RelayServer::Start(
+    const std::string& address, HeartbeatBatcher& batcher, const api::TlsPems& tls,
+    HeartbeatBatcherObserver* observer) {
   grpc::EnableDefaultHealthCheckService(true);
   std::unique_ptr<RelayServer> s(new RelayServer());
-  s->service_ = std::make_unique<Service>(batcher);
+  s->service_ = std::make_unique<Service>(batcher, observer);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address, Credentials(tls), &s->port_);
   builder.RegisterService(s->service_.get());

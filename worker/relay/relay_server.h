@@ -1,7 +1,8 @@
 // RelayServer: dhp-relay's gRPC server. Agents (dhp-worker --heartbeat-relay) send it their
 // WorkerService.Heartbeat calls; it hands each, with the caller's `authorization`, to a
 // HeartbeatBatcher and answers the call with what the controller answered to that heartbeat.
-// A request that does not decode is INVALID_ARGUMENT saying why. Every other method is
+// A request that does not decode is INVALID_ARGUMENT saying why (told to the observer as an
+// answer, so that dhp_relay_heartbeats_total counts it). Every other method is
 // UNIMPLEMENTED: agents register, ship logs and take rank tokens from the
 // controller itself, and ranks never talk to a relay. grpc.health.v1 answers SERVING.
 //
@@ -25,10 +26,11 @@ namespace dhp::worker {
 class RelayServer {
  public:
   // Listens on `address` (host:port; port 0 picks one), with TLS when `tls.cert` is set.
-  // UNAVAILABLE naming the address when it cannot listen.
-  static absl::StatusOr<std::unique_ptr<RelayServer>> Start(const std::string& address,
-                                                            HeartbeatBatcher& batcher,
-                                                            const api::TlsPems& tls);
+  // UNAVAILABLE naming the address when it cannot listen. `observer` (optional; it must
+  // outlive this) hears of the requests refused here, before the batcher.
+  static absl::StatusOr<std::unique_ptr<RelayServer>> Start(
+      const std::string& address, HeartbeatBatcher& batcher, const api::TlsPems& tls,
+      HeartbeatBatcherObserver* observer = nullptr);
   ~RelayServer();  // stops listening; calls in flight are cancelled after 1 s
   RelayServer(const RelayServer&) = delete;
   RelayServer& operator=(const RelayServer&) = delete;

@@ -4,7 +4,9 @@
 // without reaching the controller; other methods are UNIMPLEMENTED; health answers SERVING.
 #include "worker/relay/relay_server.h"
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "api/auth.h"
@@ -18,6 +20,24 @@ namespace dhp::worker {
 namespace {
 
 constexpr char kHeartbeat[] = "/dhp.v1.WorkerService/Heartbeat";
+
+// The answers the server and the batcher report, by code.
+class Answers final : public HeartbeatBatcherObserver {
+ public:
+  void OnBatch(int, double, absl::StatusCode) override {}
+  void OnAnswer(absl::StatusCode code, double) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++counts_[code];
+  }
+  int count(absl::StatusCode code) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return counts_[code];
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<absl::StatusCode, int> counts_;
+};
 
 class RelayServerTest : public testing::Test {
  protected:
@@ -35,8 +55,8 @@ class RelayServerTest : public testing::Test {
     HeartbeatBatcherOptions options;
     options.window_ms = 5;
     options.senders = 1;  // FakeOwnersService is not thread-safe
-    batcher_ = std::make_unique<HeartbeatBatcher>(*upstream_, options);
-    auto relay = RelayServer::Start("127.0.0.1:0", *batcher_, api::TlsPems());
+    batcher_ = std::make_unique<HeartbeatBatcher>(*upstream_, options, &answers_);
+    auto relay = RelayServer::Start("127.0.0.1:0", *batcher_, api::TlsPems(), &answers_);
     ASSERT_TRUE(relay.ok()) << relay.status();
     relay_ = std::move(*relay);
     target_ = "127.0.0.1:" + std::to_string(relay_->port());
@@ -47,6 +67,7 @@ class RelayServerTest : public testing::Test {
   }
   int ControllerCalls() const { return static_cast<int>(service_.names.size()); }
 
+  Answers answers_;
   api::FakeOwnersService service_;
   api::TokenAuth auth_;
   std::unique_ptr<api::GrpcServer> controller_;
@@ -68,6 +89,8 @@ TEST_F(RelayServerTest, AHeartbeatGetsTheControllersAnswerForItsAgentsToken) {
   absl::StatusOr<v1::HeartbeatResponse> denied = agent.Heartbeat(hb);
   EXPECT_EQ(denied.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(service_.batched_nodes.size(), 1u);
+  EXPECT_EQ(answers_.count(absl::StatusCode::kOk), 1);
+  EXPECT_EQ(answers_.count(absl::StatusCode::kPermissionDenied), 1);
 }
 
 TEST_F(RelayServerTest, BytesThatDoNotDecodeAreRefusedSayingWhy) {
@@ -85,6 +108,7 @@ TEST_F(RelayServerTest, BytesThatDoNotDecodeAreRefusedSayingWhy) {
             "request (protobuf dhp.v1.HeartbeatRequest): 6 bytes that do not decode as this "
             "message (truncated, or not protobuf's binary encoding)");
   EXPECT_EQ(ControllerCalls(), 0);
+  EXPECT_EQ(answers_.count(absl::StatusCode::kInvalidArgument), 2);  // counted, as answers
 }
 
 TEST_F(RelayServerTest, OtherMethodsAreUnimplementedAndHealthIsServing) {
