@@ -22,6 +22,7 @@
 #include "common/clock.h"
 #include "common/lock_file.h"
 #include "common/logging.h"
+#include "common/proto_log.h"
 #include "common/metrics_exposition.h"
 #include "common/proto_yaml.h"
 #include "controller/config.h"
@@ -56,6 +57,7 @@ int Fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  dhp::RouteProtobufLogs();  // a client's bad bytes cannot fill the log
   CLI::App app{"dhp-controller: the dhp control plane"};
   dhp::controller::ControllerCommandLine command_line;
   dhp::controller::AddControllerFlags(app, &command_line);

@@ -18,6 +18,7 @@
 #include "api/http_server.h"
 #include "api/tls.h"
 #include "common/logging.h"
+#include "common/proto_log.h"
 #include "worker/relay/heartbeat_batcher.h"
 #include "worker/relay/relay_metrics.h"
 #include "worker/relay/relay_server.h"
@@ -59,6 +60,7 @@ bool ParseListen(const std::string& listen, dhp::api::HttpServerOptions* options
 }  // namespace
 
 int main(int argc, char** argv) {
+  dhp::RouteProtobufLogs();  // a client's bad bytes cannot fill the log
   CLI::App app{"dhp-relay: forwards agents' heartbeats to the dhp controller in batches"};
   const char* env_server = std::getenv("DHP_SERVER");
   std::string server = env_server ? env_server : "127.0.0.1:7070";
