@@ -21,6 +21,7 @@
 #include "api/methods.h"
 #include "api/openapi.h"
 #include "api/rest_body.h"
+#include "api/rest_wait.h"
 #include "common/check.h"
 #include "common/proto_enum.h"
 #include "common/proto_yaml.h"
@@ -318,6 +319,27 @@ class RestGateway::Router {
       return s;
     });
   }
+  // The same for a rendezvous wait: the connection's thread waits for it, and a client that
+  // goes away meanwhile cancels it (api/rest_wait.h).
+  template <typename Req, typename Resp>
+  void WaitCall(Call& call, void (DhpService::*method)(const Req&, Resp*, DhpService::Done,
+                                                       std::shared_ptr<CancelSignal>)) {
+    if (!FormatOrRespond(call.request, call.responder, false)) return;
+    Req req;
+    if (absl::Status s = ParseJsonBody(call.request.body(), &req); !s.ok()) {
+      return SendError(call.responder, s);
+    }
+    *call.reached_service = true;
+    Resp resp;
+    absl::Status status = AwaitUnlessGone(
+        [&call] { return call.responder.ClientGone(); },
+        [&](DhpService::Done done, std::shared_ptr<CancelSignal> cancel) {
+          authz_.CallAsync(call.authorization, call.method, method, req, &resp, std::move(done),
+                           std::move(cancel));
+        });
+    if (!status.ok()) return SendError(call.responder, status);
+    call.responder.Respond(http::status::ok, kJson, ProtoToJson(resp, call.pretty) + "\n");
+  }
   void SubmitJob(Call& call);
   void ListJobs(Call& call);
   void GetLogs(Call& call);
@@ -450,6 +472,8 @@ void RestGateway::Router::AddRoutes() {
                         });
                       }};
   own["WatchJob"] = {{after, follow}, [this](Call& c) { Watch(c, c.id); }};
+  own["KvGet"] = {{}, [this](Call& c) { WaitCall(c, &DhpService::KvGetAsync); }};
+  own["KvWait"] = {{}, [this](Call& c) { WaitCall(c, &DhpService::KvWaitAsync); }};
   // Every unary method, in the table's order; by default a POST whose body is the request.
 #define DHP_REST_ROUTE(S, M, A, V, P, D) \
   AddMethod(#M, own, [this](Call& c) { BodyCall(c, &DhpService::M); });

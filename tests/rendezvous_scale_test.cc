@@ -2,6 +2,11 @@
 // thousands of ranks wait (KvGet, KvWait) for keys that rank 0 sets later, while the server
 // may run only 4 threads for calls that block. Before, each wait held one of those threads,
 // so the fifth rank was refused with RESOURCE_EXHAUSTED; now a wait holds no thread.
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -12,6 +17,7 @@
 
 #include "api/client.h"
 #include "api/grpc_server.h"
+#include "api/rest_gateway.h"
 #include "common/clock.h"
 #include "common/metrics_exposition.h"
 #include "controller/controller.h"
@@ -47,6 +53,36 @@ struct Call {
   grpc::Status status;
   std::atomic<bool> done{false};
 };
+
+// A REST client's POST of `body` to `path` on its own connection, left waiting; the socket.
+int RestPost(uint16_t port, const std::string& path, const std::string& body) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return -1;
+  const std::string req = "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: " +
+                          "application/json\r\nContent-Length: " + std::to_string(body.size()) +
+                          "\r\n\r\n" + body;
+  if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) return -1;
+  return fd;
+}
+
+// What arrives on `fd` until it holds `until` (or 10 s pass, or the peer closes).
+std::string ReadUntil(int fd, const std::string& until) {
+  std::string got;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (got.find(until) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 100) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  return got;
+}
 
 class RendezvousScaleTest : public ::testing::Test {
  protected:
@@ -233,6 +269,43 @@ TEST_F(RendezvousScaleTest, WaitsWhoseClientsGiveUpEndAtOnce) {
   Set("world/size", "100");
   ASSERT_TRUE(AllDone(kept, 30s));
   for (const auto& c : kept) EXPECT_TRUE(c->status.ok()) << c->status.error_message();
+  EXPECT_EQ(controller_->KvWaiting(), 0u);
+}
+
+// The same over REST, where a wait holds its connection's thread: clients that close their
+// connection leave no wait behind (the thread notices within 100 ms and cancels it); the others
+// get their answer when the keys come.
+TEST_F(RendezvousScaleTest, RestWaitsWhoseClientsCloseTheirConnectionEndAtOnce) {
+  api::RestGatewayOptions rest_options;
+  rest_options.address = "127.0.0.1";
+  api::RestGateway rest(*controller_, rest_options);
+  ASSERT_TRUE(rest.Start().ok());
+  const std::string scope = "{\"job_id\": \"" + job_id_ + "\", \"attempt\": 1}";
+  const std::string get = "{\"scope\": " + scope + ", \"key\": \"rank0/addr\", " +
+                          "\"timeout_ms\": 60000}";
+  const std::string wait = "{\"scope\": " + scope + ", \"keys\": [\"rank0/addr\", " +
+                           "\"world/size\"], \"timeout_ms\": 60000}";
+  std::vector<int> gone, kept_gets, kept_waits;
+  for (int i = 0; i < 10; ++i) gone.push_back(RestPost(rest.port(), "/v1/kv:get", get));
+  for (int i = 0; i < 10; ++i) gone.push_back(RestPost(rest.port(), "/v1/kv:wait", wait));
+  for (int i = 0; i < 5; ++i) kept_gets.push_back(RestPost(rest.port(), "/v1/kv:get", get));
+  for (int i = 0; i < 5; ++i) kept_waits.push_back(RestPost(rest.port(), "/v1/kv:wait", wait));
+  ASSERT_TRUE(WaitForWaiting(30)) << controller_->KvWaiting() << " waiting, not 30";
+  for (int fd : gone) close(fd);
+  ASSERT_TRUE(WaitForWaiting(10)) << controller_->KvWaiting() << " waiting, not 10";
+  Set("rank0/addr", "10.0.0.1:29500");
+  Set("world/size", "100");
+  for (int fd : kept_gets) {
+    const std::string answer = ReadUntil(fd, "}");
+    EXPECT_EQ(answer.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << answer;
+    EXPECT_NE(answer.find("\"value\":\"MTAuMC4wLjE6Mjk1MDA=\""), std::string::npos) << answer;
+    close(fd);
+  }
+  for (int fd : kept_waits) {
+    const std::string answer = ReadUntil(fd, "}");
+    EXPECT_EQ(answer.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << answer;
+    close(fd);
+  }
   EXPECT_EQ(controller_->KvWaiting(), 0u);
 }
 
