@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -12,6 +13,8 @@
 #include "bench/control_plane_probe.h"
 #include "bench/control_plane_sampler.h"
 #include "bench/controller_process.h"
+#include "bench/http_load.h"
+#include "bench/metrics_histogram.h"
 
 namespace dhp::bench {
 
@@ -91,6 +94,36 @@ Json ScrapeJson(const ScrapeStats& s, double every_s) {
   j["failed"] = s.failed;
   j["bytes_max"] = s.bytes_max;
   if (!s.first_error.empty()) j["first_error"] = s.first_error;
+  return j;
+}
+
+// The controller's /metrics page; empty when it cannot be read (a floor server has none).
+std::string MetricsPage(const ControllerProcess& c) {
+  if (c.http_port() <= 0) return "";
+  absl::StatusOr<HttpResult> r =
+      HttpFetch("127.0.0.1", static_cast<uint16_t>(c.http_port()), "GET", "/metrics",
+                std::chrono::milliseconds(kScrapeDeadlineMs));
+  return r.ok() && r->status == 200 ? r->body : "";
+}
+
+// What the controller itself measured of the calls between two pages (bucket bounds, ms;
+// null: none observed): each method's time in the controller and its wait for the loop
+// (api/instrumented_service.h), and the loop's lag.
+Json ServerSideJson(const std::string& before, const std::string& after) {
+  auto p99 = [&](const char* name, const std::vector<std::string>& labels) -> Json {
+    const double b = QuantileBound(ParseHistogram(before, name, labels),
+                                   ParseHistogram(after, name, labels), 0.99);
+    if (b < 0) return nullptr;
+    return std::isinf(b) ? Json("inf") : Json(1000 * b);
+  };
+  Json j = Json::object();
+  for (const char* m : {"Heartbeat", "HeartbeatBatch", "GetJob", "SubmitJob"}) {
+    const std::vector<std::string> labels = {std::string("method=\"") + m + "\"",
+                                             "transport=\"grpc\""};
+    j[m] = {{"duration_p99_le_ms", p99("dhp_api_request_duration_seconds", labels)},
+            {"loop_wait_p99_le_ms", p99("dhp_api_request_wait_seconds", labels)}};
+  }
+  j["loop_lag_p99_le_ms"] = p99("dhp_controller_loop_lag_seconds", {});
   return j;
 }
 
@@ -393,6 +426,7 @@ Json RunNodeCase(const BenchOptions& o, const std::string& label, const std::str
   std::pair<int64_t, int64_t> window_us = {0, 0};  // Unix microseconds
   if (keep_going() && Hold(o.settle_s, sampler)) {
     fleet.TakeSamples();
+    const std::string page_before = o.server_metrics ? MetricsPage(controller) : "";
     fleet.SetRecording(true);
     const Mark a = TakeMark(controller);
     double relays_cpu = 0;
@@ -417,6 +451,7 @@ Json RunNodeCase(const BenchOptions& o, const std::string& label, const std::str
     for (const auto& relay : relays) relays_cpu += relay->CpuSeconds();
     prober.Stop();
     scraper.Stop();
+    const std::string page_after = o.server_metrics ? MetricsPage(controller) : "";
     FleetSamples s = fleet.TakeSamples();
     const double wall = std::chrono::duration<double>(b.t - a.t).count();
     Json w = CpuJson(controller, a, b, s.heartbeats_ok, "heartbeat");
@@ -431,6 +466,7 @@ Json RunNodeCase(const BenchOptions& o, const std::string& label, const std::str
     w["probe_submit"] = CallJson(prober.submits(), prober.submits().seconds);
     if (o.scrape_every_s > 0) w["scrapes"] = ScrapeJson(scraper.stats(), o.scrape_every_s);
     w["controller"] = PeaksJson(sampler.TakePeaks());
+    if (o.server_metrics) w["server_side"] = ServerSideJson(page_before, page_after);
     w["window_unix_us"] = {a.unix_us, b.unix_us};
     r["window"] = w;
     std::cerr << log << "window " << Fixed(wall, 1) << " s: " << s.heartbeats_ok

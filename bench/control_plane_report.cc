@@ -149,6 +149,30 @@ std::string ScrapeNote(const Json& c) {
   return n.str();
 }
 
+// "the controller's own p99 (bucket bounds from its /metrics): GetJob <= 25 ms (waiting for the
+// loop <= 5), ..."; empty when the case has none.
+std::string ServerSideNote(const Json& c) {
+  const Json* s = At(c, "/window/server_side");
+  if (s == nullptr) return "";
+  auto bound = [&](const std::string& ptr) {
+    const Json* v = At(*s, ptr);
+    if (v == nullptr) return std::string(kNone);
+    return v->is_string() ? "> 10000" : Fixed(v->get<double>(), 1);
+  };
+  std::ostringstream n;
+  n << "the controller's own p99 (bucket bounds from its /metrics, ms):";
+  const char* sep = " ";
+  for (const char* m : {"Heartbeat", "HeartbeatBatch", "GetJob", "SubmitJob"}) {
+    const std::string at = std::string("/") + m;
+    if (At(*s, at + "/duration_p99_le_ms") == nullptr) continue;
+    n << sep << m << " <= " << bound(at + "/duration_p99_le_ms") << " (waiting for the loop <= "
+      << bound(at + "/loop_wait_p99_le_ms") << ")";
+    sep = ", ";
+  }
+  n << sep << "the loop's lag <= " << bound("/loop_lag_p99_le_ms");
+  return n.str();
+}
+
 // Notes under a controller's table: aborted or incomplete cases, /metrics scrapes, first errors.
 std::string Notes(const std::vector<const Json*>& cases) {
   std::ostringstream n;
@@ -170,6 +194,8 @@ std::string Notes(const std::vector<const Json*>& cases) {
     }
     const std::string scrapes = ScrapeNote(*c);
     if (!scrapes.empty()) n << "- " << name << ": " << scrapes << "\n";
+    const std::string server = ServerSideNote(*c);
+    if (!server.empty()) n << "- " << name << ": " << server << "\n";
     for (const char* p : {"/window/heartbeats/first_error", "/window/probe_get/first_error",
                           "/window/probe_submit/first_error", "/window/scrapes/first_error",
                           "/window/submit/first_error", "/ramp/submit/first_error",
