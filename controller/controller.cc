@@ -91,6 +91,7 @@ Controller::Controller(Store& store, const Clock& clock, MetricsExposition& metr
                             "How late the controller's event loop ran a timer due every 100 ms: "
                             "the time a heartbeat or API call arriving then waited for the loop.")
               .Add({}, LatencyBuckets())),
+      lag_random_(std::random_device{}()),
       run_metrics_(metrics),
       work_(boost::asio::make_work_guard(io_)),
       heartbeat_timer_(io_),
@@ -98,7 +99,12 @@ Controller::Controller(Store& store, const Clock& clock, MetricsExposition& metr
       retention_timer_(io_),
       lag_timer_(io_),
       exports_(store, clock, options.exports,
-               [this](std::function<void()> fn) { boost::asio::post(io_, std::move(fn)); }) {
+               [this](std::function<void()> fn) {
+                 boost::asio::post(io_, [this, fn = std::move(fn)] {
+                   LoopLedger::Span span(ledger_, LoopLedger::kOther);
+                   fn();
+                 });
+               }) {
   for (const auto& [table, count] : store_.CountQuarantined()) {
     quarantined_total_.Add({{"table", table}});  // every table's series, from 0
   }
@@ -108,6 +114,7 @@ Controller::Controller(Store& store, const Clock& clock, MetricsExposition& metr
   last_event_id_ = store_.LastEventId();
   if (!options_.log_root.empty()) logs_ = std::make_unique<LogStore>(options_.log_root);
   metrics_.AddCollector([this] { CollectGauges(); });
+  AddLoopLedgerMetrics();
 }
 
 Controller::~Controller() {
@@ -131,7 +138,7 @@ void Controller::Start() {
   if (!loaded.ok()) DHP_LOG(ERROR) << "loading the rendezvous keys from the store: " << loaded;
   boost::asio::post(io_, [this] { ScheduleHeartbeatCheck(); });
   boost::asio::post(io_, [this] { SchedulePersist(); });
-  boost::asio::post(io_, [this] { ScheduleLagProbe(); });
+  boost::asio::post(io_, [this] { ScheduleLagProbe(std::chrono::steady_clock::now()); });
   if (options_.retention_s > 0) boost::asio::post(io_, [this] { ScheduleRetentionSweep(0); });
 }
 
@@ -173,19 +180,25 @@ void Controller::Dispatch(std::function<absl::Status()> call, Done done) {
   {
     std::lock_guard<std::mutex> lock(dispatch_mu_);
     if (!dispatch_closed_) {
-      boost::asio::post(io_, [call = std::move(call), done = std::move(done)] { done(call()); });
+      boost::asio::post(io_, [this, call = std::move(call), done = std::move(done)] {
+        LoopLedger::Span span(ledger_, LoopLedger::kCalls);
+        done(call());
+      });
       return;
     }
   }
   done(absl::UnavailableError("the controller is shutting down"));
 }
 
-absl::Status Controller::OnLoop(const std::function<absl::Status()>& fn) {
+absl::Status Controller::OnLoop(const std::function<absl::Status()>& fn, LoopLedger::Work work) {
   if (stopped_) return absl::UnavailableError("the controller is shutting down");
   if (std::this_thread::get_id() == loop_id_) return fn();
   auto task = std::make_shared<std::packaged_task<absl::Status()>>(fn);
   std::future<absl::Status> result = task->get_future();
-  boost::asio::post(io_, [task] { (*task)(); });
+  boost::asio::post(io_, [this, task, work] {
+    LoopLedger::Span span(ledger_, work);
+    (*task)();
+  });
   while (result.wait_for(std::chrono::milliseconds(200)) != std::future_status::ready) {
     if (stopped_) return absl::UnavailableError("the controller is shutting down");
   }

@@ -15,7 +15,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <thread>
+#include <vector>
 
 #include "api/service.h"
 #include "boost/asio/executor_work_guard.hpp"
@@ -27,6 +29,7 @@
 #include "controller/export_manager.h"
 #include "controller/job_manager.h"
 #include "controller/log_store.h"
+#include "controller/loop_ledger.h"
 #include "controller/node_tracker.h"
 #include "controller/phase_timer.h"
 #include "controller/rendezvous_kv.h"
@@ -138,17 +141,24 @@ class Controller : public api::DhpService {
                    std::shared_ptr<CancelSignal> cancel) override;
 
  private:
-  // Runs `fn` on the loop thread and returns its status; UNAVAILABLE once stopped.
-  absl::Status OnLoop(const std::function<absl::Status()>& fn);
+  // Runs `fn` on the loop thread, timed in ledger_ as `work`, and returns its status;
+  // UNAVAILABLE once stopped.
+  absl::Status OnLoop(const std::function<absl::Status()>& fn,
+                      LoopLedger::Work work = LoopLedger::kCalls);
   // Wakes watchers after events were committed. Loop thread only.
   void Publish(const std::vector<v1::Event>& events);
   // Waits until an event newer than `seen` exists, `ms` pass, or the controller stops.
   void WaitForEventsAfter(int64_t seen, int ms);
   void ScheduleHeartbeatCheck();
   void SchedulePersist();
-  // Every 100 ms: how late the loop ran a timer due then, into dhp_controller_loop_lag_seconds
-  // (the wait a heartbeat or API call arriving then would have had); warns past kSlowTickSeconds.
-  void ScheduleLagProbe();
+  // How late the loop ran a timer, into dhp_controller_loop_lag_seconds (the wait a heartbeat or
+  // API call arriving then would have had), split by what the loop ran meanwhile (ledger_);
+  // warns past kSlowTickSeconds. The probe is due 50-150 ms (uniformly at random) after the
+  // previous one was due, whenever it ran: its times do not follow the loop's own ticks, so it
+  // samples the loop as calls arriving at any time do. `due` is the previous due time.
+  void ScheduleLagProbe(std::chrono::steady_clock::time_point due);
+  // Registers lag_cause_seconds_ and loop_busy_seconds_, a series for each cause and work.
+  void AddLoopLedgerMetrics();
   // Deletes what retention_s has expired, up to a batch at a time, then runs again after
   // retention_sweep_ms (at once while batches are full). Loop thread.
   void ScheduleRetentionSweep(int delay_ms);
@@ -202,7 +212,13 @@ class Controller : public api::DhpService {
   // dhp_controller_tick_seconds{phase}: how long each phase of the 1 s tick held the loop.
   prometheus::Family<prometheus::Histogram>& tick_seconds_;
   prometheus::Histogram& loop_lag_seconds_;  // dhp_controller_loop_lag_seconds
-  int64_t last_lag_warning_ms_ = 0;           // loop thread
+  // dhp_controller_loop_lag_cause_seconds{cause}: each probe's lag, split (LoopLedger::Name).
+  std::vector<prometheus::Histogram*> lag_cause_seconds_;
+  // dhp_controller_loop_busy_seconds_total{work}: the loop's recorded work, by LoopLedger::Work.
+  std::vector<prometheus::Counter*> loop_busy_seconds_;
+  LoopLedger ledger_;                // loop thread
+  std::mt19937 lag_random_;          // loop thread: the probe's due times
+  int64_t last_lag_warning_ms_ = 0;  // loop thread
   RunMetrics run_metrics_;  // per-job, per-stage and cluster gauges (controller/run_metrics.h)
   std::mutex reader_mu_;    // one scrape at a time reads on options_.store_reader
 

@@ -54,7 +54,7 @@ void Controller::CollectGauges() {
     }
     RecordTick(timer, "metrics scrape's read of the live state");
     return absl::OkStatus();
-  });
+  }, LoopLedger::kScrape);
   if (!s.ok()) return;
   absl::StatusOr<std::vector<v1::Node>> listed = ListNodesInSlices();
   if (!listed.ok()) return;
@@ -101,7 +101,7 @@ absl::StatusOr<std::vector<v1::Node>> Controller::ListNodesInSlices() {
       timer.Lap("metrics_nodes");
       RecordTick(timer, "metrics scrape's copy of the nodes");
       return absl::OkStatus();
-    });
+    }, LoopLedger::kScrape);
     if (!s.ok()) return s;
   }
   return all;
@@ -129,7 +129,7 @@ absl::Status Controller::AddRunRowsInSlices(const StoredJobs& stored,
       timer.Lap("metrics_compute");
       RecordTick(timer, "metrics scrape's rows of placed runs");
       return absl::OkStatus();
-    });
+    }, LoopLedger::kScrape);
     if (!s.ok()) return s;
   }
   return absl::OkStatus();

@@ -2,7 +2,9 @@
 // runs), the 100 ms persistence of heartbeat times and step figures, their timing
 // (dhp_controller_tick_seconds), and the retention sweep.
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -16,7 +18,9 @@ namespace {
 // A tick that holds the loop this long is logged with its phases: heartbeats and API calls
 // waited that long (the heartbeat aim at 10,000 nodes is p99 <= 50 ms).
 constexpr double kSlowTickSeconds = 0.05;
-constexpr int kLagProbeMs = 100;
+// The lag probe is due every 50-150 ms, uniformly at random (100 on average).
+constexpr int kLagProbeMinMs = 50;
+constexpr int kLagProbeMaxMs = 150;
 
 }  // namespace
 
@@ -24,6 +28,7 @@ void Controller::ScheduleRetentionSweep(int delay_ms) {
   retention_timer_.expires_after(std::chrono::milliseconds(delay_ms));
   retention_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || stopped_) return;
+    LoopLedger::Span span(ledger_, LoopLedger::kOther);
     constexpr int kBatch = 100;  // jobs per pass: the loop is never held long
     ScheduleRetentionSweep(SweepExpired() >= kBatch ? 10 : options_.retention_sweep_ms);
   });
@@ -65,6 +70,7 @@ void Controller::ScheduleHeartbeatCheck() {
   heartbeat_timer_.expires_after(std::chrono::milliseconds(options_.heartbeat_check_ms));
   heartbeat_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || stopped_) return;
+    LoopLedger::Span span(ledger_, LoopLedger::kCheck);
     std::vector<v1::Event> events;
     PhaseTimer timer;
     absl::Status s = nodes_.CheckHeartbeats(&events);
@@ -85,6 +91,7 @@ void Controller::SchedulePersist() {
   persist_timer_.expires_after(std::chrono::milliseconds(options_.persist_ms));
   persist_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || stopped_) return;
+    LoopLedger::Span span(ledger_, LoopLedger::kPersist);
     std::vector<v1::Event> events;
     PhaseTimer timer;
     absl::Status beats = nodes_.PersistDueBeats();
@@ -102,22 +109,55 @@ void Controller::SchedulePersist() {
   });
 }
 
-void Controller::ScheduleLagProbe() {
-  lag_timer_.expires_after(std::chrono::milliseconds(kLagProbeMs));
+void Controller::ScheduleLagProbe(std::chrono::steady_clock::time_point due) {
+  std::uniform_int_distribution<int> gap_ms(kLagProbeMinMs, kLagProbeMaxMs);
+  lag_timer_.expires_at(due + std::chrono::milliseconds(gap_ms(lag_random_)));
   lag_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || stopped_) return;
     const auto now = std::chrono::steady_clock::now();
-    const double lag = std::chrono::duration<double>(now - lag_timer_.expiry()).count();
+    const auto due = lag_timer_.expiry();
+    const double lag = std::chrono::duration<double>(now - due).count();
     loop_lag_seconds_.Observe(lag);
+    const LoopLedger::Split split = ledger_.SplitWindow(due, now);
+    for (size_t i = 0; i < split.size(); ++i) lag_cause_seconds_[i]->Observe(split[i]);
+    const std::array<double, LoopLedger::kWorkCount> busy = ledger_.TakeBusy();
+    for (size_t i = 0; i < busy.size(); ++i) loop_busy_seconds_[i]->Increment(busy[i]);
     const int64_t now_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
     if (lag >= kSlowTickSeconds && now_ms - last_lag_warning_ms_ >= 1000) {
       last_lag_warning_ms_ = now_ms;
+      std::string causes;
+      for (size_t i = 0; i < split.size(); ++i) {
+        if (split[i] < 0.0005) continue;
+        absl::StrAppend(&causes, causes.empty() ? "" : ", ", LoopLedger::Name(i), " ",
+                        static_cast<int>(split[i] * 1000), " ms");
+      }
       DHP_LOG(WARNING) << "the loop ran a timer " << static_cast<int>(lag * 1000)
-                       << " ms late (at most one such warning a second)";
+                       << " ms late (" << causes << "; at most one such warning a second)";
     }
-    ScheduleLagProbe();
+    // A loop held past several due times probes again at once: a call arriving then waits too.
+    ScheduleLagProbe(due);
   });
+}
+
+void Controller::AddLoopLedgerMetrics() {
+  auto& causes = metrics_.AddHistogram(
+      "dhp_controller_loop_lag_cause_seconds",
+      "Each dhp_controller_loop_lag_seconds probe's lag, split by what the loop ran meanwhile: "
+      "calls (API calls and heartbeats), check (the once-a-second check), persist (heartbeat "
+      "times and step figures written), scrape (a /metrics scrape's visits), other (retention, "
+      "exports), unrecorded (none of those: the loop thread waited for a CPU or woke late).");
+  for (int i = 0; i <= LoopLedger::kWorkCount; ++i) {
+    lag_cause_seconds_.push_back(
+        &causes.Add({{"cause", LoopLedger::Name(i)}}, LatencyBuckets()));
+  }
+  auto& busy = metrics_.AddCounter(
+      "dhp_controller_loop_busy_seconds_total",
+      "Seconds the controller's event loop spent on each kind of work (the causes of "
+      "dhp_controller_loop_lag_cause_seconds but unrecorded), updated with each lag probe.");
+  for (int i = 0; i < LoopLedger::kWorkCount; ++i) {
+    loop_busy_seconds_.push_back(&busy.Add({{"work", LoopLedger::Name(i)}}));
+  }
 }
 
 void Controller::RecordTick(const PhaseTimer& timer, const char* what) {

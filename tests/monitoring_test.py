@@ -54,12 +54,15 @@ PROMTOOL = "/usr/bin/promtool"
 PROMETHEUS = "/usr/bin/prometheus"
 
 # Families the controller registers outside controller/run_metrics.h (documented elsewhere:
-# the store's quarantine in controller/store.h and the README; the loop's tick phases and lag
-# in controller/controller.cc, the API's wait in api/instrumented_service.h, and the README).
+# the store's quarantine in controller/store.h and the README; the loop's tick phases, lag,
+# lag causes and busy time in controller/controller.cc, the API's wait in
+# api/instrumented_service.h, and the README).
 BASE_FAMILIES = {"dhp_jobs", "dhp_nodes", "dhp_events_total", "dhp_api_requests_total",
                  "dhp_api_request_duration_seconds", "dhp_store_quarantined_rows_total",
                  "dhp_store_quarantine_rows", "dhp_controller_tick_seconds",
-                 "dhp_controller_loop_lag_seconds", "dhp_api_request_wait_seconds"}
+                 "dhp_controller_loop_lag_seconds", "dhp_api_request_wait_seconds",
+                 "dhp_controller_loop_lag_cause_seconds",
+                 "dhp_controller_loop_busy_seconds_total"}
 # Written by Prometheus itself for every scrape target.
 SYNTHETIC = {"up"}
 
