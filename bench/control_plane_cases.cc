@@ -124,6 +124,29 @@ Json ServerSideJson(const std::string& before, const std::string& after) {
             {"loop_wait_p99_le_ms", p99("dhp_api_request_wait_seconds", labels)}};
   }
   j["loop_lag_p99_le_ms"] = p99("dhp_controller_loop_lag_seconds", {});
+  Json causes = Json::object();
+  Json busy = Json::object();
+  for (const char* c : {"calls", "check", "persist", "scrape", "other", "unrecorded"}) {
+    const std::string label = std::string("cause=\"") + c + "\"";
+    causes[c] = p99("dhp_controller_loop_lag_cause_seconds", {label});
+    const std::vector<std::string> work = {std::string("work=\"") + c + "\""};
+    const double b = SumSamples(before, "dhp_controller_loop_busy_seconds_total", work);
+    const double a = SumSamples(after, "dhp_controller_loop_busy_seconds_total", work);
+    if (a >= 0 && b >= 0) busy[c] = a - b;
+  }
+  j["loop_lag_cause_p99_le_ms"] = causes;
+  // The lag's whole distribution: probes observed between the pages, by bucket bound (ms).
+  const HistogramBuckets lag_b = ParseHistogram(before, "dhp_controller_loop_lag_seconds", {});
+  const HistogramBuckets lag_a = ParseHistogram(after, "dhp_controller_loop_lag_seconds", {});
+  if (!lag_a.le.empty() && (lag_b.le.empty() || lag_b.le == lag_a.le)) {
+    Json buckets = Json::array();
+    for (size_t i = 0; i < lag_a.le.size(); ++i) {
+      const double n = lag_a.count[i] - (lag_b.le.empty() ? 0 : lag_b.count[i]);
+      buckets.push_back({std::isinf(lag_a.le[i]) ? Json("+Inf") : Json(1000 * lag_a.le[i]), n});
+    }
+    j["loop_lag_cumulative_by_le_ms"] = buckets;
+  }
+  j["loop_busy_s"] = busy;  // seconds of the loop's time between the pages, by work
   return j;
 }
 

@@ -170,6 +170,19 @@ std::string ServerSideNote(const Json& c) {
     sep = ", ";
   }
   n << sep << "the loop's lag <= " << bound("/loop_lag_p99_le_ms");
+  if (const Json* causes = At(*s, "/loop_lag_cause_p99_le_ms")) {
+    n << " (by cause:";
+    for (const auto& [cause, v] : causes->items()) {
+      n << " " << cause << " <= " << bound("/loop_lag_cause_p99_le_ms/" + cause);
+    }
+    n << ")";
+  }
+  if (const Json* busy = At(*s, "/loop_busy_s"); busy != nullptr && !busy->empty()) {
+    n << "; the loop's time between the pages, s:";
+    for (const auto& [work, v] : busy->items()) {
+      n << " " << work << " " << Fixed(v.get<double>(), 2);
+    }
+  }
   return n.str();
 }
 

@@ -1,5 +1,6 @@
 #include "bench/metrics_histogram.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <limits>
 
@@ -52,6 +53,34 @@ HistogramBuckets ParseHistogram(std::string_view page, std::string_view name,
     out.count[i] += count;
   }
   return out;
+}
+
+double SumSamples(std::string_view page, std::string_view name,
+                  const std::vector<std::string>& labels) {
+  double sum = -1;
+  size_t pos = 0;
+  while (pos < page.size()) {
+    size_t eol = page.find('\n', pos);
+    if (eol == std::string_view::npos) eol = page.size();
+    const std::string_view line = page.substr(pos, eol - pos);
+    pos = eol + 1;
+    if (line.rfind(name, 0) != 0 || line.size() == name.size()) continue;
+    std::string_view set;
+    size_t value_at = name.size();
+    if (line[name.size()] == '{') {
+      const size_t close = line.find('}');
+      if (close == std::string_view::npos) continue;
+      set = line.substr(name.size() + 1, close - name.size() - 1);
+      value_at = close + 1;
+    } else if (line[name.size()] != ' ') {
+      continue;  // another family whose name starts with this one
+    }
+    bool match = true;
+    for (const std::string& l : labels) match = match && set.find(l) != std::string_view::npos;
+    if (!match) continue;
+    sum = std::max(sum, 0.0) + std::strtod(std::string(line.substr(value_at)).c_str(), nullptr);
+  }
+  return sum;
 }
 
 double QuantileBound(const HistogramBuckets& before, const HistogramBuckets& after, double q) {

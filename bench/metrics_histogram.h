@@ -27,6 +27,11 @@ HistogramBuckets ParseHistogram(std::string_view page, std::string_view name,
 // past the last finite bound; -1 when nothing was observed between them or they differ.
 double QuantileBound(const HistogramBuckets& before, const HistogramBuckets& after, double q);
 
+// The sum of the `name` samples (a counter or gauge, no suffix) whose labels include every one
+// of `labels`; -1 when none matches.
+double SumSamples(std::string_view page, std::string_view name,
+                  const std::vector<std::string>& labels);
+
 }  // namespace dhp::bench
 
 #endif  // DHP_BENCH_METRICS_HISTOGRAM_H_

@@ -56,5 +56,19 @@ TEST(MetricsHistogramTest, TheQuantileOfWhatWasObservedBetweenTwoScrapes) {
   EXPECT_EQ(QuantileBound(HistogramBuckets(), after, 0.99), 0.025);  // 198 of 200
 }
 
+TEST(MetricsHistogramTest, CounterSamplesAreSummedOverMatchingSeries) {
+  const std::string page =
+      "# TYPE dhp_busy_seconds_total counter\n"
+      "dhp_busy_seconds_total{work=\"calls\"} 1.5\n"
+      "dhp_busy_seconds_total{work=\"persist\"} 0.25\n"
+      "dhp_busy_seconds_total_more{work=\"calls\"} 100\n"
+      "dhp_plain 7\n";
+  EXPECT_DOUBLE_EQ(SumSamples(page, "dhp_busy_seconds_total", {"work=\"calls\""}), 1.5);
+  EXPECT_DOUBLE_EQ(SumSamples(page, "dhp_busy_seconds_total", {}), 1.75);
+  EXPECT_DOUBLE_EQ(SumSamples(page, "dhp_plain", {}), 7);
+  EXPECT_EQ(SumSamples(page, "dhp_busy_seconds_total", {"work=\"scrape\""}), -1);
+  EXPECT_EQ(SumSamples(page, "dhp_absent", {}), -1);
+}
+
 }  // namespace
 }  // namespace dhp::bench
