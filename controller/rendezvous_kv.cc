@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <set>
+#include <string_view>
 
 #include "controller/rendezvous_kv_internal.h"
 
@@ -116,9 +118,11 @@ absl::Status RendezvousKv::Set(const KvScopeKey& scope, const std::string& key,
 std::vector<std::string> RendezvousKv::MissingLocked(const KvScopeKey& scope,
                                                      const std::vector<std::string>& keys) {
   std::vector<std::string> missing;
+  std::set<std::string_view> named;  // a key asked for twice is named once
   auto it = scopes_.find(scope);
   for (const std::string& k : keys) {
-    if (it == scopes_.end() || it->second.keys.count(k) == 0) missing.push_back(k);
+    if (it != scopes_.end() && it->second.keys.count(k) > 0) continue;
+    if (named.insert(k).second) missing.push_back(k);
   }
   return missing;
 }

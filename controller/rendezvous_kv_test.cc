@@ -65,6 +65,16 @@ TEST(RendezvousKvTest, WaitTimesOutNamingMissingKeys) {
             "rendezvous of job j-1 attempt 1: still missing \"rank/1\", \"rank/2\" after 30 ms");
 }
 
+TEST(RendezvousKvTest, AKeyAskedForTwiceIsNamedOnceWhenMissing) {
+  RendezvousKv kv;
+  ASSERT_TRUE(kv.Set(kRun1, "rank/0", "x").ok());
+  absl::Status s =
+      kv.Wait(kRun1, {"rank/1", "rank/0", "rank/1", "rank/2", "rank/1"}, milliseconds(0));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(s.message(),
+            "rendezvous of job j-1 attempt 1: still missing \"rank/1\", \"rank/2\" after 0 ms");
+}
+
 TEST(RendezvousKvTest, AddCountsFromManyThreads) {
   RendezvousKv kv;
   std::vector<std::thread> threads;
