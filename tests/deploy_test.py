@@ -64,13 +64,14 @@ class DeployTest(unittest.TestCase):
     def setUpClass(cls):
         cls.flags = {"dhp-controller": help_flags(CONTROLLER), "dhp-worker": help_flags(WORKER),
                      "dhp-relay": help_flags(RELAY)}
-        cls.k8s = os.path.join(DEPLOY, "k8s")
-        cls.docs = {}  # k8s file name -> its YAML documents
+        cls.k8s = os.path.join(DEPLOY, "k8s")  # its kustomization builds base/
+        cls.base = os.path.join(cls.k8s, "base")  # the manifests; overlays beside it
+        cls.docs = {}  # base manifest file name -> its YAML documents
         if yaml is None:
             sys.stderr.write("deploy_test: python3-yaml not importable; structural checks "
                              "skipped, text checks only\n")
             return
-        for path in sorted(glob.glob(os.path.join(cls.k8s, "*.yaml"))):
+        for path in sorted(glob.glob(os.path.join(cls.base, "*.yaml"))):
             cls.docs[os.path.basename(path)] = [d for d in yaml.safe_load_all(read(path)) if d]
 
     # ---- helpers ----------------------------------------------------------------------------
@@ -92,7 +93,7 @@ class DeployTest(unittest.TestCase):
         """controller.yaml as the ConfigMap holds it (with or without PyYAML)."""
         if yaml is not None:
             return self.one("ConfigMap", "dhp-controller-config")["data"]["controller.yaml"]
-        text = read(os.path.join(self.k8s, "controller-config.yaml"))
+        text = read(os.path.join(self.base, "controller-config.yaml"))
         m = re.search(r"\n  controller\.yaml: \|\n((?:    .*\n|\s*\n)+)", text)
         self.assertIsNotNone(m, "controller.yaml block in controller-config.yaml")
         return "".join(line[4:] + "\n" for line in m.group(1).splitlines())
@@ -123,14 +124,53 @@ class DeployTest(unittest.TestCase):
                     self.assertIn("kind", doc, path)
 
     def test_kustomization_lists_every_manifest(self):
-        files = {os.path.basename(p) for p in glob.glob(os.path.join(self.k8s, "*.yaml"))}
+        files = {os.path.basename(p) for p in glob.glob(os.path.join(self.base, "*.yaml"))}
         files.discard("kustomization.yaml")
-        text = read(os.path.join(self.k8s, "kustomization.yaml"))
+        text = read(os.path.join(self.base, "kustomization.yaml"))
         if yaml is not None:
             listed = yaml.safe_load(text)["resources"]
         else:
             listed = re.findall(r"(?m)^  - (\S+\.yaml)$", text)
         self.assertEqual(sorted(listed), sorted(files))
+
+    def test_no_kustomization_builds_on_a_directory_that_holds_it(self):
+        # kustomize (v5) refuses that as a cycle: `kubectl apply -k deploy/k8s/relay` failed so
+        # while the overlays lay inside the base's directory.
+        for path in glob.glob(os.path.join(self.k8s, "**", "kustomization.yaml"), recursive=True):
+            here = os.path.dirname(os.path.abspath(path))
+            for line in re.findall(r"(?m)^  - (\S+)", read(path)):
+                target = os.path.abspath(os.path.join(here, line))
+                if os.path.isdir(target):
+                    self.assertFalse(here.startswith(target.rstrip("/") + "/"),
+                                     "%s builds on %s, which holds it" % (path, line))
+
+    def test_kubectl_kustomize_renders_the_base_and_each_overlay(self):
+        kubectl = shutil.which("kubectl")
+        if kubectl is None:
+            self.skipTest("no kubectl on PATH (Debian 12's kubernetes-client 1.20 predates "
+                          "the kustomize these files are written for)")
+        rendered = {}
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        k8s = os.path.join(tmp, "k8s")  # copied: kustomize does not follow Bazel's symlinks
+        shutil.copytree(self.k8s, k8s)
+        for name in ("", "relay", "tls"):
+            r = subprocess.run([kubectl, "kustomize", os.path.join(k8s, name)],
+                               capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, "kubectl kustomize deploy/k8s/%s: %s" %
+                             (name, r.stderr))
+            rendered[name] = r.stdout
+        kinds = lambda text: sorted(re.findall(r"(?m)^kind: (\S+)", text))
+        self.assertEqual(len(kinds(rendered[""])), 8)
+        self.assertEqual(kinds(rendered["tls"]), kinds(rendered[""]))
+        self.assertEqual(len(kinds(rendered["relay"])), 11)  # + the relay Deployment, 2 Services
+        for name, text in rendered.items():  # every object in the namespace, every image set
+            self.assertNotIn("image: dhp\n", text, name)
+            self.assertEqual(text.count("namespace: dhp\n"), len(kinds(text)) - 1, name)
+        self.assertIn("value: dhp-relay:7075", rendered["relay"])
+        self.assertIn("- /usr/local/bin/dhp-relay", rendered["relay"])
+        self.assertIn("- --tls-cert-file", rendered["tls"])
+        self.assertNotIn("--tls-cert-file", rendered[""])
 
     # ---- flags ------------------------------------------------------------------------------
 
@@ -183,7 +223,7 @@ class DeployTest(unittest.TestCase):
     def test_kubernetes_containers_use_known_flags(self):
         if yaml is None:  # text fallback: any flag in the manifests is some binary's flag
             known = set().union(*self.flags.values())
-            for path in glob.glob(os.path.join(self.k8s, "*.yaml")):
+            for path in glob.glob(os.path.join(self.base, "*.yaml")):
                 unknown = set(FLAG.findall(strip_comments(read(path)))) - known
                 self.assertFalse(unknown, "%s: %s" % (path, sorted(unknown)))
             return
@@ -281,7 +321,7 @@ class DeployTest(unittest.TestCase):
 
     def test_worker_daemonset_gets_gpus_host_network_and_the_controller(self):
         if yaml is None:
-            text = read(os.path.join(self.k8s, "worker-daemonset.yaml"))
+            text = read(os.path.join(self.base, "worker-daemonset.yaml"))
             self.assertRegex(text, r"nvidia\.com/gpu: [1-9]")
             self.assertRegex(text, r"hostNetwork: true")
             self.assertRegex(text, r"hostIPC: true")
@@ -313,7 +353,7 @@ class DeployTest(unittest.TestCase):
         needs_yaml(self)
         tls = os.path.join(self.k8s, "tls")
         kustomization = yaml.safe_load(read(os.path.join(tls, "kustomization.yaml")))
-        self.assertEqual(kustomization["resources"], ["../"])
+        self.assertEqual(kustomization["resources"], ["../base"])
         patches = {p["path"]: yaml.safe_load(read(os.path.join(tls, p["path"])))
                    for p in kustomization["patches"]}
         by_kind = {p["kind"]: p for p in patches.values()}
@@ -348,8 +388,8 @@ class DeployTest(unittest.TestCase):
         needs_yaml(self)
         overlay = os.path.join(self.k8s, "relay")
         kustomization = yaml.safe_load(read(os.path.join(overlay, "kustomization.yaml")))
-        self.assertEqual(kustomization["resources"], ["../", "relay.yaml"])
-        base = yaml.safe_load(read(os.path.join(self.k8s, "kustomization.yaml")))
+        self.assertEqual(kustomization["resources"], ["../base", "relay.yaml"])
+        base = yaml.safe_load(read(os.path.join(self.base, "kustomization.yaml")))
         for key in ("namespace", "images"):  # the base's apply to the base's objects only
             self.assertEqual(kustomization[key], base[key], key)
         docs = [d for d in yaml.safe_load_all(read(os.path.join(overlay, "relay.yaml"))) if d]
