@@ -23,26 +23,33 @@ bool ParseLe(std::string_view labels, double* le) {
   return stop != v.c_str();
 }
 
+// Calls fn(line) for each line of `page`, without its newline.
+template <typename Fn>
+void ForEachLine(std::string_view page, Fn fn) {
+  size_t pos = 0;
+  while (pos < page.size()) {
+    size_t eol = page.find('\n', pos);
+    if (eol == std::string_view::npos) eol = page.size();
+    fn(page.substr(pos, eol - pos));
+    pos = eol + 1;
+  }
+}
+
 }  // namespace
 
 HistogramBuckets ParseHistogram(std::string_view page, std::string_view name,
                                 const std::vector<std::string>& labels) {
   HistogramBuckets out;
   const std::string prefix = std::string(name) + "_bucket{";
-  size_t pos = 0;
-  while (pos < page.size()) {
-    size_t eol = page.find('\n', pos);
-    if (eol == std::string_view::npos) eol = page.size();
-    const std::string_view line = page.substr(pos, eol - pos);
-    pos = eol + 1;
-    if (line.rfind(prefix, 0) != 0) continue;
+  ForEachLine(page, [&](std::string_view line) {
+    if (line.rfind(prefix, 0) != 0) return;
     const size_t close = line.find('}');
-    if (close == std::string_view::npos) continue;
+    if (close == std::string_view::npos) return;
     const std::string_view set = line.substr(prefix.size(), close - prefix.size());
     bool match = true;
     for (const std::string& l : labels) match = match && set.find(l) != std::string_view::npos;
     double le = 0;
-    if (!match || !ParseLe(set, &le)) continue;
+    if (!match || !ParseLe(set, &le)) return;
     const double count = std::strtod(std::string(line.substr(close + 1)).c_str(), nullptr);
     size_t i = 0;
     while (i < out.le.size() && out.le[i] != le) ++i;
@@ -51,35 +58,30 @@ HistogramBuckets ParseHistogram(std::string_view page, std::string_view name,
       out.count.push_back(0);
     }
     out.count[i] += count;
-  }
+  });
   return out;
 }
 
 double SumSamples(std::string_view page, std::string_view name,
                   const std::vector<std::string>& labels) {
   double sum = -1;
-  size_t pos = 0;
-  while (pos < page.size()) {
-    size_t eol = page.find('\n', pos);
-    if (eol == std::string_view::npos) eol = page.size();
-    const std::string_view line = page.substr(pos, eol - pos);
-    pos = eol + 1;
-    if (line.rfind(name, 0) != 0 || line.size() == name.size()) continue;
+  ForEachLine(page, [&](std::string_view line) {
+    if (line.rfind(name, 0) != 0 || line.size() == name.size()) return;
     std::string_view set;
     size_t value_at = name.size();
     if (line[name.size()] == '{') {
       const size_t close = line.find('}');
-      if (close == std::string_view::npos) continue;
+      if (close == std::string_view::npos) return;
       set = line.substr(name.size() + 1, close - name.size() - 1);
       value_at = close + 1;
     } else if (line[name.size()] != ' ') {
-      continue;  // another family whose name starts with this one
+      return;  // another family whose name starts with this one
     }
     bool match = true;
     for (const std::string& l : labels) match = match && set.find(l) != std::string_view::npos;
-    if (!match) continue;
+    if (!match) return;
     sum = std::max(sum, 0.0) + std::strtod(std::string(line.substr(value_at)).c_str(), nullptr);
-  }
+  });
   return sum;
 }
 
