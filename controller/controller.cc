@@ -88,8 +88,9 @@ Controller::Controller(Store& store, const Clock& clock, MetricsExposition& metr
       loop_lag_seconds_(
           metrics
               .AddHistogram("dhp_controller_loop_lag_seconds",
-                            "How late the controller's event loop ran a timer due every 100 ms: "
-                            "the time a heartbeat or API call arriving then waited for the loop.")
+                            "How late the controller's event loop ran a probe timer due every "
+                            "50-150 ms at random: the time a heartbeat or API call arriving then "
+                            "waited for the loop.")
               .Add({}, LatencyBuckets())),
       lag_random_(std::random_device{}()),
       run_metrics_(metrics),
