@@ -137,6 +137,7 @@ absl::Status NodeTracker::Heartbeat(const v1::HeartbeatRequest& req,
                                     std::vector<v1::Event>* events) {
   DHP_CHECK_ON_THREAD(loop_);
   EnsureLoaded();
+  if (req.node_id().empty()) return absl::InvalidArgumentError("node_id: must not be empty");
   auto it = nodes_.find(req.node_id());
   if (it == nodes_.end()) {
     return absl::NotFoundError("node " + req.node_id() + " is not registered; register first");

@@ -182,6 +182,14 @@ TEST_F(NodeTrackerTest, HeartbeatOfUnknownNodeIsNotFound) {
   EXPECT_TRUE(events.empty());
 }
 
+TEST_F(NodeTrackerTest, HeartbeatWithoutANodeIdIsInvalid) {
+  std::vector<v1::Event> events;
+  absl::Status s = Heartbeat("", &events);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "node_id: must not be empty");
+  EXPECT_TRUE(events.empty());
+}
+
 TEST_F(NodeTrackerTest, NodeIsLostOnlyAfterTheTimeout) {
   std::vector<v1::Event> events;
   ASSERT_TRUE(Register(NodeRequest("n1"), &events).ok());
