@@ -106,6 +106,31 @@ std::string MetricsPage(const ControllerProcess& c) {
   return r.ok() && r->status == 200 ? r->body : "";
 }
 
+// Each phase of the controller's periodic work between two pages (dhp_controller_tick_seconds):
+// {"beats": {"count": 300, "mean_ms": 1.2, "p99_le_ms": 2.5}, ...}; phases not run are left out.
+Json TickPhasesJson(const std::string& before, const std::string& after) {
+  Json phases = Json::object();
+  for (const char* phase : {"beats", "progress", "nodes", "node_events", "stalls", "schedule",
+                            "metrics_counts", "metrics_nodes", "metrics_compute"}) {
+    const std::vector<std::string> label = {std::string("phase=\"") + phase + "\""};
+    auto delta = [&](const char* suffix) {
+      const std::string name = std::string("dhp_controller_tick_seconds") + suffix;
+      const double b = SumSamples(before, name, label);
+      const double a = SumSamples(after, name, label);
+      return a < 0 ? -1.0 : a - std::max(0.0, b);
+    };
+    const double count = delta("_count");
+    if (count <= 0) continue;
+    const double b = QuantileBound(ParseHistogram(before, "dhp_controller_tick_seconds", label),
+                                   ParseHistogram(after, "dhp_controller_tick_seconds", label),
+                                   0.99);
+    phases[phase] = {{"count", count},
+                     {"mean_ms", 1000 * delta("_sum") / count},
+                     {"p99_le_ms", std::isinf(b) ? Json("inf") : Json(1000 * b)}};
+  }
+  return phases;
+}
+
 // What the controller itself measured of the calls between two pages (bucket bounds, ms;
 // null: none observed): each method's time in the controller and its wait for the loop
 // (api/instrumented_service.h), and the loop's lag.
@@ -147,6 +172,7 @@ Json ServerSideJson(const std::string& before, const std::string& after) {
     j["loop_lag_cumulative_by_le_ms"] = buckets;
   }
   j["loop_busy_s"] = busy;  // seconds of the loop's time between the pages, by work
+  j["tick_phases"] = TickPhasesJson(before, after);
   return j;
 }
 

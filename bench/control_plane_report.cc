@@ -183,6 +183,13 @@ std::string ServerSideNote(const Json& c) {
       n << " " << work << " " << Fixed(v.get<double>(), 2);
     }
   }
+  if (const Json* ticks = At(*s, "/tick_phases"); ticks != nullptr && !ticks->empty()) {
+    n << "; periodic phases, mean / p99 ms:";
+    for (const auto& [phase, v] : ticks->items()) {
+      n << " " << phase << " " << Num(v, "/mean_ms", 2) << " / <= "
+        << bound("/tick_phases/" + phase + "/p99_le_ms");
+    }
+  }
   return n.str();
 }
 
