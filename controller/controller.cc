@@ -80,7 +80,7 @@ Controller::Controller(Store& store, const Clock& clock, MetricsExposition& metr
           "dhp_controller_tick_seconds",
           "How long each phase of the controller's periodic work held its event loop "
           "(heartbeats and API calls wait meanwhile). Once a second: nodes (loss check), "
-          "node_events, stalls, schedule; every persist interval (100 ms): beats (due "
+          "node_events, stalls, schedule; every persist interval (25 ms): beats (due "
           "heartbeat times written), progress (due step figures written); at every /metrics "
           "scrape: metrics_counts, metrics_nodes and metrics_compute (once per slice of nodes "
           "and of placed runs), metrics_read (the placed jobs' rows, only when the controller "

@@ -45,8 +45,10 @@ struct ControllerOptions {
   NodeTrackerOptions nodes;
   int heartbeat_check_ms = 1000;   // how often silent nodes and stalled runs are looked for
   // How often due heartbeat times and step figures are written, a small batch each time
-  // (SupervisorOptions::progress_save_batch), so that no write holds the loop long.
-  int persist_ms = 100;
+  // (NodeTrackerOptions::beat_save_batch, SupervisorOptions::progress_save_batch), each in a
+  // loop turn of its own, so that no write holds the loop long: at 10,000 full nodes about 8
+  // of each are due per 25 ms, a write of 1 ms (bench/results/control_plane.md).
+  int persist_ms = 25;
   int kv_max_timeout_ms = 600000;  // longest Kv wait a caller may ask for
   int progress_reports_per_s = 4000;  // SupervisorOptions::progress_reports_per_s
   // Final jobs (with their runs, checkpoint records, events and logs; not their checkpoint
@@ -60,7 +62,7 @@ struct ControllerOptions {
   Store* store_reader = nullptr;
   // A scrape computes the rows of this many placed runs (more, to finish a job), or copies 4x
   // as many nodes, per visit to the loop, so that heartbeats and API calls wait for one slice.
-  int metrics_runs_per_slice = 256;
+  int metrics_runs_per_slice = 64;
 };
 
 // HeartbeatRequest.progress: the most reports one heartbeat may relay.
@@ -150,7 +152,9 @@ class Controller : public api::DhpService {
   // Waits until an event newer than `seen` exists, `ms` pass, or the controller stops.
   void WaitForEventsAfter(int64_t seen, int ms);
   void ScheduleHeartbeatCheck();
+  // Every persist_ms: the due heartbeat times, then (a loop turn of its own) PersistProgress.
   void SchedulePersist();
+  void PersistProgress();  // the due step figures; then the next SchedulePersist
   // How late the loop ran a timer, into dhp_controller_loop_lag_seconds (the wait a heartbeat or
   // API call arriving then would have had), split by what the loop ran meanwhile (ledger_);
   // warns past kSlowTickSeconds. The probe is due 50-150 ms (uniformly at random) after the

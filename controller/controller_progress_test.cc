@@ -1,11 +1,14 @@
 // A running job's step figures as reads see them: reports are kept in memory and written in
 // batches (Supervisor::SaveProgress), every read shows the newest, and a controller that stops
 // writes what it has not yet saved.
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "controller/controller_test_fixture.h"
 #include "controller/store.h"
+#include "controller/time_util.h"
 #include "gtest/gtest.h"
 
 namespace dhp::controller {
@@ -73,6 +76,52 @@ TEST_F(ControllerProgressTest, ReadsShowTheNewestStepAndAStopWritesIt) {
   StartController();
   EXPECT_EQ(Get(job.id()).job().latest_step(), 7);
   EXPECT_EQ(Get(job.id()).job().message(), "training: step 7 of 100 done");
+}
+
+// The persist tick, on the controller's own clock: step figures and heartbeat times that come
+// due (every 30 s) are written by the tick, each time they come due, not only at a stop.
+class ControllerPersistTickTest : public ControllerProgressTest {
+ protected:
+  void SetUp() override {
+    use_fake_clock_ = true;
+    options_.nodes.heartbeat_timeout_ms = 3600 * 1000;  // 31 s jumps lose no node
+    ControllerProgressTest::SetUp();
+  }
+  // Waits up to 5 s (the tick is every 25 ms) for `done` to hold.
+  template <typename F>
+  bool Within5s(F done) {
+    for (int i = 0; i < 500 && !done(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return done();
+  }
+  int64_t StoredBeat(const std::string& node) {
+    absl::StatusOr<std::unique_ptr<Store>> other = Store::Open(path_);
+    if (!other.ok()) return -1;
+    absl::StatusOr<v1::Node> n = (*other)->GetNode(node);
+    return n.ok() ? TimestampToMicros(n->last_heartbeat_time()) : -1;
+  }
+};
+
+TEST_F(ControllerPersistTickTest, DueFiguresAndHeartbeatTimesAreWrittenTickAfterTick) {
+  ASSERT_TRUE(Register("n1").ok());
+  const v1::Job job = Submit();
+  const v1::HeartbeatRequest beat = LaunchRankZero(job);
+  Progress(job, 1);  // RUNNING: written at once
+  int64_t stored = 1;
+  for (int64_t step : {7, 9}) {
+    Progress(job, step);
+    EXPECT_EQ(StoredJob(job.id()).latest_step(), stored);  // not due yet
+    fake_clock_.AdvanceMicros(31 * 1000000LL);
+    v1::HeartbeatResponse resp;
+    ASSERT_TRUE(controller_->Heartbeat(beat, &resp).ok());
+    const int64_t beat_at = fake_clock_.NowMicros();
+    EXPECT_TRUE(Within5s([&] { return StoredJob(job.id()).latest_step() == step; }))
+        << "step " << step << " was not written; stored " << StoredJob(job.id()).latest_step();
+    EXPECT_TRUE(Within5s([&] { return StoredBeat("n1") == beat_at; }))
+        << "the heartbeat at " << beat_at << " was not written; stored " << StoredBeat("n1");
+    stored = step;
+  }
 }
 
 // The controller's progress_reports_per_s reaches the ranks: each is asked to report at most

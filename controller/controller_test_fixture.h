@@ -117,7 +117,8 @@ class ControllerFixture : public ::testing::Test {
     }
     options_.store_reader = reader_.get();
     metrics_ = std::make_unique<MetricsExposition>();
-    controller_ = std::make_unique<Controller>(*store_, clock_, *metrics_, options_);
+    const Clock& clock = use_fake_clock_ ? static_cast<const Clock&>(fake_clock_) : clock_;
+    controller_ = std::make_unique<Controller>(*store_, clock, *metrics_, options_);
     controller_->Start();
   }
   // Stops the controller and closes the store (a controller restart keeps only the file).
@@ -200,6 +201,8 @@ class ControllerFixture : public ::testing::Test {
   std::string path_;
   ControllerOptions options_;
   SystemClock clock_;
+  FakeClock fake_clock_;          // the controller's clock instead, with use_fake_clock_
+  bool use_fake_clock_ = false;   // set before StartController
   std::unique_ptr<MetricsExposition> metrics_;  // outlives the controller (holds a collector)
   std::unique_ptr<Store> store_;              // outlives the controller
   bool with_reader_ = true;                   // the scrape reads on reader_, as in main.cc
