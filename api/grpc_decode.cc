@@ -4,11 +4,23 @@
 #include <vector>
 
 #include "common/proto_utf8.h"
+#include "common/proto_wire_budget.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 
 namespace dhp::api {
 
 absl::Status DecodeRequest(const grpc::ByteBuffer& bytes, google::protobuf::Message* msg) {
+  {
+    grpc::ByteBuffer copy(bytes);  // shares the slices; the reader needs a mutable buffer
+    grpc::ProtoBufferReader reader(&copy);
+    const int64_t n = CountWireElements(&reader, *msg->GetDescriptor(), kMaxRequestElements);
+    if (n > kMaxRequestElements) {
+      return absl::ResourceExhaustedError(
+          "request (protobuf " + msg->GetTypeName() + "): more than " +
+          std::to_string(kMaxRequestElements) + " messages, strings and bytes fields in " +
+          std::to_string(bytes.Length()) + " bytes; send fewer per request");
+    }
+  }
   grpc::ByteBuffer copy(bytes);  // shares the slices; the reader needs a mutable buffer
   grpc::ProtoBufferReader reader(&copy);
   if (msg->ParseFromZeroCopyStream(&reader)) return absl::OkStatus();

@@ -11,8 +11,14 @@
 
 namespace dhp::api {
 
+// The most length-delimited fields (messages, strings, bytes) and groups one request may hold, at
+// every depth (common/proto_wire_budget.h): about 60 MB once parsed at worst. A 16 MiB request
+// of empty messages would otherwise be 8 million of them, 1.8 GB parsed.
+inline constexpr int64_t kMaxRequestElements = 262144;
+
 // `bytes` decoded into `msg`, or INVALID_ARGUMENT naming the message type and either the field
-// whose text is not UTF-8 or the number of bytes that do not decode.
+// whose text is not UTF-8 or the number of bytes that do not decode; RESOURCE_EXHAUSTED,
+// unparsed, when it holds more than kMaxRequestElements.
 absl::Status DecodeRequest(const grpc::ByteBuffer& bytes, google::protobuf::Message* msg);
 
 }  // namespace dhp::api

@@ -30,6 +30,10 @@ class EventSink {
 
 // HeartbeatBatchRequest.heartbeats: the most one batch may carry.
 inline constexpr int kMaxHeartbeatBatch = 1024;
+// HeartbeatRequest.progress: the most reports one heartbeat may relay.
+inline constexpr int kMaxRelayedProgress = 1024;
+// HeartbeatRequest.ranks: the most rank processes one heartbeat may report (a node's slots).
+inline constexpr int kMaxHeartbeatRanks = 4096;
 
 class DhpService {
  public:

@@ -65,8 +65,8 @@ struct ControllerOptions {
   int metrics_runs_per_slice = 64;
 };
 
-// HeartbeatRequest.progress: the most reports one heartbeat may relay.
-inline constexpr int kMaxRelayedProgress = 1024;
+using api::kMaxRelayedProgress;
+using api::kMaxHeartbeatRanks;
 
 class Controller : public api::DhpService {
  public:

@@ -361,6 +361,23 @@ TEST_F(ApiTest, EveryRestEntryPointRefusesTextThatIsNotUtf8) {
   EXPECT_TRUE(store_->ListQuarantined().empty());
 }
 
+// A request of many small elements is refused before it is parsed: 300,000 empty progress
+// reports are 600 KB on the wire and would be ~70 MB parsed (8 million, 1.8 GB, fit in 16 MiB).
+TEST_F(ApiTest, GrpcRefusesARequestOfTooManyElementsUnparsed) {
+  v1::HeartbeatRequest hb;
+  hb.set_node_id("n1");
+  for (int i = 0; i < 300000; ++i) hb.add_progress();
+  auto [status, body] =
+      GenericUnary(target_, "/dhp.v1.WorkerService/Heartbeat", hb.SerializeAsString());
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  EXPECT_EQ(status.error_message(),
+            "request (protobuf dhp.v1.HeartbeatRequest): more than 262144 messages, strings and "
+            "bytes fields in 600004 bytes; send fewer per request");
+  v1::ListNodesRequest list;  // the server goes on
+  status = GenericUnary(target_, "/dhp.v1.NodeService/ListNodes", list.SerializeAsString()).first;
+  EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
 // gRPC refuses such bytes on the wire (the message does not parse), so the transports agree.
 // Bytes protobuf will not parse are INVALID_ARGUMENT naming the field (gRPC itself would answer
 // UNIMPLEMENTED with no message), on the loop's methods and the blocking ones alike, and nothing
