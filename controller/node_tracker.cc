@@ -28,6 +28,46 @@ absl::Status CheckNodeId(const std::string& id) {
   return absl::OkStatus();
 }
 
+// What a node offers, within what one machine has: the scheduler keeps state per slot, so an
+// agent's (or a typo's) cpu_slots of 2^31 would take the controller's memory.
+absl::Status CheckResources(const std::string& id, const v1::NodeResources& r) {
+  auto invalid = [&](const std::string& what) {
+    return absl::InvalidArgumentError("node.resources." + what + " (node " + id + ")");
+  };
+  if (r.gpus_size() == 0 && r.cpu_slots() <= 0) {
+    return absl::InvalidArgumentError("node.resources: node " + id +
+                                      " offers no GPUs and no CPU slots");
+  }
+  if (r.gpus_size() > kMaxNodeGpus) {
+    return invalid("gpus: " + std::to_string(r.gpus_size()) + " GPUs; a node has at most " +
+                   std::to_string(kMaxNodeGpus));
+  }
+  if (r.cpu_slots() < 0 || r.cpu_slots() > kMaxNodeCpuSlots) {
+    return invalid("cpu_slots: " + std::to_string(r.cpu_slots()) + " is not in 0.." +
+                   std::to_string(kMaxNodeCpuSlots));
+  }
+  if (r.memory_bytes() < 0) {
+    return invalid("memory_bytes: " + std::to_string(r.memory_bytes()) + " is negative");
+  }
+  std::vector<bool> seen(kMaxNodeGpus, false);
+  for (int i = 0; i < r.gpus_size(); ++i) {
+    const v1::Gpu& g = r.gpus(i);
+    const std::string at = "gpus[" + std::to_string(i) + "].";
+    if (g.index() < 0 || g.index() >= kMaxNodeGpus) {
+      return invalid(at + "index: " + std::to_string(g.index()) + " is not in 0.." +
+                     std::to_string(kMaxNodeGpus - 1));
+    }
+    if (seen[g.index()]) {
+      return invalid(at + "index: " + std::to_string(g.index()) + " is listed twice");
+    }
+    seen[g.index()] = true;
+    if (g.memory_bytes() < 0) {
+      return invalid(at + "memory_bytes: " + std::to_string(g.memory_bytes()) + " is negative");
+    }
+  }
+  return absl::OkStatus();
+}
+
 // "70 s"; below 10 s with one decimal ("1.5 s"), so that short timeouts do not read "0 s".
 std::string FormatSeconds(int64_t micros) {
   if (micros >= 10 * 1000000LL || micros % 1000000 == 0) {
@@ -95,11 +135,7 @@ absl::Status NodeTracker::Register(const v1::RegisterNodeRequest& req,
   v1::Node node = req.node();
   if (node.id().empty()) node.set_id(node.hostname());
   if (absl::Status s = CheckNodeId(node.id()); !s.ok()) return s;
-  const v1::NodeResources& r = node.resources();
-  if (r.gpus_size() == 0 && r.cpu_slots() <= 0) {
-    return absl::InvalidArgumentError("node.resources: node " + node.id() +
-                                      " offers no GPUs and no CPU slots");
-  }
+  if (absl::Status s = CheckResources(node.id(), node.resources()); !s.ok()) return s;
   const int64_t now = clock_.NowMicros();
   std::string reason = "registered";
   auto existing = nodes_.find(node.id());
@@ -138,6 +174,9 @@ absl::Status NodeTracker::Heartbeat(const v1::HeartbeatRequest& req,
   DHP_CHECK_ON_THREAD(loop_);
   EnsureLoaded();
   if (req.node_id().empty()) return absl::InvalidArgumentError("node_id: must not be empty");
+  if (req.node_id().size() > 253) {  // no registered id is: not quoted back (a batch's answer)
+    return absl::InvalidArgumentError("node_id: longer than 253 characters");
+  }
   auto it = nodes_.find(req.node_id());
   if (it == nodes_.end()) {
     return absl::NotFoundError("node " + req.node_id() + " is not registered; register first");

@@ -32,6 +32,11 @@
 
 namespace dhp::controller {
 
+// The most one node may offer (RegisterNode refuses more): beyond any machine, and the scheduler
+// keeps state per slot.
+inline constexpr int kMaxNodeGpus = 256;
+inline constexpr int kMaxNodeCpuSlots = 1024;
+
 struct NodeTrackerOptions {
   int heartbeat_interval_ms = 2000;   // told to agents at registration
   int heartbeat_timeout_ms = 10000;   // silence after which a node is LOST

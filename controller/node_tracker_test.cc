@@ -3,6 +3,8 @@
 #include "controller/node_tracker.h"
 
 #include <algorithm>
+#include <climits>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -169,9 +171,42 @@ TEST_F(NodeTrackerTest, RegisterRefusesNodesWithoutResourcesOrWithBadIds) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), "node.id: longer than 253 characters");
 
+  // Resources beyond a machine (found by an outside client: cpu_slots 2^31-1 grew the
+  // controller by 1 GB a second, and 10^8 stayed in its memory after a restart).
+  const std::vector<std::pair<std::function<void(v1::NodeResources&)>, std::string>> bad = {
+      {[](auto& r) { r.set_cpu_slots(2147483647); },
+       "node.resources.cpu_slots: 2147483647 is not in 0..1024 (node n1)"},
+      {[](auto& r) { r.set_cpu_slots(-1); r.add_gpus(); },
+       "node.resources.cpu_slots: -1 is not in 0..1024 (node n1)"},
+      {[](auto& r) { r.set_memory_bytes(INT64_MIN); },
+       "node.resources.memory_bytes: -9223372036854775808 is negative (node n1)"},
+      {[](auto& r) { for (int i = 0; i < 257; ++i) r.add_gpus()->set_index(i); },
+       "node.resources.gpus: 257 GPUs; a node has at most 256 (node n1)"},
+      {[](auto& r) { r.add_gpus()->set_index(-5); },
+       "node.resources.gpus[0].index: -5 is not in 0..255 (node n1)"},
+      {[](auto& r) { r.add_gpus()->set_index(3); r.add_gpus()->set_index(3); },
+       "node.resources.gpus[1].index: 3 is listed twice (node n1)"},
+      {[](auto& r) { r.add_gpus()->set_memory_bytes(-1); },
+       "node.resources.gpus[0].memory_bytes: -1 is negative (node n1)"},
+  };
+  for (const auto& [mutate, message] : bad) {
+    v1::RegisterNodeRequest req = NodeRequest("n1");
+    mutate(*req.mutable_node()->mutable_resources());
+    s = Register(req, &events);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << message;
+    EXPECT_EQ(s.message(), message);
+  }
+
   EXPECT_TRUE(events.empty());
   EXPECT_TRUE(store_->ListNodes().empty());
   EXPECT_EQ(store_->LastEventId(), 0);
+
+  v1::RegisterNodeRequest most = NodeRequest("n1", kMaxNodeCpuSlots);  // the limits themselves
+  for (int i = 0; i < kMaxNodeGpus; ++i) {
+    most.mutable_node()->mutable_resources()->add_gpus()->set_index(kMaxNodeGpus - 1 - i);
+  }
+  EXPECT_TRUE(Register(most, &events).ok());
+  EXPECT_EQ(store_->ListNodes().size(), 1u);
 }
 
 TEST_F(NodeTrackerTest, HeartbeatOfUnknownNodeIsNotFound) {
