@@ -149,6 +149,17 @@ absl::Status Controller::Heartbeat(const v1::HeartbeatRequest& req,
                                                    " reports; a heartbeat relays at most ",
                                                    kMaxRelayedProgress));
   }
+  if (req.ranks_size() > kMaxHeartbeatRanks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ranks: ", req.ranks_size(), "; a heartbeat reports at most ", kMaxHeartbeatRanks));
+  }
+  for (int i = 0; i < req.ranks_size(); ++i) {
+    if (!v1::RankProcessState_IsValid(req.ranks(i).state())) {
+      return absl::InvalidArgumentError(absl::StrCat("ranks[", i, "].state: ",
+                                                     req.ranks(i).state(),
+                                                     " is not a RankProcessState"));
+    }
+  }
   return OnLoop([&] {
     std::vector<v1::Event> events;
     absl::Status s = nodes_.Heartbeat(req, &events);

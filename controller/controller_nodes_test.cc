@@ -149,5 +149,55 @@ TEST_F(ControllerNodesTest, ABatchOfHeartbeatsIsAnsweredAsEachHeartbeatAlone) {
   EXPECT_FALSE(Listed("n1").stopping());
 }
 
+// Heartbeats no agent sends (found by an outside client, stop 48): each is INVALID_ARGUMENT
+// naming the field, alone or in a batch, and changes nothing. A batch's answer does not quote
+// a 10 MB node id back.
+TEST_F(ControllerNodesTest, HeartbeatsOfImpossibleRanksOrIdsAreRefusedNamingTheField) {
+  ASSERT_TRUE(Register("n1").ok());
+  const v1::Job job = Submit();
+  auto rank = [&](v1::HeartbeatRequest& hb, int state) {
+    v1::RankStatus* st = hb.add_ranks();
+    st->set_job_id(job.id());
+    st->set_attempt(1);
+    st->set_world_rank(0);
+    st->set_state(static_cast<v1::RankProcessState>(state));
+  };
+  v1::GetJobRequest get_before;
+  get_before.set_job_id(job.id());
+  v1::GetJobResponse got_before;
+  ASSERT_TRUE(controller_->GetJob(get_before, &got_before).ok());
+  const v1::JobState before = got_before.job().state();
+  std::vector<std::pair<v1::HeartbeatRequest, std::string>> bad(3);
+  bad[0].first.set_node_id("n1");
+  rank(bad[0].first, 99);
+  bad[0].second = "ranks[0].state: 99 is not a RankProcessState";
+  bad[1].first.set_node_id("n1");
+  for (int i = 0; i <= kMaxHeartbeatRanks; ++i) rank(bad[1].first, 0);
+  bad[1].second = "ranks: 4097; a heartbeat reports at most 4096";
+  bad[2].first.set_node_id(std::string(10 << 20, 'n'));
+  bad[2].second = "node_id: longer than 253 characters";
+  v1::HeartbeatBatchRequest batch;
+  for (const auto& [hb, message] : bad) {
+    v1::HeartbeatResponse resp;
+    absl::Status s = controller_->Heartbeat(hb, &resp);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << message;
+    EXPECT_EQ(s.message(), message);
+    *batch.add_heartbeats()->mutable_heartbeat() = hb;
+  }
+  v1::HeartbeatBatchResponse answered;
+  ASSERT_TRUE(controller_->HeartbeatBatch(batch, &answered).ok());
+  ASSERT_EQ(answered.answers_size(), 3);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(answered.answers(i).code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+    EXPECT_EQ(answered.answers(i).message(), bad[i].second);
+  }
+  v1::GetJobRequest get;
+  get.set_job_id(job.id());
+  v1::GetJobResponse got;
+  ASSERT_TRUE(controller_->GetJob(get, &got).ok());
+  EXPECT_EQ(got.job().state(), before);  // no rank reported, running or failed
+  EXPECT_LE(answered.ByteSizeLong(), 1000u);
+}
+
 }  // namespace
 }  // namespace dhp::controller
