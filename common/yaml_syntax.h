@@ -16,8 +16,12 @@
 
 namespace dhp {
 
-// OK when `text` is a well-formed YAML stream; else INVALID_ARGUMENT "malformed YAML at line L,
-// column C: <libyaml's problem>".
+// Collections nest at most this deep (as JSON bodies do, api/rest_body.h).
+inline constexpr int kMaxYamlDepth = 64;
+
+// OK when `text` is a well-formed YAML stream nesting at most kMaxYamlDepth deep; else
+// INVALID_ARGUMENT "malformed YAML at line L, column C: <libyaml's problem>" or "malformed YAML
+// at line L: nests deeper than 64 levels".
 absl::Status CheckYamlSyntax(std::string_view text);
 
 // The documents in `text` as yaml-cpp parses it, counted up to `limit`; throws what yaml-cpp
