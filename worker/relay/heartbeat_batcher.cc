@@ -1,23 +1,77 @@
 #include "worker/relay/heartbeat_batcher.h"
 
-#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "api/service.h"
+#include "common/proto_wire_budget.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 
 namespace dhp::worker {
 
+namespace {
+
+// The controller receives at most 16 MiB in one request; a batch stays well below.
+constexpr int64_t kMaxBatchBytesLimit = int64_t{12} << 20;
+
+}  // namespace
+
 absl::Status Validate(const HeartbeatBatcherOptions& o) {
-  auto bad = [](const char* name, int value, const char* bounds) {
+  auto bad = [](const char* name, int64_t value, const std::string& bounds) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": ", value, " must be ", bounds));
   };
   if (o.max_batch < 1 || o.max_batch > api::kMaxHeartbeatBatch) {
     return bad("max_batch", o.max_batch, "in 1..1024");
   }
+  if (o.max_batch_bytes < 1 || o.max_batch_bytes > kMaxBatchBytesLimit) {
+    return bad("max_batch_bytes", o.max_batch_bytes, absl::StrCat("in 1..", kMaxBatchBytesLimit));
+  }
+  if (o.max_batch_elements < 1 || o.max_batch_elements > api::kMaxRequestElements) {
+    return bad("max_batch_elements", o.max_batch_elements,
+               absl::StrCat("in 1..", api::kMaxRequestElements));
+  }
   if (o.window_ms < 0 || o.window_ms > 1000) return bad("window_ms", o.window_ms, "in 0..1000");
   if (o.senders < 1 || o.senders > 64) return bad("senders", o.senders, "in 1..64");
   if (o.max_queued < 1) return bad("max_queued", o.max_queued, "at least 1");
+  return absl::OkStatus();
+}
+
+int64_t HeartbeatBatchBytes(const std::string& authorization, int64_t heartbeat_bytes) {
+  using google::protobuf::io::CodedOutputStream;
+  // RelayedHeartbeat: authorization = 1 (absent when empty), heartbeat = 2 (always present);
+  // each field a one-byte tag and a varint length. HeartbeatBatchRequest.heartbeats = 1 wraps
+  // it the same way.
+  const size_t hb = static_cast<size_t>(heartbeat_bytes);
+  size_t entry = 1 + CodedOutputStream::VarintSize64(hb) + hb;
+  if (!authorization.empty()) {
+    entry += 1 + CodedOutputStream::VarintSize64(authorization.size()) + authorization.size();
+  }
+  return static_cast<int64_t>(1 + CodedOutputStream::VarintSize64(entry) + entry);
+}
+
+int64_t HeartbeatBatchElements(const std::string& authorization,
+                               const std::string& heartbeat_wire, int64_t limit) {
+  // The RelayedHeartbeat, its `heartbeat` and (when not empty) its `authorization`.
+  const int64_t own = authorization.empty() ? 2 : 3;
+  google::protobuf::io::ArrayInputStream in(heartbeat_wire.data(),
+                                            static_cast<int>(heartbeat_wire.size()));
+  return own + CountWireElements(&in, *v1::HeartbeatRequest::descriptor(), limit - own);
+}
+
+absl::Status CheckRelayable(const v1::HeartbeatRequest& heartbeat) {
+  // The controller's own words (controller/controller_nodes.cc), so that the agent reads the
+  // same answer through the relay as directly.
+  if (heartbeat.progress_size() > api::kMaxRelayedProgress) {
+    return absl::InvalidArgumentError(absl::StrCat("progress: ", heartbeat.progress_size(),
+                                                   " reports; a heartbeat relays at most ",
+                                                   api::kMaxRelayedProgress));
+  }
+  if (heartbeat.ranks_size() > api::kMaxHeartbeatRanks) {
+    return absl::InvalidArgumentError(absl::StrCat("ranks: ", heartbeat.ranks_size(),
+                                                   "; a heartbeat reports at most ",
+                                                   api::kMaxHeartbeatRanks));
+  }
   return absl::OkStatus();
 }
 
@@ -46,6 +100,21 @@ HeartbeatBatcher::~HeartbeatBatcher() {
 
 void HeartbeatBatcher::Submit(std::string authorization, v1::HeartbeatRequest heartbeat,
                               Answer answer) {
+  if (absl::Status invalid = CheckRelayable(heartbeat); !invalid.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.invalid;
+    }
+    if (observer_ != nullptr) observer_->OnAnswer(invalid.code(), 0.0);
+    answer(invalid, v1::HeartbeatResponse());
+    return;
+  }
+  // Counted on the wire, as the controller counts the batch (under 4 MiB: the relay's own
+  // receive limit).
+  const std::string wire = heartbeat.SerializeAsString();
+  const int64_t bytes = HeartbeatBatchBytes(authorization, static_cast<int64_t>(wire.size()));
+  const int64_t elements =
+      HeartbeatBatchElements(authorization, wire, options_.max_batch_elements);
   std::unique_lock<std::mutex> lock(mu_);
   if (stopping_ || static_cast<int>(queue_.size()) >= options_.max_queued) {
     const bool full = !stopping_;
@@ -61,8 +130,10 @@ void HeartbeatBatcher::Submit(std::string authorization, v1::HeartbeatRequest he
     return;
   }
   queue_.push_back({std::chrono::steady_clock::now(), std::move(authorization),
-                    std::move(heartbeat), std::move(answer)});
-  const bool wake = queue_.size() == 1 || static_cast<int>(queue_.size()) >= options_.max_batch;
+                    std::move(heartbeat), std::move(answer), bytes, elements});
+  queued_bytes_ += bytes;
+  queued_elements_ += elements;
+  const bool wake = queue_.size() == 1 || FullLocked();
   lock.unlock();
   if (wake) cv_.notify_one();
 }
@@ -81,6 +152,12 @@ void HeartbeatBatcher::Answered(const Pending& p, const absl::Status& s) {
   if (observer_ != nullptr) observer_->OnAnswer(s.code(), SecondsSince(p.arrived));
 }
 
+bool HeartbeatBatcher::FullLocked() const {
+  return static_cast<int>(queue_.size()) >= options_.max_batch ||
+         queued_bytes_ >= options_.max_batch_bytes ||
+         queued_elements_ >= options_.max_batch_elements;
+}
+
 void HeartbeatBatcher::SendLoop() {
   while (true) {
     std::vector<Pending> batch = Take();
@@ -91,7 +168,7 @@ void HeartbeatBatcher::SendLoop() {
 
 std::vector<HeartbeatBatcher::Pending> HeartbeatBatcher::Take() {
   std::unique_lock<std::mutex> lock(mu_);
-  const auto full = [this] { return static_cast<int>(queue_.size()) >= options_.max_batch; };
+  const auto full = [this] { return FullLocked(); };
   while (true) {
     cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return {};  // stopping, nothing left
@@ -99,13 +176,24 @@ std::vector<HeartbeatBatcher::Pending> HeartbeatBatcher::Take() {
     cv_.wait_until(lock, due, [&] { return stopping_ || full() || queue_.empty(); });
     if (queue_.empty()) continue;  // another sender took them
     if (!stopping_ && !full() && std::chrono::steady_clock::now() < due) continue;
-    const size_t n = std::min(queue_.size(), static_cast<size_t>(options_.max_batch));
+    // The oldest heartbeats, as many as fit; the first always does (it is at most the relay's
+    // own 4 MiB receive limit, within what the controller receives).
     std::vector<Pending> batch;
-    batch.reserve(n);
-    for (size_t i = 0; i < n; ++i) {
+    int64_t bytes = 0;
+    int64_t elements = 0;
+    while (!queue_.empty() && static_cast<int>(batch.size()) < options_.max_batch) {
+      const Pending& next = queue_.front();
+      if (!batch.empty() && (bytes + next.bytes > options_.max_batch_bytes ||
+                             elements + next.elements > options_.max_batch_elements)) {
+        break;
+      }
+      bytes += next.bytes;
+      elements += next.elements;
       batch.push_back(std::move(queue_.front()));
       queue_.pop_front();
     }
+    queued_bytes_ -= bytes;
+    queued_elements_ -= elements;
     if (!queue_.empty()) cv_.notify_one();  // the rest are another sender's
     return batch;
   }

@@ -3,14 +3,18 @@
 //
 // A heartbeat waits at most `window_ms` for others to join it, and a batch holds at most
 // `max_batch`; so at 1,250 heartbeats a second (2,500 agents at 2 s) and a 20 ms window a batch
-// carries about 25, and the controller pays for one call where it paid for 25. Each heartbeat
+// carries about 25, and the controller pays for one call where it paid for 25. A batch also
+// stays within `max_batch_bytes` and `max_batch_elements` (below what the controller accepts
+// in one request), so that one agent's large heartbeat never makes its neighbours' fail: a
+// heartbeat that would pass either starts the next batch (alone, if need be). Each heartbeat
 // goes with its agent's own `authorization`, which the controller checks as it checks the
 // agent's own Heartbeat call; the batch itself goes with the relay's credential (a node's
 // token). Each `Answer` gets what the controller answered to that heartbeat (NOT_FOUND,
 // PERMISSION_DENIED, ... or the response), or the batch's failure (UNAVAILABLE when the
 // controller cannot be reached, DEADLINE_EXCEEDED past the client's deadline). More than
 // `max_queued` waiting: RESOURCE_EXHAUSTED at once, so that the agent goes to the controller
-// directly.
+// directly. A heartbeat the controller would refuse for its size (CheckRelayable) is answered
+// INVALID_ARGUMENT at once, with the controller's message, and never joins a batch.
 //
 // `senders` threads each send one batch at a time. Thread-safe; Answer runs on a sender thread
 // (or on the caller's, for a refusal) and must not block.
@@ -29,16 +33,41 @@
 
 #include "absl/status/status.h"
 #include "api/client.h"
+#include "api/grpc_decode.h"
 #include "dhp/v1/service.pb.h"
 
 namespace dhp::worker {
 
 struct HeartbeatBatcherOptions {
   int max_batch = 256;  // at most api::kMaxHeartbeatBatch
+  // A batch's size on the wire, at most (HeartbeatBatchBytes of its heartbeats); below the
+  // controller's 16 MiB receive limit. A heartbeat larger on its own goes alone (the relay
+  // receives at most 4 MiB).
+  int64_t max_batch_bytes = int64_t{8} << 20;
+  // A batch's messages, strings and bytes fields at every depth, at most (the sum of its
+  // heartbeats' HeartbeatBatchElements); at most api::kMaxRequestElements, beyond which the
+  // controller refuses the whole request. Half of it by default: a controller built from a newer
+  // .proto may look into fields this relay counts once.
+  int64_t max_batch_elements = api::kMaxRequestElements / 2;
   int window_ms = 20;
   int senders = 2;
   int max_queued = 20000;
 };
+
+// What one heartbeat, `heartbeat_bytes` long serialized, adds to a HeartbeatBatchRequest's
+// serialized size: its RelayedHeartbeat (the heartbeat and `authorization`) with the field
+// tags and lengths.
+int64_t HeartbeatBatchBytes(const std::string& authorization, int64_t heartbeat_bytes);
+// What one heartbeat (`heartbeat_wire`, its serialized bytes) adds to a HeartbeatBatchRequest's
+// count of elements as the controller counts them (common/proto_wire_budget.h): its
+// RelayedHeartbeat, `authorization` and `heartbeat` fields and every element inside the
+// heartbeat. Counting stops past `limit` (a result over it means "more than limit").
+int64_t HeartbeatBatchElements(const std::string& authorization,
+                               const std::string& heartbeat_wire, int64_t limit);
+
+// OK, or INVALID_ARGUMENT as the controller would answer a heartbeat too large to relay: more
+// than api::kMaxRelayedProgress progress reports or api::kMaxHeartbeatRanks ranks.
+absl::Status CheckRelayable(const v1::HeartbeatRequest& heartbeat);
 
 // INVALID_ARGUMENT naming the option and its bounds.
 absl::Status Validate(const HeartbeatBatcherOptions& options);
@@ -60,6 +89,7 @@ struct HeartbeatBatcherStats {
   int64_t batches = 0;         // HeartbeatBatch calls made
   int64_t failed_batches = 0;  // calls that failed as a whole
   int64_t refused = 0;         // RESOURCE_EXHAUSTED: the queue was full
+  int64_t invalid = 0;         // INVALID_ARGUMENT: too large to relay (CheckRelayable)
 };
 
 class HeartbeatBatcher {
@@ -85,11 +115,15 @@ class HeartbeatBatcher {
     std::string authorization;
     v1::HeartbeatRequest heartbeat;
     Answer answer;
+    int64_t bytes;     // HeartbeatBatchBytes
+    int64_t elements;  // HeartbeatBatchElements
   };
   void SendLoop();
   // The next batch, once its oldest heartbeat has waited the window or it is full; empty when
   // stopping with nothing queued.
   std::vector<Pending> Take();
+  // The queue holds a full batch (by count, bytes or elements). With mu_ held.
+  bool FullLocked() const;
   void Send(std::vector<Pending> batch);
   void Answered(const Pending& p, const absl::Status& s);  // tells the observer
 
@@ -99,6 +133,8 @@ class HeartbeatBatcher {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> queue_;  // guarded by mu_
+  int64_t queued_bytes_ = 0;   // guarded by mu_: the sum of queue_'s Pending::bytes
+  int64_t queued_elements_ = 0;  // guarded by mu_: the sum of queue_'s Pending::elements
   bool stopping_ = false;      // guarded by mu_
   HeartbeatBatcherStats stats_;  // guarded by mu_
   std::vector<std::thread> senders_;

@@ -108,8 +108,7 @@ int main(int argc, char** argv) {
   if (absl::Status s = dhp::worker::Validate(batching); !s.ok()) {
     return fail(std::string(s.message()));
   }
-  dhp::api::HttpServerOptions http;
-  http.max_connections = 64;
+  dhp::api::HttpServerOptions http = dhp::worker::RelayHttpServerOptions();
   if (!metrics_listen.empty() && !ParseListen(metrics_listen, &http)) {
     return fail("--metrics-listen: \"" + metrics_listen + "\" is not host:port");
   }

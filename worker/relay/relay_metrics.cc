@@ -14,6 +14,9 @@ const prometheus::Histogram::BucketBoundaries& BatchSizeBuckets() {
   return *kBuckets;
 }
 
+constexpr char kMetricsPath[] = "/metrics";
+constexpr char kHealthPath[] = "/healthz";
+
 std::string CodeName(absl::StatusCode code) {
   std::string name = absl::StatusCodeToString(code);
   return name.empty() ? "code_" + std::to_string(static_cast<int>(code)) : name;
@@ -66,7 +69,7 @@ api::HttpHandler RelayHttpHandler(const RelayMetrics& metrics) {
     namespace http = boost::beast::http;
     const std::string_view target(req.target().data(), req.target().size());
     const std::string_view path = target.substr(0, target.find('?'));
-    if (path != "/metrics" && path != "/healthz") {
+    if (path != kMetricsPath && path != kHealthPath) {
       out.Respond(api::HttpStatus::not_found, "text/plain", "no such path; try /metrics\n");
       return;
     }
@@ -75,13 +78,20 @@ api::HttpHandler RelayHttpHandler(const RelayMetrics& metrics) {
                   "only GET is allowed here\n", {{"Allow", "GET"}});
       return;
     }
-    if (path == "/healthz") {
+    if (path == kHealthPath) {
       out.Respond(api::HttpStatus::ok, "text/plain", "ok\n");
       return;
     }
     out.Respond(api::HttpStatus::ok, "text/plain; version=0.0.4; charset=utf-8",
                 metrics.RenderText());
   };
+}
+
+api::HttpServerOptions RelayHttpServerOptions() {
+  api::HttpServerOptions options;
+  options.max_connections = 64;
+  options.reserved_paths = {kHealthPath, kMetricsPath};
+  return options;
 }
 
 }  // namespace dhp::worker

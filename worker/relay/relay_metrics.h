@@ -59,6 +59,11 @@ class RelayMetrics final : public HeartbeatBatcherObserver {
 // other methods.
 api::HttpHandler RelayHttpHandler(const RelayMetrics& metrics);
 
+// dhp-relay's --metrics-listen server options (address and port still to set): at most 64
+// connections, and past them the reserved ones answer /healthz and /metrics only, so that
+// health checks and scrapes still get through while idle clients hold every regular slot.
+api::HttpServerOptions RelayHttpServerOptions();
+
 }  // namespace dhp::worker
 
 #endif  // DHP_WORKER_RELAY_RELAY_METRICS_H_

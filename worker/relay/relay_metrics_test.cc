@@ -1,9 +1,12 @@
 // RelayMetrics as Prometheus reads it: the observer's calls become counters and histograms in
-// the text served at GET /metrics over a real socket, with the queue gauge read at each scrape.
+// the text served at GET /metrics over a real socket, with the queue gauge read at each scrape;
+// with dhp-relay's server options, health and metrics still answer past the connection limit.
 #include "worker/relay/relay_metrics.h"
 
 #include <atomic>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "api/http_server.h"
 #include "gtest/gtest.h"
@@ -85,6 +88,32 @@ TEST_F(RelayMetricsTest, HealthOtherPathsAndMethods) {
   EXPECT_EQ(Get("/v1/jobs").status, 404);
   tests::HttpResponse post = tests::HttpClient(server_->port()).Post("/metrics", "{}");
   EXPECT_EQ(post.status, 405);
+}
+
+TEST_F(RelayMetricsTest, PastTheConnectionLimitHealthAndMetricsStillAnswer) {
+  server_->Stop();
+  api::HttpServerOptions options = RelayHttpServerOptions();
+  options.address = "127.0.0.1";
+  ASSERT_EQ(options.max_connections, 64u);
+  server_ = std::make_unique<api::HttpServer>(options, RelayHttpHandler(metrics_));
+  ASSERT_TRUE(server_->Start().ok());
+  // Idle clients hold every regular slot (accepted in order, before the next one).
+  std::vector<std::unique_ptr<tests::HttpClient>> idle;
+  for (size_t i = 0; i < options.max_connections; ++i) {
+    idle.push_back(std::make_unique<tests::HttpClient>(server_->port()));
+  }
+  tests::HttpClient extra(server_->port());  // a reserved slot
+  tests::HttpResponse health = extra.Get("/healthz");
+  EXPECT_EQ(health.status, 200) << health.body << health.error;
+  EXPECT_EQ(health.body, "ok\n");
+  tests::HttpResponse scrape = extra.Get("/metrics?x=1");
+  EXPECT_EQ(scrape.status, 200) << scrape.body << scrape.error;
+  EXPECT_TRUE(HasLine(scrape.body, "dhp_relay_batches_total{code=\"OK\"} 0")) << scrape.body;
+  tests::HttpResponse other = extra.Get("/v1/jobs");  // the slot is for health and metrics
+  EXPECT_EQ(other.status, 503) << other.body;
+  EXPECT_NE(other.body.find("too many connections (64)"), std::string::npos) << other.body;
+  tests::HttpClient another(server_->port());  // and the next reserved slot, likewise
+  EXPECT_EQ(another.Get("/metrics").status, 200);
 }
 
 }  // namespace

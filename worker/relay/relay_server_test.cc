@@ -1,7 +1,8 @@
 // RelayServer over real gRPC, in front of a real gRPC server (api/grpc_server over
 // FakeOwnersService with per-node tokens): a heartbeat through the relay gets the controller's
 // answer for that agent's token; bytes protobuf refuses get INVALID_ARGUMENT naming the field,
-// without reaching the controller; other methods are UNIMPLEMENTED; health answers SERVING.
+// without reaching the controller, and so does a heartbeat too large for the controller (the
+// controller's own message); other methods are UNIMPLEMENTED; health answers SERVING.
 #include "worker/relay/relay_server.h"
 
 #include <map>
@@ -13,6 +14,7 @@
 #include "api/client.h"
 #include "api/fake_owners_service.h"
 #include "api/grpc_server.h"
+#include "api/service.h"
 #include "gtest/gtest.h"
 #include "tests/grpc_raw.h"
 
@@ -109,6 +111,31 @@ TEST_F(RelayServerTest, BytesThatDoNotDecodeAreRefusedSayingWhy) {
             "message (truncated, or not protobuf's binary encoding)");
   EXPECT_EQ(ControllerCalls(), 0);
   EXPECT_EQ(answers_.count(absl::StatusCode::kInvalidArgument), 2);  // counted, as answers
+}
+
+TEST_F(RelayServerTest, AHeartbeatTooLargeForTheControllerIsRefusedWithItsMessage) {
+  api::DhpClient agent(target_, 5000, "a-secret");
+  v1::HeartbeatRequest progress;
+  progress.set_node_id("node-a");
+  for (int i = 0; i <= api::kMaxRelayedProgress; ++i) progress.add_progress()->set_job_id("j-1");
+  absl::StatusOr<v1::HeartbeatResponse> r = agent.Heartbeat(progress);
+  EXPECT_EQ(r.status(),
+            absl::InvalidArgumentError("progress: 1025 reports; a heartbeat relays at most 1024"));
+  v1::HeartbeatRequest ranks;
+  ranks.set_node_id("node-a");
+  for (int i = 0; i <= api::kMaxHeartbeatRanks; ++i) ranks.add_ranks()->set_world_rank(i);
+  r = agent.Heartbeat(ranks);
+  EXPECT_EQ(r.status(),
+            absl::InvalidArgumentError("ranks: 4097; a heartbeat reports at most 4096"));
+  EXPECT_EQ(ControllerCalls(), 0);
+  EXPECT_EQ(answers_.count(absl::StatusCode::kInvalidArgument), 2);
+  // At the limits, relayed.
+  progress.mutable_progress()->RemoveLast();
+  *progress.mutable_ranks() = ranks.ranks();
+  progress.mutable_ranks()->RemoveLast();
+  r = agent.Heartbeat(progress);
+  EXPECT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(service_.batched_nodes.size(), 1u);
 }
 
 TEST_F(RelayServerTest, OtherMethodsAreUnimplementedAndHealthIsServing) {
