@@ -7,6 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "api/heartbeat_limits.h"
 #include "common/utf8.h"
 #include "controller/controller.h"
 
@@ -144,22 +145,7 @@ absl::Status Controller::RegisterNode(const v1::RegisterNodeRequest& req,
 
 absl::Status Controller::Heartbeat(const v1::HeartbeatRequest& req,
                                    v1::HeartbeatResponse* resp) {
-  if (req.progress_size() > kMaxRelayedProgress) {
-    return absl::InvalidArgumentError(absl::StrCat("progress: ", req.progress_size(),
-                                                   " reports; a heartbeat relays at most ",
-                                                   kMaxRelayedProgress));
-  }
-  if (req.ranks_size() > kMaxHeartbeatRanks) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ranks: ", req.ranks_size(), "; a heartbeat reports at most ", kMaxHeartbeatRanks));
-  }
-  for (int i = 0; i < req.ranks_size(); ++i) {
-    if (!v1::RankProcessState_IsValid(req.ranks(i).state())) {
-      return absl::InvalidArgumentError(absl::StrCat("ranks[", i, "].state: ",
-                                                     req.ranks(i).state(),
-                                                     " is not a RankProcessState"));
-    }
-  }
+  if (absl::Status s = api::CheckHeartbeatLimits(req); !s.ok()) return s;
   return OnLoop([&] {
     std::vector<v1::Event> events;
     absl::Status s = nodes_.Heartbeat(req, &events);

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "api/heartbeat_limits.h"
 #include "api/service.h"
 #include "common/proto_wire_budget.h"
 #include "google/protobuf/io/coded_stream.h"
@@ -59,22 +60,6 @@ int64_t HeartbeatBatchElements(const std::string& authorization,
   return own + CountWireElements(&in, *v1::HeartbeatRequest::descriptor(), limit - own);
 }
 
-absl::Status CheckRelayable(const v1::HeartbeatRequest& heartbeat) {
-  // The controller's own words (controller/controller_nodes.cc), so that the agent reads the
-  // same answer through the relay as directly.
-  if (heartbeat.progress_size() > api::kMaxRelayedProgress) {
-    return absl::InvalidArgumentError(absl::StrCat("progress: ", heartbeat.progress_size(),
-                                                   " reports; a heartbeat relays at most ",
-                                                   api::kMaxRelayedProgress));
-  }
-  if (heartbeat.ranks_size() > api::kMaxHeartbeatRanks) {
-    return absl::InvalidArgumentError(absl::StrCat("ranks: ", heartbeat.ranks_size(),
-                                                   "; a heartbeat reports at most ",
-                                                   api::kMaxHeartbeatRanks));
-  }
-  return absl::OkStatus();
-}
-
 namespace {
 
 double SecondsSince(std::chrono::steady_clock::time_point t) {
@@ -100,7 +85,7 @@ HeartbeatBatcher::~HeartbeatBatcher() {
 
 void HeartbeatBatcher::Submit(std::string authorization, v1::HeartbeatRequest heartbeat,
                               Answer answer) {
-  if (absl::Status invalid = CheckRelayable(heartbeat); !invalid.ok()) {
+  if (absl::Status invalid = api::CheckHeartbeatLimits(heartbeat); !invalid.ok()) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.invalid;

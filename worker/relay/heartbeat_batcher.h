@@ -13,8 +13,9 @@
 // PERMISSION_DENIED, ... or the response), or the batch's failure (UNAVAILABLE when the
 // controller cannot be reached, DEADLINE_EXCEEDED past the client's deadline). More than
 // `max_queued` waiting: RESOURCE_EXHAUSTED at once, so that the agent goes to the controller
-// directly. A heartbeat the controller would refuse for its size (CheckRelayable) is answered
-// INVALID_ARGUMENT at once, with the controller's message, and never joins a batch.
+// directly. A heartbeat the controller would refuse (api::CheckHeartbeatLimits: too many
+// progress reports or ranks, an unknown rank state) is answered INVALID_ARGUMENT at once, with
+// the controller's message, and never joins a batch.
 //
 // `senders` threads each send one batch at a time. Thread-safe; Answer runs on a sender thread
 // (or on the caller's, for a refusal) and must not block.
@@ -65,9 +66,6 @@ int64_t HeartbeatBatchBytes(const std::string& authorization, int64_t heartbeat_
 int64_t HeartbeatBatchElements(const std::string& authorization,
                                const std::string& heartbeat_wire, int64_t limit);
 
-// OK, or INVALID_ARGUMENT as the controller would answer a heartbeat too large to relay: more
-// than api::kMaxRelayedProgress progress reports or api::kMaxHeartbeatRanks ranks.
-absl::Status CheckRelayable(const v1::HeartbeatRequest& heartbeat);
 
 // INVALID_ARGUMENT naming the option and its bounds.
 absl::Status Validate(const HeartbeatBatcherOptions& options);
@@ -89,7 +87,7 @@ struct HeartbeatBatcherStats {
   int64_t batches = 0;         // HeartbeatBatch calls made
   int64_t failed_batches = 0;  // calls that failed as a whole
   int64_t refused = 0;         // RESOURCE_EXHAUSTED: the queue was full
-  int64_t invalid = 0;         // INVALID_ARGUMENT: too large to relay (CheckRelayable)
+  int64_t invalid = 0;         // INVALID_ARGUMENT: api::CheckHeartbeatLimits refused it
 };
 
 class HeartbeatBatcher {

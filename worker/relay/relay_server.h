@@ -2,8 +2,8 @@
 // WorkerService.Heartbeat calls; it hands each, with the caller's `authorization`, to a
 // HeartbeatBatcher and answers the call with what the controller answered to that heartbeat.
 // A request that does not decode is INVALID_ARGUMENT saying why (told to the observer as an
-// answer, so that dhp_relay_heartbeats_total counts it), and so is a heartbeat too large for
-// the controller (CheckRelayable: the batcher refuses it without sending it). Every other
+// answer, so that dhp_relay_heartbeats_total counts it), and so is a heartbeat the controller
+// would refuse (api::CheckHeartbeatLimits: the batcher refuses it unsent). Every other
 // method is UNIMPLEMENTED: agents register, ship logs and take rank tokens from the controller
 // itself, and ranks never talk to a relay. grpc.health.v1 answers SERVING.
 //

@@ -127,8 +127,14 @@ TEST_F(RelayServerTest, AHeartbeatTooLargeForTheControllerIsRefusedWithItsMessag
   r = agent.Heartbeat(ranks);
   EXPECT_EQ(r.status(),
             absl::InvalidArgumentError("ranks: 4097; a heartbeat reports at most 4096"));
+  v1::HeartbeatRequest state;  // the controller's checks, all of them (api/heartbeat_limits.h)
+  state.set_node_id("node-a");
+  state.add_ranks()->set_state(static_cast<v1::RankProcessState>(99));
+  r = agent.Heartbeat(state);
+  EXPECT_EQ(r.status(),
+            absl::InvalidArgumentError("ranks[0].state: 99 is not a RankProcessState"));
   EXPECT_EQ(ControllerCalls(), 0);
-  EXPECT_EQ(answers_.count(absl::StatusCode::kInvalidArgument), 2);
+  EXPECT_EQ(answers_.count(absl::StatusCode::kInvalidArgument), 3);
   // At the limits, relayed.
   progress.mutable_progress()->RemoveLast();
   *progress.mutable_ranks() = ranks.ranks();
