@@ -52,8 +52,13 @@ std::string CheckpointTracker::RunDirectory(const v1::Job& job, int attempt) con
 absl::Status CheckpointTracker::CheckShard(const v1::Run& run,
                                            const v1::ReportCheckpointRequest& req) const {
   const v1::CheckpointShard& shard = req.shard();
-  if (req.step() < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("step: ", req.step(), " must be at least 1"));
+  if (req.step() < 1 || req.step() > kMaxReportedStep) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step: ", req.step(), " must be in 1..", kMaxReportedStep));
+  }
+  if (shard.size_bytes() < 0 || shard.size_bytes() > kMaxReportedStep) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shard.size_bytes: ", shard.size_bytes(), " must be in 0..", kMaxReportedStep));
   }
   if (req.world_size() != run.world_size() || run.world_size() == 0) {
     return absl::InvalidArgumentError(absl::StrCat("world_size: ", req.world_size(),

@@ -14,6 +14,7 @@
 #ifndef DHP_CONTROLLER_CHECKPOINT_TRACKER_H_
 #define DHP_CONTROLLER_CHECKPOINT_TRACKER_H_
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -26,6 +27,10 @@
 #include "dhp/v1/service.pb.h"
 
 namespace dhp::controller {
+
+// The largest step (or shard size in bytes) a rank may report, in progress or a checkpoint:
+// 2^53, so that every figure is exact as a JSON number and as a /metrics sample (a double).
+inline constexpr int64_t kMaxReportedStep = int64_t{1} << 53;
 
 class CheckpointTracker {
  public:

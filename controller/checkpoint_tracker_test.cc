@@ -128,6 +128,11 @@ TEST_F(CheckpointTrackerTest, ABadReportNamesItsFieldAndStoresNothing) {
   };
   const Case cases[] = {
       {"step:", [](v1::ReportCheckpointRequest& r) { r.set_step(0); }},
+      {"step:", [](v1::ReportCheckpointRequest& r) { r.set_step(kMaxReportedStep + 1); }},
+      {"shard.size_bytes:",
+       [](v1::ReportCheckpointRequest& r) { r.mutable_shard()->set_size_bytes(-1); }},
+      {"shard.size_bytes:",
+       [](v1::ReportCheckpointRequest& r) { r.mutable_shard()->set_size_bytes(INT64_MAX); }},
       {"world_size:", [](v1::ReportCheckpointRequest& r) { r.set_world_size(3); }},
       {"shard.rank:", [](v1::ReportCheckpointRequest& r) { r.mutable_shard()->set_rank(2); }},
       {"shard.rank:", [](v1::ReportCheckpointRequest& r) { r.mutable_shard()->set_rank(-1); }},

@@ -2,10 +2,14 @@
 // batches (Supervisor::SaveProgress), every read shows the newest, and a controller that stops
 // writes what it has not yet saved.
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
+#include "controller/checkpoint_tracker.h"
 #include "controller/controller_test_fixture.h"
 #include "controller/store.h"
 #include "controller/time_util.h"
@@ -229,6 +233,50 @@ TEST_F(ControllerRelayTest, TooManyRelayedReportsRefuseTheHeartbeatBeforeAnyIsAp
   EXPECT_NE(s.message().find("progress: 1025 reports"), std::string::npos) << s;
   EXPECT_EQ(resp.progress_size(), 0);
   EXPECT_NE(Get(job.id()).job().state(), v1::JOB_STATE_RUNNING);
+}
+
+
+// Steps past 2^53 would be stored exactly but shown rounded by /metrics (a double): refused,
+// naming the field, and the run keeps the figures it had.
+TEST_F(ControllerProgressTest, StepsPastTwoToThe53AreRefusedNamingTheField) {
+  ASSERT_TRUE(Register("n1").ok());
+  const v1::Job job = Submit();
+  LaunchRankZero(job);
+  Progress(job, 3);
+  const int64_t too_big = kMaxReportedStep + 1;
+  for (const auto& [field, set] :
+       std::vector<std::pair<std::string, void (*)(v1::ReportProgressRequest&, int64_t)>>{
+           {"step: ", [](v1::ReportProgressRequest& r, int64_t v) { r.set_step(v); }},
+           {"total_steps: ", [](v1::ReportProgressRequest& r, int64_t v) { r.set_total_steps(v); }},
+       }) {
+    for (int64_t value : {too_big, INT64_MAX, int64_t{-1}}) {
+      v1::ReportProgressRequest req;
+      req.set_job_id(job.id());
+      req.set_attempt(1);
+      req.set_step(4);
+      req.set_total_steps(100);
+      set(req, value);
+      v1::ReportProgressResponse resp;
+      const absl::Status s = controller_->ReportProgress(req, &resp);
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << field << value;
+      EXPECT_EQ(s.message().substr(0, field.size() + std::to_string(value).size()),
+                field + std::to_string(value))
+          << s;
+    }
+  }
+  EXPECT_EQ(Get(job.id()).job().latest_step(), 3);
+  EXPECT_EQ(Get(job.id()).job().total_steps(), 100);
+  v1::ReportProgressRequest edge;
+  edge.set_job_id(job.id());
+  edge.set_attempt(1);
+  edge.set_step(5);
+  edge.set_total_steps(kMaxReportedStep);  // the bound itself is a step
+  v1::ReportProgressResponse resp;
+  ASSERT_TRUE(controller_->ReportProgress(edge, &resp).ok());
+  EXPECT_EQ(Get(job.id()).job().total_steps(), kMaxReportedStep);
+  EXPECT_TRUE(HasLine(metrics_->RenderText(),
+                      "dhp_job_total_steps{job=\"" + job.id() + "\"} 9007199254740992"))
+      << metrics_->RenderText();
 }
 
 }  // namespace

@@ -46,8 +46,13 @@ absl::Status Supervisor::OnProgress(const v1::ReportProgressRequest& req,
                                     std::vector<v1::Event>* events) {
   DHP_CHECK_ON_THREAD(loop_);
   if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: must not be empty");
-  if (req.step() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("step: ", req.step(), " must not be negative"));
+  if (req.step() < 0 || req.step() > kMaxReportedStep) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step: ", req.step(), " must be in 0..", kMaxReportedStep));
+  }
+  if (req.total_steps() < 0 || req.total_steps() > kMaxReportedStep) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "total_steps: ", req.total_steps(), " must be in 0..", kMaxReportedStep, " (0: unknown)"));
   }
   resp->set_next_report_ms(NextReportMs());
   ActiveRun* run = FindRun(RunId{req.job_id(), req.attempt()});
