@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "api/heartbeat_limits.h"
 
 namespace dhp::api {
 namespace {
@@ -185,11 +186,7 @@ absl::Status Authorizer::Restrict(const Identity& who, v1::ListJobsRequest* req)
 
 absl::Status Authorizer::RelayHeartbeats(const v1::HeartbeatBatchRequest& req,
                                          v1::HeartbeatBatchResponse* resp) const {
-  if (req.heartbeats_size() > kMaxHeartbeatBatch) {
-    return absl::InvalidArgumentError(absl::StrCat("heartbeats: ", req.heartbeats_size(),
-                                                   "; a batch holds at most ",
-                                                   kMaxHeartbeatBatch));
-  }
+  if (absl::Status s = CheckBatchLimits(req); !s.ok()) return s;
   // Each heartbeat is checked as its agent's own Heartbeat call; the refused are answered here
   // and the rest go to the service together, in order.
   std::vector<int> allowed;  // their indices in req

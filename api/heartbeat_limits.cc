@@ -1,5 +1,7 @@
 #include "api/heartbeat_limits.h"
 
+#include <cstdint>
+
 #include "absl/strings/str_cat.h"
 #include "api/service.h"
 
@@ -20,6 +22,23 @@ absl::Status CheckHeartbeatLimits(const v1::HeartbeatRequest& req) {
       return absl::InvalidArgumentError(absl::StrCat(
           "ranks[", i, "].state: ", req.ranks(i).state(), " is not a RankProcessState"));
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckBatchLimits(const v1::HeartbeatBatchRequest& req) {
+  if (req.heartbeats_size() > kMaxHeartbeatBatch) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "heartbeats: ", req.heartbeats_size(), "; a batch holds at most ", kMaxHeartbeatBatch));
+  }
+  int64_t progress = 0;
+  for (const v1::RelayedHeartbeat& entry : req.heartbeats()) {
+    progress += entry.heartbeat().progress_size();
+  }
+  if (progress > kMaxBatchProgress) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "heartbeats: ", progress, " progress reports in all; a batch relays at most ",
+        kMaxBatchProgress));
   }
   return absl::OkStatus();
 }

@@ -14,6 +14,11 @@ namespace dhp::api {
 // RankProcessState.
 absl::Status CheckHeartbeatLimits(const v1::HeartbeatRequest& req);
 
+// OK, or INVALID_ARGUMENT naming the field: more than kMaxHeartbeatBatch heartbeats, or more
+// than kMaxBatchProgress progress reports in them all. Each heartbeat's own limits are checked
+// by CheckHeartbeatLimits, one by one, as each is answered on its own.
+absl::Status CheckBatchLimits(const v1::HeartbeatBatchRequest& req);
+
 }  // namespace dhp::api
 
 #endif  // DHP_API_HEARTBEAT_LIMITS_H_

@@ -34,6 +34,9 @@ inline constexpr int kMaxHeartbeatBatch = 1024;
 inline constexpr int kMaxRelayedProgress = 1024;
 // HeartbeatRequest.ranks: the most rank processes one heartbeat may report (a node's slots).
 inline constexpr int kMaxHeartbeatRanks = 4096;
+// HeartbeatBatchRequest: the most progress reports its heartbeats may relay together (8 ranks
+// on each of 1,024 nodes), so that one batch holds the controller's loop for a bounded time.
+inline constexpr int kMaxBatchProgress = 8192;
 
 class DhpService {
  public:

@@ -160,11 +160,7 @@ absl::Status Controller::Heartbeat(const v1::HeartbeatRequest& req,
 
 absl::Status Controller::HeartbeatBatch(const v1::HeartbeatBatchRequest& req,
                                         v1::HeartbeatBatchResponse* resp) {
-  if (req.heartbeats_size() > api::kMaxHeartbeatBatch) {
-    return absl::InvalidArgumentError(absl::StrCat("heartbeats: ", req.heartbeats_size(),
-                                                   "; a batch holds at most ",
-                                                   api::kMaxHeartbeatBatch));
-  }
+  if (absl::Status s = api::CheckBatchLimits(req); !s.ok()) return s;
   return OnLoop([&] {
     resp->mutable_answers()->Reserve(req.heartbeats_size());
     for (const v1::RelayedHeartbeat& entry : req.heartbeats()) {

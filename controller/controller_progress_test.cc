@@ -236,6 +236,31 @@ TEST_F(ControllerRelayTest, TooManyRelayedReportsRefuseTheHeartbeatBeforeAnyIsAp
 }
 
 
+// A batch may relay kMaxBatchProgress reports in all, so that one request holds the loop for a
+// bounded time: past that the whole batch is refused unread (relays split their batches).
+TEST_F(ControllerRelayTest, ABatchRelayingTooManyReportsInAllIsRefusedBeforeAnyIsApplied) {
+  ASSERT_TRUE(Register("n1").ok());
+  const v1::Job job = Submit();
+  v1::HeartbeatRequest beat = LaunchRankZero(job);
+  for (int i = 0; i < kMaxRelayedProgress; ++i) *beat.add_progress() = Report(job, 5);
+  v1::HeartbeatBatchRequest batch;
+  const int fits = api::kMaxBatchProgress / kMaxRelayedProgress;
+  for (int i = 0; i <= fits; ++i) *batch.add_heartbeats()->mutable_heartbeat() = beat;
+  v1::HeartbeatBatchResponse resp;
+  const absl::Status s = controller_->HeartbeatBatch(batch, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(s.message(), "heartbeats: 9216 progress reports in all; a batch relays at most 8192");
+  EXPECT_EQ(resp.answers_size(), 0);
+  EXPECT_NE(Get(job.id()).job().state(), v1::JOB_STATE_RUNNING);
+
+  batch.mutable_heartbeats()->RemoveLast();  // at the limit: every report is answered
+  ASSERT_TRUE(controller_->HeartbeatBatch(batch, &resp).ok());
+  ASSERT_EQ(resp.answers_size(), fits);
+  EXPECT_EQ(resp.answers(0).code(), 0) << resp.answers(0).message();
+  EXPECT_EQ(resp.answers(fits - 1).response().progress_size(), kMaxRelayedProgress);
+  EXPECT_EQ(Get(job.id()).job().latest_step(), 5);
+}
+
 // Steps past 2^53 would be stored exactly but shown rounded by /metrics (a double): refused,
 // naming the field, and the run keeps the figures it had.
 TEST_F(ControllerProgressTest, StepsPastTwoToThe53AreRefusedNamingTheField) {

@@ -114,10 +114,12 @@ void HeartbeatBatcher::Submit(std::string authorization, v1::HeartbeatRequest he
     answer(refusal, v1::HeartbeatResponse());
     return;
   }
+  const int progress = heartbeat.progress_size();
   queue_.push_back({std::chrono::steady_clock::now(), std::move(authorization),
-                    std::move(heartbeat), std::move(answer), bytes, elements});
+                    std::move(heartbeat), std::move(answer), bytes, elements, progress});
   queued_bytes_ += bytes;
   queued_elements_ += elements;
+  queued_progress_ += progress;
   const bool wake = queue_.size() == 1 || FullLocked();
   lock.unlock();
   if (wake) cv_.notify_one();
@@ -140,7 +142,8 @@ void HeartbeatBatcher::Answered(const Pending& p, const absl::Status& s) {
 bool HeartbeatBatcher::FullLocked() const {
   return static_cast<int>(queue_.size()) >= options_.max_batch ||
          queued_bytes_ >= options_.max_batch_bytes ||
-         queued_elements_ >= options_.max_batch_elements;
+         queued_elements_ >= options_.max_batch_elements ||
+         queued_progress_ >= api::kMaxBatchProgress;
 }
 
 void HeartbeatBatcher::SendLoop() {
@@ -166,19 +169,23 @@ std::vector<HeartbeatBatcher::Pending> HeartbeatBatcher::Take() {
     std::vector<Pending> batch;
     int64_t bytes = 0;
     int64_t elements = 0;
+    int64_t progress = 0;
     while (!queue_.empty() && static_cast<int>(batch.size()) < options_.max_batch) {
       const Pending& next = queue_.front();
       if (!batch.empty() && (bytes + next.bytes > options_.max_batch_bytes ||
-                             elements + next.elements > options_.max_batch_elements)) {
+                             elements + next.elements > options_.max_batch_elements ||
+                             progress + next.progress > api::kMaxBatchProgress)) {
         break;
       }
       bytes += next.bytes;
       elements += next.elements;
+      progress += next.progress;
       batch.push_back(std::move(queue_.front()));
       queue_.pop_front();
     }
     queued_bytes_ -= bytes;
     queued_elements_ -= elements;
+    queued_progress_ -= progress;
     if (!queue_.empty()) cv_.notify_one();  // the rest are another sender's
     return batch;
   }

@@ -4,8 +4,9 @@
 // A heartbeat waits at most `window_ms` for others to join it, and a batch holds at most
 // `max_batch`; so at 1,250 heartbeats a second (2,500 agents at 2 s) and a 20 ms window a batch
 // carries about 25, and the controller pays for one call where it paid for 25. A batch also
-// stays within `max_batch_bytes` and `max_batch_elements` (below what the controller accepts
-// in one request), so that one agent's large heartbeat never makes its neighbours' fail: a
+// stays within `max_batch_bytes` and `max_batch_elements`, and relays at most
+// api::kMaxBatchProgress progress reports (below what the controller accepts in one request),
+// so that one agent's large heartbeat never makes its neighbours' fail: a
 // heartbeat that would pass either starts the next batch (alone, if need be). Each heartbeat
 // goes with its agent's own `authorization`, which the controller checks as it checks the
 // agent's own Heartbeat call; the batch itself goes with the relay's credential (a node's
@@ -115,12 +116,13 @@ class HeartbeatBatcher {
     Answer answer;
     int64_t bytes;     // HeartbeatBatchBytes
     int64_t elements;  // HeartbeatBatchElements
+    int progress;      // heartbeat.progress_size()
   };
   void SendLoop();
   // The next batch, once its oldest heartbeat has waited the window or it is full; empty when
   // stopping with nothing queued.
   std::vector<Pending> Take();
-  // The queue holds a full batch (by count, bytes or elements). With mu_ held.
+  // The queue holds a full batch (by count, bytes, elements or progress). With mu_ held.
   bool FullLocked() const;
   void Send(std::vector<Pending> batch);
   void Answered(const Pending& p, const absl::Status& s);  // tells the observer
@@ -133,6 +135,7 @@ class HeartbeatBatcher {
   std::deque<Pending> queue_;  // guarded by mu_
   int64_t queued_bytes_ = 0;   // guarded by mu_: the sum of queue_'s Pending::bytes
   int64_t queued_elements_ = 0;  // guarded by mu_: the sum of queue_'s Pending::elements
+  int64_t queued_progress_ = 0;  // guarded by mu_: the sum of queue_'s Pending::progress
   bool stopping_ = false;      // guarded by mu_
   HeartbeatBatcherStats stats_;  // guarded by mu_
   std::vector<std::thread> senders_;

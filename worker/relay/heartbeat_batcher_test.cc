@@ -330,6 +330,27 @@ TEST_F(HeartbeatBatcherTest, ABatchStaysWithinItsElements) {
   EXPECT_EQ(told.batches, want);
 }
 
+// The controller refuses a batch relaying more than api::kMaxBatchProgress reports in all: nine
+// heartbeats of 1,000 go as a batch of eight and one of one, and all are answered.
+TEST_F(HeartbeatBatcherTest, ABatchRelaysAtMostTheControllersProgressReports) {
+  HeartbeatBatcherOptions options;
+  options.window_ms = 60000;
+  options.senders = 1;
+  options.max_batch_elements = api::kMaxRequestElements;
+  Recorder told;
+  auto batcher = std::make_unique<HeartbeatBatcher>(*client_, options, &told);
+  Answers answers(9);
+  for (int i = 0; i < 9; ++i) batcher->Submit("Bearer a-secret", Reporting("node-a", 1000, 0),
+                                              answers.For(i));
+  batcher.reset();
+  ASSERT_TRUE(answers.WaitAll(9, 0));
+  for (int i = 0; i < 9; ++i) EXPECT_TRUE(answers.status[i].ok()) << i << ": " << answers.status[i];
+  std::lock_guard<std::mutex> lock(told.mu);
+  const std::vector<std::pair<int, absl::StatusCode>> want = {{8, absl::StatusCode::kOk},
+                                                              {1, absl::StatusCode::kOk}};
+  EXPECT_EQ(told.batches, want);
+}
+
 // As an outside client found it: five 4 MB heartbeats and a normal one, sent together, all
 // failed RESOURCE_EXHAUSTED (one 20 MB batch; the controller receives at most 16 MiB).
 TEST_F(HeartbeatBatcherTest, LargeHeartbeatsDoNotFailTheirNeighbours) {
