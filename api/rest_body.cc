@@ -1,7 +1,9 @@
 #include "api/rest_body.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <memory>
+#include <unordered_set>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -11,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "api/service.h"
 #include "common/proto_utf8.h"
 #include "common/utf8.h"
 #include "google/protobuf/descriptor.h"
@@ -136,28 +139,93 @@ std::string Restate(absl::string_view error, const Descriptor* root) {
   return absl::StrCat("malformed JSON: ", first);
 }
 
-// How deep arrays and objects nest in `body` (a scan of the text, strings skipped).
-int NestingDepth(std::string_view body) {
-  int depth = 0, max_depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < body.size(); ++i) {
-    const char c = body[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      max_depth = std::max(max_depth, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
+// A strict reading of the body by RFC 8259 (no comments, single quotes, bare keys or trailing
+// commas, all of which protobuf's own parser lets through), before anything is built from it:
+// it stops at the first value nested deeper than kMaxDepth, at the value past
+// kMaxRequestElements, and at a key given twice in one object (protobuf would keep the last).
+class StrictReader : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  const std::string& error() const { return error_; }
+
+  bool null() override { return Value(); }
+  bool boolean(bool) override { return Value(); }
+  bool number_integer(number_integer_t) override { return Value(); }
+  bool number_unsigned(number_unsigned_t) override { return Value(); }
+  bool number_float(number_float_t, const string_t&) override { return Value(); }
+  bool string(string_t&) override { return Value(); }
+  bool binary(binary_t&) override { return Value(); }
+  bool start_object(std::size_t) override { return Open(/*array=*/false); }
+  bool start_array(std::size_t) override { return Open(/*array=*/true); }
+  bool end_object() override { return Close(); }
+  bool end_array() override { return Close(); }
+  bool key(string_t& key) override {
+    Frame& object = frames_.back();
+    if (!object.keys.insert(key).second) {
+      const std::string where = Where();
+      error_ = absl::StrCat(where, where.empty() ? "" : ".", Cut(key, kMaxSnippetBytes),
+                            ": the key is given twice in one object; give each key once");
+      return false;
     }
+    object.key = key;
+    return true;
   }
-  return max_depth;
-}
+  bool parse_error(std::size_t, const std::string&,
+                   const nlohmann::detail::exception& e) override {
+    // "[json.exception.parse_error.101] parse error at line 1, column 9: syntax error ..."
+    absl::string_view what = e.what();
+    const size_t at = what.find("parse error at ");
+    if (at != absl::string_view::npos) what.remove_prefix(at + sizeof("parse error") - 1);
+    error_ = absl::StrCat("malformed JSON", what);
+    return false;
+  }
+
+ private:
+  struct Frame {
+    bool array = false;
+    int64_t index = -1;   // of the array's current element
+    std::string key;      // the object's current key
+    std::unordered_set<std::string> keys;
+  };
+  bool Value() {
+    if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+    if (++values_ <= kMaxRequestElements) return true;
+    error_ = absl::StrCat("more than ", kMaxRequestElements, " values (objects, arrays, strings, ",
+                          "numbers...); a request body holds at most ", kMaxRequestElements);
+    return false;
+  }
+  bool Open(bool array) {
+    if (!Value()) return false;
+    if (frames_.size() >= static_cast<size_t>(kMaxDepth)) {
+      error_ = absl::StrCat("arrays and objects nest more than ", kMaxDepth, " deep; at most ",
+                            kMaxDepth, " are read");
+      return false;
+    }
+    frames_.emplace_back();
+    frames_.back().array = array;
+    return true;
+  }
+  bool Close() {
+    frames_.pop_back();
+    return true;
+  }
+  // The path of the innermost open array or object: "spec.labels", "ranks[3]".
+  std::string Where() const {
+    std::string path;
+    for (size_t i = 0; i + 1 < frames_.size(); ++i) {
+      const Frame& f = frames_[i];
+      if (f.array) {
+        absl::StrAppend(&path, "[", f.index, "]");
+      } else {
+        absl::StrAppend(&path, path.empty() ? "" : ".", Cut(f.key, kMaxSnippetBytes));
+      }
+    }
+    return path;
+  }
+
+  std::vector<Frame> frames_;
+  int64_t values_ = 0;
+  std::string error_;
+};
 
 const char* JsonKind(const nlohmann::json& v) {
   return v.is_array()     ? "an array"
@@ -279,10 +347,10 @@ absl::Status ParseJsonBody(std::string_view body, google::protobuf::Message* msg
     }
     return absl::InvalidArgumentError(Finish(where.empty() ? bad : where + ": " + bad));
   }
-  // protobuf reads arrays nested any depth as one flat list, so depth is bounded here.
-  if (const int depth = NestingDepth(body); depth > kMaxDepth) {
-    return absl::InvalidArgumentError(Finish(absl::StrCat(
-        "arrays and objects nest ", depth, " deep; at most ", kMaxDepth, " are read")));
+  // protobuf reads arrays nested any depth as one flat list, so depth is bounded here too.
+  StrictReader strict;
+  if (!nlohmann::json::sax_parse(body.begin(), body.end(), &strict)) {
+    return absl::InvalidArgumentError(Finish(strict.error()));
   }
   const nlohmann::json doc = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (doc.is_object()) {

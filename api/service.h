@@ -7,6 +7,7 @@
 #ifndef DHP_API_SERVICE_H_
 #define DHP_API_SERVICE_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -28,6 +29,11 @@ class EventSink {
   virtual bool IsCancelled() const = 0;
 };
 
+// The most length-delimited fields (messages, strings, bytes) and groups one gRPC request may
+// hold, at every depth (common/proto_wire_budget.h): about 60 MB once parsed at worst. A 16 MiB
+// request of empty messages would otherwise be 8 million of them, 1.8 GB parsed. A REST body
+// may hold as many JSON values (api/rest_body.h).
+inline constexpr int64_t kMaxRequestElements = 262144;
 // HeartbeatBatchRequest.heartbeats: the most one batch may carry.
 inline constexpr int kMaxHeartbeatBatch = 1024;
 // HeartbeatRequest.progress: the most reports one heartbeat may relay.
