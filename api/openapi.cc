@@ -226,7 +226,10 @@ Json Operation(const RestOperation& op, bool bearer_auth, Schemas& schemas) {
     params.push_back({{"name", "id"},
                       {"in", "path"},
                       {"required", true},
-                      {"description", "Fills the request's " + op.id_field + "."},
+                      {"description", "Fills the request's " + op.id_field +
+                                          (op.body == nullptr
+                                               ? std::string(".")
+                                               : "; a body that gives another is refused (400).")},
                       {"schema", {{"type", "string"}, {"minLength", 1}}}});
   }
   for (const QueryParam& p : op.query) {

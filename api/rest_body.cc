@@ -37,10 +37,7 @@ constexpr std::string_view kMark = "\xEF\xBF\xBD";  // U+FFFD
 absl::string_view A(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
 std::string Cut(absl::string_view s, size_t max) {
-  if (s.size() <= max) return std::string(s);
-  size_t end = max;
-  while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
-  return absl::StrCat(s.substr(0, end), "...");
+  return CutUtf8(std::string_view(s.data(), s.size()), max);
 }
 
 std::string Finish(const std::string& message) {

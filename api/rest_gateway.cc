@@ -37,18 +37,34 @@ using QueryParams = std::vector<std::pair<std::string, std::string>>;
 
 constexpr char kJson[] = "application/json";
 
+// `field` set to the path's `id`, unless the body set it to another: INVALID_ARGUMENT naming
+// both, so that a client's mistake is not applied to the path's job or node.
+absl::Status SetFromPath(const char* field, std::string* value, const std::string& id) {
+  if (!value->empty() && *value != id) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": the body says \"", CutUtf8(*value, 200), "\" and the path \"",
+        CutUtf8(id, 200), "\"; leave it out of the body or make them agree"));
+  }
+  *value = id;
+  return absl::OkStatus();
+}
+
 // Stores the id from the path in the request's job_id or node_id, whichever it has
 // (SetIdField(req, id, 0): the int overload is preferred, then long, then the rest).
 template <typename Req>
-auto SetIdField(Req& req, const std::string& id, int) -> decltype(req.set_job_id(id), void()) {
-  req.set_job_id(id);
+auto SetIdField(Req& req, const std::string& id, int)
+    -> decltype(req.set_job_id(id), absl::Status()) {
+  return SetFromPath("job_id", req.mutable_job_id(), id);
 }
 template <typename Req>
-auto SetIdField(Req& req, const std::string& id, long) -> decltype(req.set_node_id(id), void()) {
-  req.set_node_id(id);
+auto SetIdField(Req& req, const std::string& id, long)
+    -> decltype(req.set_node_id(id), absl::Status()) {
+  return SetFromPath("node_id", req.mutable_node_id(), id);
 }
 template <typename Req>
-void SetIdField(Req&, const std::string&, ...) {}
+absl::Status SetIdField(Req&, const std::string&, ...) {
+  return absl::OkStatus();
+}
 
 std::string JsonEscape(absl::string_view s) {
   std::string out = "\"";
@@ -315,7 +331,7 @@ class RestGateway::Router {
     if (!FormatOrRespond(call.request, call.responder, false)) return;
     Unary(call, method, [&](Req& req) {
       absl::Status s = ParseJsonBody(call.request.body(), &req);
-      if (s.ok() && !call.id.empty()) SetIdField(req, call.id, 0);
+      if (s.ok() && !call.id.empty()) s = SetIdField(req, call.id, 0);
       return s;
     });
   }

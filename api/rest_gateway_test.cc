@@ -295,14 +295,23 @@ TEST_F(RestGatewayTest, AResumeBodyCarriesTheNewLayout) {
   EXPECT_EQ(service_.Last<v1::ResumeJobRequest>().job_id(), "j-9");  // not called
 }
 
-TEST_F(RestGatewayTest, CancelResumeAndPathIdsOverrideBody) {
+// The path's id fills the request; a body that names another job is refused, not overridden.
+TEST_F(RestGatewayTest, CancelResumeAndPathIdsFillTheRequest) {
   Response res =
-      client_->Post("/v1/jobs/j-7:cancel", R"({"job_id": "other", "reason": "user asked"})");
+      client_->Post("/v1/jobs/j-7:cancel", R"({"job_id": "j-7", "reason": "user asked"})");
   EXPECT_EQ(res.result_int(), 200) << res.body();
   v1::CancelJobRequest cancel = service_.Last<v1::CancelJobRequest>();
   EXPECT_EQ(cancel.job_id(), "j-7");
   EXPECT_EQ(cancel.reason(), "user asked");
   EXPECT_NE(res.body().find("JOB_STATE_CANCELLING"), std::string::npos) << res.body();
+
+  res = client_->Post("/v1/jobs/j-6:cancel", R"({"job_id": "other", "reason": "x"})");
+  EXPECT_EQ(res.result_int(), 400) << res.body();
+  EXPECT_NE(res.body().find(R"(job_id: the body says \"other\" and the path \"j-6\"; leave it )"
+                            "out of the body or make them agree"),
+            std::string::npos)
+      << res.body();
+  EXPECT_EQ(service_.Last<v1::CancelJobRequest>().job_id(), "j-7");  // not called
 
   res = client_->Post("/v1/jobs/j-8:cancel");  // no body
   EXPECT_EQ(res.result_int(), 200) << res.body();
@@ -318,14 +327,14 @@ TEST_F(RestGatewayTest, CancelResumeAndPathIdsOverrideBody) {
   EXPECT_TRUE(Observed("CancelJob", 200));
   EXPECT_TRUE(Observed("ResumeJob", 200));
 
-  res = client_->Post("/v1/jobs/j-10:checkpoint", R"({"job_id": "other"})");
+  res = client_->Post("/v1/jobs/j-10:checkpoint", R"({"job_id": "j-10"})");
   EXPECT_EQ(res.result_int(), 200) << res.body();
   EXPECT_EQ(service_.Last<v1::CheckpointJobRequest>().job_id(), "j-10");
   EXPECT_NE(res.body().find("\"at_step\":\"12\""), std::string::npos) << res.body();
   EXPECT_TRUE(Observed("CheckpointJob", 200));
 
   // Node routes take the node id from the path, whatever the body says.
-  res = client_->Post("/v1/nodes/n-3:drain", R"({"node_id": "other", "reason": "kernel 6.1"})");
+  res = client_->Post("/v1/nodes/n-3:drain", R"({"node_id": "n-3", "reason": "kernel 6.1"})");
   EXPECT_EQ(res.result_int(), 200) << res.body();
   EXPECT_EQ(service_.Last<v1::DrainNodeRequest>().node_id(), "n-3");
   EXPECT_EQ(service_.Last<v1::DrainNodeRequest>().reason(), "kernel 6.1");
@@ -340,7 +349,7 @@ TEST_F(RestGatewayTest, CancelResumeAndPathIdsOverrideBody) {
 TEST_F(RestGatewayTest, ExportRoutes) {
   // The job id comes from the path, the rest from the optional body.
   Response res = client_->Post("/v1/jobs/j-11:export",
-                               R"({"job_id": "other", "checkpoint_id": "7", "dtype": "fp32"})");
+                               R"({"job_id": "j-11", "checkpoint_id": "7", "dtype": "fp32"})");
   EXPECT_EQ(res.result_int(), 200) << res.body();
   v1::ExportCheckpointRequest req = service_.Last<v1::ExportCheckpointRequest>();
   EXPECT_EQ(req.job_id(), "j-11");
@@ -522,11 +531,11 @@ TEST_F(RestGatewayTest, GetLogsBadNumbersAre400NamingTheParameter) {
 }
 
 TEST_F(RestGatewayTest, LogAndCheckpointWorkerRoutes) {
-  Response res = client_->Post("/v1/nodes/n-7/logs", R"({"node_id": "other", "chunks": [
+  Response res = client_->Post("/v1/nodes/n-7/logs", R"({"node_id": "n-7", "chunks": [
       {"job_id": "j-1", "attempt": 1, "world_rank": 2, "offset": 100, "data": "aGkK"}]})");
   ASSERT_EQ(res.result_int(), 200) << res.body();
   const v1::AppendLogsRequest append = service_.Last<v1::AppendLogsRequest>();
-  EXPECT_EQ(append.node_id(), "n-7");  // the path wins
+  EXPECT_EQ(append.node_id(), "n-7");
   ASSERT_EQ(append.chunks_size(), 1);
   EXPECT_EQ(append.chunks(0).world_rank(), 2);
   EXPECT_EQ(append.chunks(0).offset(), 100);
@@ -553,7 +562,7 @@ TEST_F(RestGatewayTest, LogAndCheckpointWorkerRoutes) {
   EXPECT_TRUE(Observed("ReportCheckpoint", 200));
 
   res = client_->Post("/v1/jobs/j-3/checkpoints:reject",
-                      R"({"job_id": "x", "attempt": 2, "checkpoint_id": 9, "rank": 0,
+                      R"({"attempt": 2, "checkpoint_id": 9, "rank": 0,
                           "reason": "rank-0.safetensors: crc32c mismatch"})");
   ASSERT_EQ(res.result_int(), 200) << res.body();
   EXPECT_EQ(res.body(), "{}\n");

@@ -27,6 +27,14 @@ TEST(Utf8Test, ReplaceAndEscapeTouchOnlyIllFormedBytes) {
   EXPECT_EQ(EscapeInvalidUtf8("\xc3"), "\\xC3");  // truncated at the end
 }
 
+TEST(Utf8Test, CutUtf8KeepsWholeCharacters) {
+  EXPECT_EQ(CutUtf8("abc", 3), "abc");
+  EXPECT_EQ(CutUtf8("abcd", 3), "abc...");
+  EXPECT_EQ(CutUtf8("a\xe4\xb8\xad", 2), "a...");  // not half of the character
+  EXPECT_EQ(CutUtf8("a\xe4\xb8\xad", 4), "a\xe4\xb8\xad");
+  EXPECT_EQ(CutUtf8("\xe4\xb8\xadz", 3), "\xe4\xb8\xad...");
+}
+
 TEST(ProtoUtf8Test, WellFormedMessagesPass) {
   v1::Job job;
   job.set_id("j-1");

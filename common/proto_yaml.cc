@@ -58,13 +58,7 @@ constexpr size_t kMaxErrorBytes = 4096;
 constexpr size_t kMaxQuotedBytes = 80;
 constexpr char kMoreErrors[] = "; ... (more errors not shown)";
 
-// At most kMaxQuotedBytes of `s`, cut on a character boundary, with "..." when cut.
-std::string Cut(const std::string& s) {
-  if (s.size() <= kMaxQuotedBytes) return s;
-  size_t end = kMaxQuotedBytes;
-  while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
-  return s.substr(0, end) + "...";
-}
+std::string Cut(const std::string& s) { return CutUtf8(s, kMaxQuotedBytes); }
 
 // Escaped for an error message; bytes that are not UTF-8 (from escapes such as "\udcff") are
 // written as \xNN so that the message itself stays valid UTF-8.

@@ -85,4 +85,11 @@ std::string EscapeInvalidUtf8(std::string_view text) {
   });
 }
 
+std::string CutUtf8(std::string_view text, size_t max) {
+  if (text.size() <= max) return std::string(text);
+  size_t end = max;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return std::string(text.substr(0, end)) + "...";
+}
+
 }  // namespace dhp

@@ -24,6 +24,10 @@ std::string ReplaceInvalidUtf8(std::string_view text, std::string_view replaceme
 // messages that must stay valid UTF-8 while still showing the bytes.
 std::string EscapeInvalidUtf8(std::string_view text);
 
+// At most `max` bytes of `text`, cut on a character boundary, with "..." after them when cut:
+// for quoting what a client sent in an error message.
+std::string CutUtf8(std::string_view text, size_t max);
+
 }  // namespace dhp
 
 #endif  // DHP_COMMON_UTF8_H_
