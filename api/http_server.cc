@@ -102,6 +102,11 @@ int64_t SteadyNanos() {
 }
 
 // Sends a small plain-text response and marks the connection for closing.
+std::string TargetTooLong(size_t at_least) {
+  return "the request's target (path and query) is " + std::to_string(at_least) +
+         " bytes or more; at most " + std::to_string(kMaxTargetBytes) + " are read";
+}
+
 void WriteSimple(HttpStream& stream, HttpStatus status, const std::string& message,
                  const HttpServerOptions& options) {
   HttpRejection answer{"text/plain; charset=utf-8", message + "\n"};
@@ -390,7 +395,7 @@ bool HttpServer::ReadRequest(Connection* conn, beast::flat_buffer& buffer,
     conn->deadline_ns.store(within.count() == 0 ? 0 : SteadyNanos() + within.count() * 1000000);
   };
   parser.body_limit(options_.max_body_bytes);
-  parser.header_limit(64 * 1024);
+  parser.header_limit(kMaxHeaderBytes);
   beast::error_code ec;
   // A reserved connection that stalls gives its slot back after 1 s.
   const std::chrono::milliseconds header_timeout =
@@ -398,6 +403,13 @@ bool HttpServer::ReadRequest(Connection* conn, beast::flat_buffer& buffer,
                      : options_.header_timeout;
   set_deadline(header_timeout);
   http::read_header(socket, buffer, parser, ec);
+  if (!ec && parser.get().target().size() > kMaxTargetBytes) {
+    set_deadline(std::chrono::milliseconds(0));
+    WriteSimple(socket, HttpStatus::uri_too_long, TargetTooLong(parser.get().target().size()),
+                options_);
+    LingeringClose(socket);
+    return false;
+  }
   if (!ec && !parser.is_done()) {
     if (options_.check_headers) {
       if (std::optional<HttpRefusal> refusal = options_.check_headers(parser.get())) {
@@ -431,6 +443,19 @@ bool HttpServer::ReadRequest(Connection* conn, beast::flat_buffer& buffer,
         socket, HttpStatus::payload_too_large,
         "request body exceeds the limit of " + std::to_string(options_.max_body_bytes) + " bytes",
         options_);
+    LingeringClose(socket);
+  } else if (ec == http::error::header_limit) {
+    // Still in the request line: the target alone is over the limit.
+    const std::string_view read(static_cast<const char*>(buffer.data().data()),
+                                buffer.data().size());
+    if (read.find('\n') == std::string_view::npos) {
+      WriteSimple(socket, HttpStatus::uri_too_long, TargetTooLong(read.size()), options_);
+    } else {
+      WriteSimple(socket, HttpStatus::request_header_fields_too_large,
+                  "the request's headers exceed the limit of " +
+                      std::to_string(kMaxHeaderBytes) + " bytes in all",
+                  options_);
+    }
     LingeringClose(socket);
   } else if (ec.category() == http::make_error_code(http::error::bad_target).category() &&
              ec != http::error::end_of_stream && ec != http::error::partial_message) {

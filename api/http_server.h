@@ -126,6 +126,10 @@ struct HttpRefusal {
   std::string message;
 };
 
+// A request's target (its path and query) and its header section, at most.
+inline constexpr size_t kMaxTargetBytes = 16 * 1024;
+inline constexpr size_t kMaxHeaderBytes = 64 * 1024;
+
 struct HttpServerOptions {
   std::string address = "0.0.0.0";
   uint16_t port = 0;                // 0: an ephemeral port (see HttpServer::port)
@@ -147,8 +151,9 @@ struct HttpServerOptions {
   // unauthenticated uploads cost nothing). Called from connection threads, concurrently.
   std::function<std::optional<HttpRefusal>(const HttpRequest& headers)> check_headers;
   // The server answers some requests itself, before any handler sees them: 400 for a request
-  // that is not HTTP, 408 for one too slow, 413 for a body over max_body_bytes, 503 on a
-  // reserved connection, and check_headers' refusals. `rejection` formats those answers
+  // that is not HTTP, 408 for one too slow, 413 for a body over max_body_bytes, 414 for a
+  // target (path and query) over kMaxTargetBytes, 431 for headers over kMaxHeaderBytes in all,
+  // 503 on a reserved connection, and check_headers' refusals. `rejection` formats those answers
   // (content type and body from the status and a message) and is told of each one; empty:
   // text/plain with the message. Called from connection threads, concurrently.
   std::function<HttpRejection(HttpStatus status, const std::string& message)> rejection;

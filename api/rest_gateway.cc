@@ -257,11 +257,14 @@ class RestGateway::Router {
     return HttpRefusal{http::status::unauthorized, std::string(s.message())};
   }
   // A request the HTTP server refused before routing (400 not HTTP, 401 before the body, 408
-  // too slow, 413 body too large, 503 on a reserved connection): the JSON error to send; the
-  // observer is told (route "Unrouted").
+  // too slow, 413 body too large, 414 target too long, 431 headers too large, 503 on a reserved
+  // connection): the JSON error to send; the observer is told (route "Unrouted").
   HttpRejection Rejected(HttpStatus status, const std::string& message) const {
     absl::Status error = absl::InvalidArgumentError(message);
-    if (status == HttpStatus::payload_too_large) error = absl::ResourceExhaustedError(message);
+    if (status == HttpStatus::payload_too_large || status == HttpStatus::uri_too_long ||
+        status == HttpStatus::request_header_fields_too_large) {
+      error = absl::ResourceExhaustedError(message);
+    }
     if (status == HttpStatus::unauthorized) error = absl::UnauthenticatedError(message);
     if (status == HttpStatus::request_timeout) error = absl::DeadlineExceededError(message);
     if (status == HttpStatus::service_unavailable) error = absl::UnavailableError(message);

@@ -1,6 +1,7 @@
-// The REST gateway's own limits, over real sockets: bodies over the limit (413), bytes that
-// are not HTTP (400), slow headers and bodies (408), the token checked before a body is read
-// (401), the connection cap with its reserve for health and metrics, and 100 Continue.
+// The REST gateway's own limits, over real sockets: bodies over the limit (413), long URLs
+// (414) and headers (431), bytes that are not HTTP (400), slow headers and bodies (408), the
+// token checked before a body is read (401), the connection cap with its reserve for health and
+// metrics, and 100 Continue.
 #include <chrono>
 #include <string>
 #include <thread>
@@ -68,6 +69,40 @@ Response ReadClosing(Client& client) {
   client.socket().read_some(asio::buffer(&byte, 1), ec);
   EXPECT_EQ(ec, asio::error::eof);  // closed after the answer
   return res;
+}
+
+// A long URL is 414 whether it fits the header limit or not; long headers are 431.
+TEST_F(RestGatewayTest, LongTargetsAre414AndLongHeaders431) {
+  for (const size_t length : {kMaxTargetBytes + 1, kMaxHeaderBytes + 10}) {
+    Client client(gateway_->port());
+    const std::string raw =
+        "GET /v1/jobs/" + std::string(length, 'j') + " HTTP/1.1\r\nHost: x\r\n\r\n";
+    asio::write(client.socket(), asio::buffer(raw));
+    const Response res = ReadClosing(client);
+    EXPECT_EQ(res.result_int(), 414) << length;
+    EXPECT_EQ(res.body().rfind(R"({"code": 8, "status": "RESOURCE_EXHAUSTED", "message": )", 0),
+              0u)
+        << res.body();
+    EXPECT_NE(res.body().find("the request's target (path and query) is "), std::string::npos)
+        << res.body();
+    EXPECT_NE(res.body().find("; at most 16384 are read"), std::string::npos) << res.body();
+  }
+  Client client(gateway_->port());
+  const std::string raw = "GET /v1/jobs HTTP/1.1\r\nHost: x\r\nX-Big: " +
+                          std::string(kMaxHeaderBytes, 'h') + "\r\n\r\n";
+  asio::write(client.socket(), asio::buffer(raw));
+  const Response res = ReadClosing(client);
+  EXPECT_EQ(res.result_int(), 431);
+  EXPECT_NE(res.body().find("the request's headers exceed the limit of 65536 bytes in all"),
+            std::string::npos)
+      << res.body();
+  EXPECT_EQ(service_.calls(), 0);
+  EXPECT_TRUE(Observed("Unrouted", 414));
+  EXPECT_TRUE(Observed("Unrouted", 431));
+  // A target at the limit is read (and routed: no such job is the service's answer).
+  Client fine(gateway_->port());
+  const std::string path = "/v1/jobs/" + std::string(kMaxTargetBytes - 9, 'j');
+  EXPECT_NE(fine.Get(path).result_int(), 414);
 }
 
 TEST_F(RestGatewayTest, SlowHeadersAndBodiesAre408) {
