@@ -129,7 +129,11 @@ void Controller::Start() {
     io_.run();
   });
   loop_id_ = loop_.get_id();
-  absl::Status recovered = OnLoop([this] { return supervisor_.Recover(); });
+  // The nodes first: one stored over today's resource limits is cordoned before runs see it.
+  absl::Status recovered = OnLoop([this] {
+    nodes_.Load();
+    return supervisor_.Recover();
+  });
   if (!recovered.ok()) DHP_LOG(ERROR) << "recovering runs from the store: " << recovered;
   absl::Status redrained = OnLoop([this] { return PreemptOnCordonedNodes(); });
   if (!redrained.ok()) DHP_LOG(ERROR) << "asking runs on drained nodes again: " << redrained;

@@ -30,14 +30,12 @@ absl::Status CheckNodeId(const std::string& id) {
 
 // What a node offers, within what one machine has: the scheduler keeps state per slot, so an
 // agent's (or a typo's) cpu_slots of 2^31 would take the controller's memory.
-absl::Status CheckResources(const std::string& id, const v1::NodeResources& r) {
+// Checked again when the tracker loads: a node stored by a controller that did not check
+// (before these limits) has its resources refused then (NodeTracker::RefuseStoredResources).
+absl::Status CheckResourceLimits(const std::string& id, const v1::NodeResources& r) {
   auto invalid = [&](const std::string& what) {
     return absl::InvalidArgumentError("node.resources." + what + " (node " + id + ")");
   };
-  if (r.gpus_size() == 0 && r.cpu_slots() <= 0) {
-    return absl::InvalidArgumentError("node.resources: node " + id +
-                                      " offers no GPUs and no CPU slots");
-  }
   if (r.gpus_size() > kMaxNodeGpus) {
     return invalid("gpus: " + std::to_string(r.gpus_size()) + " GPUs; a node has at most " +
                    std::to_string(kMaxNodeGpus));
@@ -68,6 +66,14 @@ absl::Status CheckResources(const std::string& id, const v1::NodeResources& r) {
   return absl::OkStatus();
 }
 
+absl::Status CheckResources(const std::string& id, const v1::NodeResources& r) {
+  if (r.gpus_size() == 0 && r.cpu_slots() <= 0) {
+    return absl::InvalidArgumentError("node.resources: node " + id +
+                                      " offers no GPUs and no CPU slots");
+  }
+  return CheckResourceLimits(id, r);
+}
+
 // "70 s"; below 10 s with one decimal ("1.5 s"), so that short timeouts do not read "0 s".
 std::string FormatSeconds(int64_t micros) {
   if (micros >= 10 * 1000000LL || micros % 1000000 == 0) {
@@ -82,14 +88,43 @@ std::string FormatSeconds(int64_t micros) {
 NodeTracker::NodeTracker(Store& store, const Clock& clock, NodeTrackerOptions options)
     : store_(store), clock_(clock), options_(options), started_micros_(clock.NowMicros()) {}
 
+void NodeTracker::Load() {
+  DHP_CHECK_ON_THREAD(loop_);
+  EnsureLoaded();
+}
+
 void NodeTracker::EnsureLoaded() {
   if (loaded_) return;
   loaded_ = true;
   for (v1::Node& node : store_.ListNodes()) {
+    if (absl::Status bad = CheckResourceLimits(node.id(), node.resources()); !bad.ok()) {
+      RefuseStoredResources(node, bad);
+    }
     Tracked& t = nodes_[node.id()];
     t.last_beat = t.persisted = TimestampToMicros(node.last_heartbeat_time());
     t.node = std::move(node);
   }
+}
+
+void NodeTracker::RefuseStoredResources(v1::Node& node, const absl::Status& why) {
+  const std::string reason =
+      absl::StrCat("stored resources refused: ", why.message(),
+                   "; restart its agent to register what the node has, then uncordon it");
+  DHP_LOG(WARNING) << "node " << node.id() << ": " << reason;
+  node.mutable_resources()->clear_gpus();
+  node.mutable_resources()->set_cpu_slots(0);
+  node.mutable_resources()->set_memory_bytes(std::max<int64_t>(0, node.resources().memory_bytes()));
+  node.set_cordoned(true);
+  node.set_cordon_reason(reason);
+  const int64_t now = clock_.NowMicros();
+  *node.mutable_cordon_time() = MicrosToTimestamp(now);
+  v1::Event e;
+  e.set_node_id(node.id());
+  *e.mutable_time() = MicrosToTimestamp(now);
+  e.set_type("node.cordon");
+  e.set_reason(reason);
+  absl::StatusOr<std::vector<v1::Event>> added = store_.PutNode(node, {e});
+  if (!added.ok()) DHP_LOG(ERROR) << "node " << node.id() << ": " << added.status();
 }
 
 void NodeTracker::MoveState(v1::Node& node, v1::NodeState state, const std::string& reason,

@@ -61,6 +61,9 @@ class NodeTracker {
   // INVALID_ARGUMENT for an empty id or a reason over 1024 bytes or not UTF-8.
   absl::StatusOr<v1::Node> SetCordon(const std::string& node_id, bool cordoned,
                                      const std::string& reason, std::vector<v1::Event>* events);
+  // Reads the stored nodes, once (every other entry point does so first). The controller calls
+  // it before its runs are recovered, so that they see the nodes as the tracker does.
+  void Load();
   std::vector<v1::Node> List();  // by id, with their newest heartbeat times
   // A page of List: the nodes with an id after `after_id` ("" from the first), at most `limit`.
   std::vector<v1::Node> List(const std::string& after_id, size_t limit);
@@ -84,6 +87,10 @@ class NodeTracker {
     bool heard = false;        // it has beaten or registered since this tracker started
   };
   void EnsureLoaded();
+  // A stored node whose resources are over the limits Register checks (stored by an older
+  // controller): its GPUs and CPU slots are dropped and it is cordoned with `why`, stored with
+  // a "node.cordon" event, so that nothing is placed there until its agent registers again.
+  void RefuseStoredResources(v1::Node& node, const absl::Status& why);
   // Moves `node` to `state`, with a "node.state" event in `new_events` when it changes.
   void MoveState(v1::Node& node, v1::NodeState state, const std::string& reason,
                  std::vector<v1::Event>* new_events) const;

@@ -415,6 +415,52 @@ TEST_F(NodeTrackerTest, ANewTrackerGivesStoredNodesAGracePeriod) {
   EXPECT_EQ(TimestampToMicros(store_->GetNode("n1")->last_heartbeat_time()), registered);
 }
 
+// A node stored by a controller that did not check resources (100 million CPU slots, a GPU
+// listed twice) is cordoned at load with what was wrong, offering nothing, once.
+TEST_F(NodeTrackerTest, StoredResourcesOverTheLimitsAreRefusedAtLoadAndTheNodeCordoned) {
+  std::vector<v1::Event> events;
+  ASSERT_TRUE(Register(NodeRequest("good"), &events).ok());
+  ASSERT_TRUE(Register(NodeRequest("slots"), &events).ok());
+  ASSERT_TRUE(Register(NodeRequest("gpus"), &events).ok());
+  v1::Node slots = *store_->GetNode("slots");
+  slots.mutable_resources()->set_cpu_slots(100'000'000);
+  v1::Node gpus = *store_->GetNode("gpus");
+  gpus.mutable_resources()->set_memory_bytes(-1);
+  for (int i = 0; i < 2; ++i) gpus.mutable_resources()->add_gpus()->set_index(3);
+  ASSERT_TRUE(store_->PutNodes({slots, gpus}).ok());
+
+  tracker_ = std::make_unique<NodeTracker>(*store_, clock_, options_);
+  tracker_->Load();
+  const std::string restart =
+      "; restart its agent to register what the node has, then uncordon it";
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {"slots", "stored resources refused: node.resources.cpu_slots: 100000000 is not in "
+                "0..1024 (node slots)" + restart},
+      {"gpus", "stored resources refused: node.resources.memory_bytes: -1 is negative "
+               "(node gpus)" + restart}};
+  for (const auto& [id, reason] : want) {
+    for (const v1::Node& n : {*tracker_->Get(id), *store_->GetNode(id)}) {
+      EXPECT_TRUE(n.cordoned()) << id;
+      EXPECT_EQ(n.cordon_reason(), reason);
+      EXPECT_EQ(n.resources().cpu_slots(), 0) << id;
+      EXPECT_EQ(n.resources().gpus_size(), 0) << id;
+      EXPECT_EQ(n.resources().memory_bytes(), 0) << id;
+    }
+  }
+  EXPECT_FALSE(tracker_->Get("good")->cordoned());
+  EXPECT_EQ(tracker_->Get("good")->resources().cpu_slots(), 2);
+  const std::vector<v1::Event> stored = store_->ListEvents("", 0, 100);
+  EXPECT_EQ(std::count_if(stored.begin(), stored.end(),
+                          [](const v1::Event& e) { return e.type() == "node.cordon"; }),
+            2);
+
+  // Once refused, the stored node is within the limits: the next load leaves it as it is.
+  tracker_ = std::make_unique<NodeTracker>(*store_, clock_, options_);
+  tracker_->Load();
+  const std::vector<v1::Event> again = store_->ListEvents("", 0, 100);
+  EXPECT_EQ(again.size(), stored.size());
+}
+
 TEST_F(NodeTrackerTest, ANodeThatBeatsDuringTheGracePeriodStaysReady) {
   std::vector<v1::Event> events;
   ASSERT_TRUE(Register(NodeRequest("n1"), &events).ok());
