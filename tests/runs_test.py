@@ -230,7 +230,8 @@ class RunsTest(ClusterJobs, unittest.TestCase):
         reaches the controller) and counts them on its own /metrics; SIGKILLed mid-run, the
         agents heartbeat to the controller directly, and the job succeeds on its first attempt
         with no node lost."""
-        relay, ports = start_relay(self.cluster, "--window-ms", "50")
+        relay, ports = start_relay(self.cluster, "--window-ms", "50", "--max-batch-bytes",
+                                   "4194304", "--max-batch-elements", "65536")
         try:
             via = ["--heartbeat-relay", "127.0.0.1:%d" % ports["grpc_port"]]
             self.start_worker("node-a", extra=via)
@@ -262,6 +263,19 @@ class RunsTest(ClusterJobs, unittest.TestCase):
         nodes = {n["id"]: n for n in self.cluster.dhpctl_json("nodes")["nodes"]}
         for node in ("node-a", "node-b"):
             self.assertEqual(nodes[node]["state"], "NODE_STATE_READY")
+
+    def test_a_relay_batch_limit_out_of_range_stops_the_relay_naming_it(self):
+        binary = os.path.join(os.path.dirname(os.path.dirname(self.cluster.bins.worker)),
+                              "relay", "dhp-relay")
+        for flag, value, why in (("--max-batch-elements", "262145",
+                                  "max_batch_elements: 262145 must be in 1..262144"),
+                                 ("--max-batch-bytes", "0",
+                                  "max_batch_bytes: 0 must be in 1..12582912")):
+            run = subprocess.run([binary, "--controller", self.cluster.server, "--listen",
+                                  "127.0.0.1:0", flag, value],
+                                 capture_output=True, text=True, timeout=30)
+            self.assertEqual(run.returncode, 2, run.stderr)
+            self.assertIn(why, run.stderr)
 
     def test_cancel_mid_run_leaves_no_rank_process(self):
         self.start_worker("node-a")

@@ -90,6 +90,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-batch", batching.max_batch, "Heartbeats per HeartbeatBatch call, at most")
       ->capture_default_str();
+  app.add_option("--max-batch-bytes", batching.max_batch_bytes,
+                 "A batch's size on the wire, at most (below the controller's 16 MiB)")
+      ->capture_default_str();
+  app.add_option("--max-batch-elements", batching.max_batch_elements,
+                 "A batch's messages and strings at every depth, at most (the controller takes "
+                 "262144 in one request)")
+      ->capture_default_str();
   app.add_option("--senders", batching.senders, "Batches in flight to the controller at once")
       ->capture_default_str();
   app.add_option("--max-queued", batching.max_queued,
