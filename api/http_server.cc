@@ -102,9 +102,11 @@ int64_t SteadyNanos() {
 }
 
 // Sends a small plain-text response and marks the connection for closing.
-std::string TargetTooLong(size_t at_least) {
-  return "the request's target (path and query) is " + std::to_string(at_least) +
-         " bytes or more; at most " + std::to_string(kMaxTargetBytes) + " are read";
+// `size`: the target's length, or (`more`) what was read of it before the header limit.
+std::string TargetTooLong(size_t size, bool more) {
+  return "the request's target (path and query) is " + std::string(more ? "over " : "") +
+         std::to_string(size) + " bytes; at most " + std::to_string(kMaxTargetBytes) +
+         " are read";
 }
 
 void WriteSimple(HttpStream& stream, HttpStatus status, const std::string& message,
@@ -405,7 +407,7 @@ bool HttpServer::ReadRequest(Connection* conn, beast::flat_buffer& buffer,
   http::read_header(socket, buffer, parser, ec);
   if (!ec && parser.get().target().size() > kMaxTargetBytes) {
     set_deadline(std::chrono::milliseconds(0));
-    WriteSimple(socket, HttpStatus::uri_too_long, TargetTooLong(parser.get().target().size()),
+    WriteSimple(socket, HttpStatus::uri_too_long, TargetTooLong(parser.get().target().size(), false),
                 options_);
     LingeringClose(socket);
     return false;
@@ -449,7 +451,7 @@ bool HttpServer::ReadRequest(Connection* conn, beast::flat_buffer& buffer,
     const std::string_view read(static_cast<const char*>(buffer.data().data()),
                                 buffer.data().size());
     if (read.find('\n') == std::string_view::npos) {
-      WriteSimple(socket, HttpStatus::uri_too_long, TargetTooLong(read.size()), options_);
+      WriteSimple(socket, HttpStatus::uri_too_long, TargetTooLong(read.size(), true), options_);
     } else {
       WriteSimple(socket, HttpStatus::request_header_fields_too_large,
                   "the request's headers exceed the limit of " +

@@ -168,11 +168,17 @@ class StrictReader : public nlohmann::json_sax<nlohmann::json> {
   }
   bool parse_error(std::size_t, const std::string&,
                    const nlohmann::detail::exception& e) override {
-    // "[json.exception.parse_error.101] parse error at line 1, column 9: syntax error ..."
+    // "[json.exception.parse_error.101] parse error at line 1, column 9: syntax error ...",
+    // "[json.exception.out_of_range.406] number overflow parsing '1e999'"
     absl::string_view what = e.what();
     const size_t at = what.find("parse error at ");
-    if (at != absl::string_view::npos) what.remove_prefix(at + sizeof("parse error") - 1);
-    error_ = absl::StrCat("malformed JSON", what);
+    if (at != absl::string_view::npos) {
+      what.remove_prefix(at + sizeof("parse error") - 1);
+      error_ = absl::StrCat("malformed JSON", what);
+    } else {
+      if (what.find("] ") != absl::string_view::npos) what.remove_prefix(what.find("] ") + 2);
+      error_ = absl::StrCat("malformed JSON: ", what);
+    }
     return false;
   }
 

@@ -238,6 +238,8 @@ TEST(ParseJsonBodyTest, OnlyJsonByRfc8259IsRead) {
               0u)
         << body << " -> " << SubmitError(body);
   }
+  EXPECT_EQ(SubmitError(R"({"spec": {"vision": {"degree": 1e999}}})"),
+            "request body (JSON): malformed JSON: number overflow parsing '1e999'");
   EXPECT_EQ(SubmitError(R"({"spec": {"name": "a", "name": "b"}})"),
             "request body (JSON): spec.name: the key is given twice in one object; give each "
             "key once");
