@@ -407,8 +407,8 @@ bool HttpServer::ReadRequest(Connection* conn, beast::flat_buffer& buffer,
   http::read_header(socket, buffer, parser, ec);
   if (!ec && parser.get().target().size() > kMaxTargetBytes) {
     set_deadline(std::chrono::milliseconds(0));
-    WriteSimple(socket, HttpStatus::uri_too_long, TargetTooLong(parser.get().target().size(), false),
-                options_);
+    WriteSimple(socket, HttpStatus::uri_too_long,
+                TargetTooLong(parser.get().target().size(), false), options_);
     LingeringClose(socket);
     return false;
   }
