@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "common/utf8.h"
@@ -48,54 +49,75 @@ std::string KeyText(const Message& entry, const FieldDescriptor* key) {
   }
 }
 
-// The first problem below `msg` (at `path`), as "path: problem", or "".
-std::string Visit(const Message& msg, const std::string& path, const Check& check);
+// The first problem found below a message, with its path relative to that message. Paths are
+// built only for the problem found, on the way back up: a message with no problem (nearly every
+// one the store writes) costs no string work beyond the check itself.
+struct Found {
+  std::string path;  // "" for the value itself
+  std::string problem;
+  bool in_key = false;  // the problem is a map entry's key
+};
 
-std::string VisitValue(const Message& msg, const FieldDescriptor* f, int index,
-                       const std::string& path, const Check& check) {
+// `head` then `found.path` below it ("labels.owner", "datasets[2].name").
+Found Under(std::string head, Found found) {
+  if (!found.path.empty()) head += "." + found.path;
+  found.path = std::move(head);
+  return found;
+}
+
+std::optional<Found> Visit(const Message& msg, const Check& check);
+
+std::optional<Found> VisitValue(const Message& msg, const FieldDescriptor* f, int index,
+                                const Check& check) {
   const Reflection* r = msg.GetReflection();
   if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
-    return Visit(index >= 0 ? r->GetRepeatedMessage(msg, f, index) : r->GetMessage(msg, f), path,
+    return Visit(index >= 0 ? r->GetRepeatedMessage(msg, f, index) : r->GetMessage(msg, f),
                  check);
   }
-  if (f->type() != FieldDescriptor::TYPE_STRING) return "";
+  if (f->type() != FieldDescriptor::TYPE_STRING) return std::nullopt;
   std::string scratch;
   const std::string& text = index >= 0 ? r->GetRepeatedStringReference(msg, f, index, &scratch)
                                        : r->GetStringReference(msg, f, &scratch);
-  const std::string problem = check(text);
-  return problem.empty() ? "" : path + ": " + problem;
+  std::string problem = check(text);
+  if (problem.empty()) return std::nullopt;
+  return Found{"", std::move(problem)};
 }
 
-std::string Visit(const Message& msg, const std::string& path, const Check& check) {
+// The first problem in map field `f` of `msg`, under the entry's key.
+std::optional<Found> VisitMap(const Message& msg, const FieldDescriptor* f, const Check& check) {
+  const Reflection* r = msg.GetReflection();
+  const FieldDescriptor* key = f->message_type()->map_key();
+  const FieldDescriptor* value = f->message_type()->map_value();
+  for (int i = 0; i < r->FieldSize(msg, f); ++i) {
+    const Message& entry = r->GetRepeatedMessage(msg, f, i);
+    std::optional<Found> found = VisitValue(entry, key, -1, check);
+    if (found) found->in_key = true;
+    if (!found) found = VisitValue(entry, value, -1, check);
+    if (found) return Under(KeyText(entry, key), *std::move(found));
+  }
+  return std::nullopt;
+}
+
+std::optional<Found> Visit(const Message& msg, const Check& check) {
   const Reflection* r = msg.GetReflection();
   std::vector<const FieldDescriptor*> fields;
   r->ListFields(msg, &fields);
   for (const FieldDescriptor* f : fields) {
-    const std::string field_path = Join(path, f->name());
     if (f->is_map()) {
-      const FieldDescriptor* key = f->message_type()->map_key();
-      const FieldDescriptor* value = f->message_type()->map_value();
-      for (int i = 0; i < r->FieldSize(msg, f); ++i) {
-        const Message& entry = r->GetRepeatedMessage(msg, f, i);
-        const std::string entry_path = Join(field_path, KeyText(entry, key));
-        std::string found = VisitValue(entry, key, -1, entry_path, check);
-        if (!found.empty())
-          return entry_path + " (the key): " + found.substr(entry_path.size() + 2);
-        found = VisitValue(entry, value, -1, entry_path, check);
-        if (!found.empty()) return found;
+      if (std::optional<Found> found = VisitMap(msg, f, check)) {
+        return Under(f->name(), *std::move(found));
       }
     } else if (f->is_repeated()) {
       for (int i = 0; i < r->FieldSize(msg, f); ++i) {
-        std::string found =
-            VisitValue(msg, f, i, field_path + "[" + std::to_string(i) + "]", check);
-        if (!found.empty()) return found;
+        if (std::optional<Found> found = VisitValue(msg, f, i, check)) {
+          return Under(f->name() + "[" + std::to_string(i) + "]", *std::move(found));
+        }
       }
-    } else {
-      std::string found = VisitValue(msg, f, -1, field_path, check);
-      if (!found.empty()) return found;
+    } else if (std::optional<Found> found = VisitValue(msg, f, -1, check)) {
+      return Under(f->name(), *std::move(found));
     }
   }
-  return "";
+  return std::nullopt;
 }
 
 // Nesting deeper than protobuf's own parser accepts (its default recursion limit).
@@ -136,14 +158,19 @@ std::string InvalidUtf8InEncoding(std::string_view wire,
 }
 
 std::string InvalidUtf8Field(const Message& msg) {
-  return Visit(msg, "", [](std::string_view text) { return Utf8Error(text); });
+  const std::optional<Found> found = Visit(msg, [](std::string_view text) {
+    return Utf8Error(text);
+  });
+  if (!found) return "";
+  return found->path + (found->in_key ? " (the key): " : ": ") + found->problem;
 }
 
 std::string FieldContaining(const Message& msg, std::string_view needle) {
-  const std::string found = Visit(msg, "", [needle](std::string_view text) {
+  const std::optional<Found> found = Visit(msg, [needle](std::string_view text) {
     return text.find(needle) == std::string_view::npos ? std::string() : std::string("found");
   });
-  return found.empty() ? "" : found.substr(0, found.size() - std::string(": found").size());
+  if (!found) return "";
+  return found->path + (found->in_key ? " (the key)" : "");
 }
 
 }  // namespace dhp

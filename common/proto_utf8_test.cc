@@ -135,6 +135,12 @@ TEST(ProtoUtf8Test, FieldContainingFindsTheFirstHolder) {
   EXPECT_EQ(FieldContaining(job, "<here>"), "spec.data.datasets[1]");
   job.mutable_spec()->mutable_data()->clear_datasets();
   EXPECT_EQ(FieldContaining(job, "<here>"), "spec.data.registry.r.image_root");
+  // A key that looks like an index is still a key: joined with a dot.
+  job.mutable_spec()->mutable_data()->clear_registry();
+  (*job.mutable_spec()->mutable_data()->mutable_registry())["[0]"].set_image_root("<here>");
+  EXPECT_EQ(FieldContaining(job, "<here>"), "spec.data.registry.[0].image_root");
+  (*job.mutable_spec()->mutable_labels())["<here>"] = "v";
+  EXPECT_EQ(FieldContaining(job, "<here>"), "spec.labels.<here> (the key)");
 }
 
 }  // namespace
