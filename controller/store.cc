@@ -321,6 +321,23 @@ absl::StatusOr<std::vector<v1::Event>> Store::CommitAll(const std::vector<JobWri
   return events;
 }
 
+absl::Status Store::WriteLabels(const v1::Job& job) {
+  {
+    DHP_ASSIGN_OR_RETURN(ScopedStatement clear,
+                         db_->Prepare("DELETE FROM job_labels WHERE job_id = ?"));
+    clear->BindText(1, job.id());
+    DHP_RETURN_IF_ERROR(clear->Run());
+  }
+  for (const auto& [key, value] : job.spec().labels()) {
+    DHP_ASSIGN_OR_RETURN(
+        ScopedStatement insert,
+        db_->Prepare("INSERT INTO job_labels (job_id, key, value) VALUES (?, ?, ?)"));
+    insert->BindText(1, job.id()).BindText(2, key).BindText(3, value);
+    DHP_RETURN_IF_ERROR(insert->Run());
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<v1::Event>> Store::WriteJob(const JobWrite& write) {
   const v1::Job& job = write.job;
   if (job.id().empty()) {
@@ -370,19 +387,7 @@ absl::StatusOr<std::vector<v1::Event>> Store::WriteJob(const JobWrite& write) {
     if (db_->changes() == 0) return absl::NotFoundError(absl::StrCat("job ", job.id(), " not found"));
   }
 
-  {
-    DHP_ASSIGN_OR_RETURN(ScopedStatement clear,
-                         db_->Prepare("DELETE FROM job_labels WHERE job_id = ?"));
-    clear->BindText(1, job.id());
-    DHP_RETURN_IF_ERROR(clear->Run());
-  }
-  for (const auto& [key, value] : job.spec().labels()) {
-    DHP_ASSIGN_OR_RETURN(
-        ScopedStatement insert,
-        db_->Prepare("INSERT INTO job_labels (job_id, key, value) VALUES (?, ?, ?)"));
-    insert->BindText(1, job.id()).BindText(2, key).BindText(3, value);
-    DHP_RETURN_IF_ERROR(insert->Run());
-  }
+  if (write.create || !write.labels_unchanged) DHP_RETURN_IF_ERROR(WriteLabels(job));
 
   for (const v1::Run& in : write.runs) {
     v1::Run run = in;

@@ -63,6 +63,10 @@ struct JobWrite {
                                   // (NOT_FOUND if missing)
   std::vector<v1::Run> runs;      // inserted or replaced by (job_id, attempt)
   std::vector<v1::Event> events;  // appended; ids are assigned by the store
+  // An update whose job.spec.labels are those already stored: the job_labels rows are left as
+  // they are (one DELETE and an INSERT per label saved, about half of a progress save's cost
+  // with 4 labels). Ignored on create. Set only where the labels are known to be unchanged.
+  bool labels_unchanged = false;
 };
 
 struct JobQuery {
@@ -187,6 +191,8 @@ class Store {
   absl::Status Migrate();
   // One JobWrite's rows, inside the caller's transaction.
   absl::StatusOr<std::vector<v1::Event>> WriteJob(const JobWrite& write);
+  // Replaces the job's job_labels rows with its spec.labels, inside the caller's transaction.
+  absl::Status WriteLabels(const v1::Job& job);
 
   // Moves each row to the quarantine table (store_quarantine.cc). True when every row was
   // moved (or was already gone); a row that cannot be moved is logged once and left in place.

@@ -192,6 +192,36 @@ TEST_F(StoreTest, UpdateReplacesJobLabelsAndUpsertsRuns) {
   EXPECT_EQ(Ids(store->ListJobs(new_label)->jobs), std::vector<std::string>{"j1"});
 }
 
+TEST_F(StoreTest, AnUpdateWithItsLabelsUnchangedLeavesTheLabelRowsAlone) {
+  auto store = OpenOrDie(":memory:");
+  ASSERT_NE(store, nullptr);
+  JobWrite write;
+  write.job = MakeJob("j1", v1::JOB_STATE_QUEUED, {{"team", "vision"}});
+  write.create = true;
+  write.labels_unchanged = true;  // ignored on create: the rows are written
+  ASSERT_TRUE(store->Commit(write).ok());
+  JobQuery vision;
+  vision.labels = {{"team", "vision"}};
+  ASSERT_EQ(Ids(store->ListJobs(vision)->jobs), std::vector<std::string>{"j1"});
+
+  // The caller's word is taken: the rows are not even read, so a job row whose labels differ
+  // (which no caller may write this way) shows that they were left as they were.
+  JobWrite update;
+  update.job = MakeJob("j1", v1::JOB_STATE_RUNNING, {{"team", "text"}});
+  update.job.set_latest_step(17);
+  update.labels_unchanged = true;
+  ASSERT_TRUE(store->Commit(update).ok());
+  EXPECT_EQ(store->GetJob("j1")->latest_step(), 17);
+  EXPECT_EQ(Ids(store->ListJobs(vision)->jobs), std::vector<std::string>{"j1"});
+
+  update.labels_unchanged = false;  // the default: the rows follow the job row
+  ASSERT_TRUE(store->Commit(update).ok());
+  EXPECT_TRUE(store->ListJobs(vision)->jobs.empty());
+  JobQuery text;
+  text.labels = {{"team", "text"}};
+  EXPECT_EQ(Ids(store->ListJobs(text)->jobs), std::vector<std::string>{"j1"});
+}
+
 TEST_F(StoreTest, DuplicateCreateIsRefusedAndLeavesTheJobAlone) {
   auto store = OpenOrDie(":memory:");
   ASSERT_NE(store, nullptr);

@@ -31,6 +31,17 @@ bool KilledFromOutside(const v1::RankStatus& st) {
          !st.stopped_by_agent();
 }
 
+using Labels = google::protobuf::Map<std::string, std::string>;
+
+bool SameLabels(const Labels& a, const Labels& b) {
+  if (a.size() != b.size()) return false;
+  for (const auto& [key, value] : a) {
+    auto it = b.find(key);
+    if (it == b.end() || it->second != value) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 Supervisor::Supervisor(Store& store, const Clock& clock, SupervisorOptions options)
@@ -63,9 +74,11 @@ absl::Status Supervisor::Transition(const RunId& id, std::vector<v1::Event>* eve
 absl::Status Supervisor::Transition(Loaded loaded, std::vector<v1::Event>* events,
                                     Change change) {
   JobWrite write;
+  const Labels labels = loaded.job.spec().labels();  // a change may not touch them: compared
   if (absl::Status s = change(loaded.job, loaded.run, clock_.NowMicros(), write); !s.ok()) {
     return s;
   }
+  write.labels_unchanged = SameLabels(labels, loaded.job.spec().labels());
   write.job = std::move(loaded.job);
   write.runs.insert(write.runs.begin(), std::move(loaded.run));
   return Commit(write, events);

@@ -175,6 +175,7 @@ absl::Status Supervisor::SaveProgress(std::vector<v1::Event>* events, bool all) 
     ApplyProgress(run, loaded->job, loaded->run);
     *loaded->job.mutable_update_time() = MicrosToTimestamp(now);
     JobWrite& write = writes.emplace_back();
+    write.labels_unchanged = true;  // ApplyProgress writes the step figures and message only
     write.job = std::move(loaded->job);
     write.runs.push_back(std::move(loaded->run));
     saved.push_back(&run);

@@ -235,6 +235,30 @@ TEST_F(SupervisorTest, SaveProgressWritesTheDueRunsTogetherAndTheLastStepAtOnce)
   EXPECT_EQ(Stored(b.id()).latest_step(), 7);
 }
 
+TEST_F(SupervisorTest, ProgressWritesKeepTheJobFoundByItsLabels) {
+  AddNode("n1", 2);
+  const v1::Job job = SubmitText(Spec("a", 1) + "labels: {team: vision, tier: gold}\n");
+  StartRunning(job);  // RUNNING: a Transition
+  if (HasFatalFailure()) return;
+  clock_.AdvanceMicros(30000000);
+  ASSERT_TRUE(Progress(job, 1, 0, 4).ok());
+  std::vector<v1::Event> events;
+  ASSERT_TRUE(sup_->SaveProgress(&events).ok());  // written without its labels' rows
+  ASSERT_EQ(Stored(job.id()).latest_step(), 4);
+  Cancel(job);  // and the Transitions that end the run
+  v1::RankStatus killed = Status(job, 1, 0, false, 0, 15);
+  killed.set_stopped_by_agent(true);
+  Beat("n1", {killed});
+  JobQuery query;
+  query.labels = {{"team", "vision"}, {"tier", "gold"}};
+  absl::StatusOr<JobPage> page = store_->ListJobs(query);
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->jobs.size(), 1u);
+  EXPECT_EQ(page->jobs[0].id(), job.id());
+  EXPECT_EQ(page->jobs[0].state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(page->jobs[0].latest_step(), 4);
+}
+
 TEST_F(SupervisorTest, SaveProgressWritesAtMostABatchOfRunsPerCall) {
   SupervisorOptions options{kRoot};
   options.progress_save_batch = 1;
