@@ -53,9 +53,9 @@ struct SupervisorOptions {
   // the last step and every transition are written at once.
   int64_t progress_save_micros = 30000000;
   // At most this many runs per SaveProgress call (the controller calls it every persist_ms),
-  // so that one call holds the loop a few milliseconds, not a whole backlog's worth. About
-  // 0.1 ms a run at 10,000 placed runs: 25 a call is ~2.5 ms, and 1,000 runs a second (every
-  // 25 ms) is 3x what 10,000 runs saved every 30 s need.
+  // so that one call holds the loop about a millisecond, not a whole backlog's worth. About
+  // 50 µs a run (bench/progress_save_bench): 25 a call is ~1.2 ms, and 1,000 runs a second
+  // (every 25 ms) is 3x what 10,000 runs saved every 30 s need.
   int progress_save_batch = 25;
   // Progress reports the ranks of all placed runs are asked to stay within, per second, in all
   // (heartbeat.progress_reports_per_s): each rank is told to report at most once per
