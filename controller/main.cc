@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "common/command_line.h"
 #include "api/auth.h"
 #include "api/grpc_server.h"
 #include "api/instrumented_service.h"
@@ -61,7 +62,7 @@ int main(int argc, char** argv) {
   CLI::App app{"dhp-controller: the dhp control plane"};
   dhp::controller::ControllerCommandLine command_line;
   dhp::controller::AddControllerFlags(app, &command_line);
-  CLI11_PARSE(app, argc, argv);
+  if (std::optional<int> exit = dhp::ParseCommandLine(app, argc, argv)) return *exit;
   absl::StatusOr<dhp::v1::ControllerConfig> resolved =
       dhp::controller::ResolveControllerConfig(command_line);
   if (!resolved.ok()) {

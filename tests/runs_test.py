@@ -270,7 +270,11 @@ class RunsTest(ClusterJobs, unittest.TestCase):
         for flag, value, why in (("--max-batch-elements", "262145",
                                   "max_batch_elements: 262145 must be in 1..262144"),
                                  ("--max-batch-bytes", "0",
-                                  "max_batch_bytes: 0 must be in 1..12582912")):
+                                  "max_batch_bytes: 0 must be in 1..12582912"),
+                                 # past int64: refused as typed, not read as INT64_MAX
+                                 ("--max-batch-bytes", "99999999999999999999",
+                                  "--max-batch-bytes: Value 99999999999999999999 is not a "
+                                  "whole number")):
             run = subprocess.run([binary, "--controller", self.cluster.server, "--listen",
                                   "127.0.0.1:0", flag, value],
                                  capture_output=True, text=True, timeout=30)

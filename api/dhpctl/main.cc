@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "common/command_line.h"
 #include "absl/strings/numbers.h"
 #include "api/auth.h"
 #include "api/client.h"
@@ -434,7 +435,7 @@ int main(int argc, char** argv) {
   CLI::App* events = app.add_subcommand(
       "events", "Print the event history of one job, or of all jobs and nodes");
   events->add_option("job", job_id, "Job id (default: all jobs and nodes)");
-  events->add_option("--after", after, "Only events after this id");
+  events->add_option("--after", after, "Only events after this id")->check(dhp::WholeNumber());
   events->add_flag("--follow", follow, "Keep streaming new events");
   CLI::App* nodes = app.add_subcommand("nodes", "List worker nodes");
   std::string node_id;
@@ -521,11 +522,7 @@ int main(int argc, char** argv) {
                    "GPUs per node: a tensor-parallel group must fit one node")
       ->capture_default_str();
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (std::optional<int> exit = dhp::ParseCommandLine(app, argc, argv)) return *exit;
   // Ids and reasons travel in proto strings, which gRPC cannot send unless they are UTF-8.
   for (const auto& [what, text] : {std::pair<const char*, const std::string*>{"job id", &job_id},
                                    {"node id", &node_id},

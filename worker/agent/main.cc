@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
+#include "common/command_line.h"
 #include "api/auth.h"
 #include "api/client.h"
 #include "api/tls.h"
@@ -115,7 +116,7 @@ int main(int argc, char** argv) {
                  "Dense peak TFLOP/s of one device, given to every rank for MFU (default: the "
                  "BF16 peak of known GPU models; none on CPU)")
       ->check(CLI::NonNegativeNumber);
-  CLI11_PARSE(app, argc, argv);
+  if (std::optional<int> exit = dhp::ParseCommandLine(app, argc, argv)) return *exit;
   const char* env_token = std::getenv("DHP_TOKEN");
   std::string token = env_token ? env_token : "";
   if (!token_file.empty()) {

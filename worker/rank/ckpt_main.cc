@@ -19,6 +19,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "common/command_line.h"
 #include "common/spec_validate.h"
 #include "worker/rank/ckpt_export.h"
 #include "worker/rank/hf_export.h"
@@ -142,11 +143,7 @@ int main(int argc, char** argv) {
                   "Where a relative model.weights_path starts (as the ranks' --data-root)");
   exp->add_option("--dtype", a.dtype, "Floating-point dtype of the output (keep: as trained)")
       ->check(CLI::IsMember({"keep", "fp32", "bf16", "fp16"}));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;  // --help: 0; bad usage: 2
-  }
+  if (std::optional<int> exit = dhp::ParseCommandLine(app, argc, argv)) return *exit;
   if (a.out.empty() == a.hf_dir.empty()) {
     std::fprintf(stderr, "dhp-ckpt export: give exactly one of -o FILE and --hf-dir DIR\n");
     return 2;

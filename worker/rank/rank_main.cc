@@ -25,6 +25,7 @@
 #include <string_view>
 
 #include "CLI/CLI.hpp"
+#include "common/command_line.h"
 #include "api/auth.h"
 #include "api/client.h"
 #include "api/tls.h"
@@ -109,11 +110,7 @@ int Run(int argc, char** argv) {
                  "the rank's state); one more waits at its step boundary")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (std::optional<int> exit = dhp::ParseCommandLine(app, argc, argv)) return *exit;
   InstallPreemptionHandler();  // SIGTERM: checkpoint at the next step boundary, exit 75
   const std::string me = "rank " + std::to_string(o.world_rank);
   if (!token_file.empty()) {

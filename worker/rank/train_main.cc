@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "common/command_line.h"
 #include "common/logging.h"
 #include "common/spec_validate.h"
 #include "worker/model/weights.h"
@@ -53,7 +54,7 @@ int main(int argc, char** argv) {
   app.add_option("--data-root", data_root,
                  "Directory that the spec's relative dataset (and weights) paths start from");
   app.add_option("--steps", steps, "Override training.max_steps (the schedule spans these)")
-      ->check(CLI::PositiveNumber);
+      ->check(dhp::WholeNumber() & CLI::PositiveNumber);
   app.add_option("--tokenizer", tokenizer,
                  "tokenizer.json (default: configs/tiny-tokenizer.json for the tiny preset, "
                  "else <model.weights_path>/tokenizer.json)");
@@ -70,7 +71,7 @@ int main(int argc, char** argv) {
   app.add_option("--device", device, "cpu, cuda or cuda:N");
   app.add_option("--threads", threads, "LibTorch intra-op threads (0: LibTorch's default)")
       ->check(CLI::NonNegativeNumber);
-  CLI11_PARSE(app, argc, argv);
+  if (std::optional<int> exit = dhp::ParseCommandLine(app, argc, argv)) return *exit;
 
   std::ifstream in(FromUserDir(spec_path));
   if (!in) {

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "common/command_line.h"
 #include "absl/strings/numbers.h"
 #include "api/auth.h"
 #include "api/client.h"
@@ -92,11 +93,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-batch-bytes", batching.max_batch_bytes,
                  "A batch's size on the wire, at most (below the controller's 16 MiB)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(dhp::WholeNumber());
   app.add_option("--max-batch-elements", batching.max_batch_elements,
                  "A batch's messages and strings at every depth, at most (the controller takes "
                  "262144 in one request)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(dhp::WholeNumber());
   app.add_option("--senders", batching.senders, "Batches in flight to the controller at once")
       ->capture_default_str();
   app.add_option("--max-queued", batching.max_queued,
@@ -107,7 +110,7 @@ int main(int argc, char** argv) {
                  "can still reach the controller directly)")
       ->capture_default_str()
       ->check(CLI::Range(100, 60000));
-  CLI11_PARSE(app, argc, argv);
+  if (std::optional<int> exit = dhp::ParseCommandLine(app, argc, argv)) return *exit;
   auto fail = [](const std::string& message) {
     DHP_LOG(ERROR) << "dhp-relay: " << message;
     return 2;
