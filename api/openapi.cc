@@ -281,7 +281,8 @@ std::string OpenApiJson(const std::vector<RestOperation>& operations, bool beare
                 {"description",
                  "The REST face of the dhp.v1 gRPC services: the same messages in the proto3 "
                  "JSON mapping (proto field names in responses; requests may also use the "
-                 "lowerCamelCase names). Fields equal to their default are omitted."}}},
+                 "lowerCamelCase names, one of the two per field). Fields equal to their "
+                 "default are omitted."}}},
               {"paths", std::move(paths)}};
   if (bearer_auth) {
     components["securitySchemes"] = {{"bearerAuth", {{"type", "http"}, {"scheme", "bearer"}}}};

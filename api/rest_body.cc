@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <unordered_set>
 #include <vector>
@@ -250,9 +251,17 @@ bool IsPlainMessage(const FieldDescriptor* f) {
 // object, got an array"). Keys it does not know are left to protobuf, which names them.
 std::string ShapeError(const nlohmann::json& object, const Descriptor* type,
                        const std::string& path) {
+  std::map<int, std::string> given;  // field number -> the key that named it
   for (const auto& [key, value] : object.items()) {
     const FieldDescriptor* f = FindField(type, key);
-    if (f == nullptr || value.is_null()) continue;
+    if (f == nullptr) continue;
+    if (auto [first, fresh] = given.emplace(f->number(), key); !fresh) {
+      // {"dry_run": true, "dryRun": false}: protobuf keeps whichever it reads last.
+      return absl::StrCat(path, Cut(key, kMaxSnippetBytes), ": names the same field as ",
+                          Cut(first->second, kMaxSnippetBytes),
+                          "; give a field once, by its proto name or its JSON name");
+    }
+    if (value.is_null()) continue;
     const std::string where = path + key;
     auto element = [&](const nlohmann::json& v, const std::string& at) -> std::string {
       if (v.is_array()) return absl::StrCat(at, ": expected a single value, got an array");

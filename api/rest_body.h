@@ -31,7 +31,8 @@ absl::StatusOr<BodyFormat> BodyFormatOf(std::string_view content_type, bool yaml
 // strings, bytes as base64; unknown keys are errors. An empty (or all-whitespace) body is an
 // empty message. Text that is not UTF-8 is refused naming the field where it is, when the rest
 // reads. The text must be JSON by RFC 8259 (no comments, single quotes, bare keys or trailing
-// commas), give each key of an object once, nest at most 64 deep and hold at most
+// commas), give each key of an object once and each field once (by its proto name or its JSON
+// name, not both: protobuf would keep the later), nest at most 64 deep and hold at most
 // kMaxRequestElements values (api/service.h), as many as a gRPC request's elements.
 // INVALID_ARGUMENT "request body (JSON): ..." of at most 4 KiB otherwise.
 absl::Status ParseJsonBody(std::string_view body, google::protobuf::Message* msg);

@@ -256,6 +256,30 @@ TEST(ParseJsonBodyTest, OnlyJsonByRfc8259IsRead) {
   EXPECT_EQ(beat.ranks(1).pid(), 2);
 }
 
+// A field may be named by its proto name or its JSON name, not both: protobuf would keep the one
+// it read last, so {"dry_run": true, "dryRun": false} submitted a real job.
+TEST(ParseJsonBodyTest, AFieldNamedTwiceByItsTwoNamesIsRefused) {
+  EXPECT_EQ(SubmitError(R"({"spec_text": "a", "dryRun": true, "dry_run": false})"),
+            "request body (JSON): dry_run: names the same field as dryRun; give a field once, "
+            "by its proto name or its JSON name");
+  EXPECT_EQ(SubmitError(R"({"spec": {"vision": {"zero_stage": 1, "zeroStage": 1}}})"),
+            "request body (JSON): spec.vision.zero_stage: names the same field as zeroStage; "
+            "give a field once, by its proto name or its JSON name");
+  EXPECT_EQ(Error<v1::HeartbeatRequest>(
+                R"({"ranks": [{"job_id": "j"}, {"worldRank": 1, "world_rank": null}]})"),
+            "request body (JSON): ranks[1].world_rank: names the same field as worldRank; give "
+            "a field once, by its proto name or its JSON name");
+  // Map keys are the user's: "team_a" and "teamA" are two labels.
+  v1::SubmitJobRequest req;
+  ASSERT_TRUE(ParseJsonBody(R"({"spec": {"labels": {"team_a": "1", "teamA": "2"}}})", &req).ok());
+  EXPECT_EQ(req.spec().labels().size(), 2u);
+  // Either name alone is read.
+  ASSERT_TRUE(ParseJsonBody(R"({"dryRun": true})", &req).ok());
+  EXPECT_TRUE(req.dry_run());
+  ASSERT_TRUE(ParseJsonBody(R"({"dry_run": true})", &req).ok());
+  EXPECT_TRUE(req.dry_run());
+}
+
 // As many values as a gRPC request's elements (api::kMaxRequestElements): a 4 MiB body of
 // empty objects would be 1.4 million messages.
 TEST(ParseJsonBodyTest, ABodyOfTooManyValuesIsRefusedBeforeAnyIsBuilt) {
