@@ -6,15 +6,19 @@ control_plane_bench's own prober shares its process, and so its core, with the s
 (and, with --relays, the relays). Run this one beside it at real-time priority on the same core,
 standing in for a client on a machine of its own:
 
-  chrt -f 50 taskset -c 0 .venv/bin/python bench/api_side_probe.py BENCH_LOG OUT STOP_FILE
+  chrt -f 50 taskset -c 0 .venv/bin/python bench/api_side_probe.py [--rest] BENCH_LOG OUT STOP
 
-It reads the newest "controller pid N on 127.0.0.1:PORT" line of the bench's log (following it
-from case to case), lists one job, then times GetJob of it with Python grpcio; each call is a
-line "unix_seconds latency_ms 1 port" (failures: "unix_seconds -1 0 port CODE") in OUT. It stops
-when STOP_FILE exists. The stubs come from proto/ (grpc_tools.protoc into a temporary directory).
-Cut OUT to a case's window with the case's window_unix_us from the bench's JSON.
+It reads the newest "controller pid N on 127.0.0.1:PORT (REST on HTTP_PORT)" line of the bench's
+log (following it from case to case), lists one job, then times GetJob of it with Python grpcio;
+with --rest it alternates that with GET /v1/jobs/{id} on one kept-alive HTTP/1.1 connection
+(http.client), so that both ways in are timed side by side by one client. Each call is a line
+"unix_seconds latency_ms 1 port api" (api: grpc or rest; failures: "unix_seconds -1 0 port api
+WHAT") in OUT. It stops when STOP exists. The stubs come from proto/ (grpc_tools.protoc into a
+temporary directory). Cut OUT to a case's window with the case's window_unix_us from the bench's
+JSON.
 """
 
+import http.client
 import os
 import re
 import subprocess
@@ -40,41 +44,77 @@ def load_stubs():
     return service_pb2, service_pb2_grpc
 
 
-def newest_port(log):
+def newest_ports(log):
+    """(grpc_port, http_port) of the newest controller in the bench's log, or (None, None)."""
     try:
         with open(log) as f:
-            ports = re.findall(r"controller pid \d+ on 127\.0\.0\.1:(\d+)", f.read())
+            ports = re.findall(r"controller pid \d+ on 127\.0\.0\.1:(\d+) \(REST on (\d+)\)",
+                               f.read())
     except OSError:
-        return None
-    return ports[-1] if ports else None
+        return None, None
+    return ports[-1] if ports else (None, None)
+
+
+class Rest:
+    """GET /v1/jobs/{id} on one kept-alive connection, reopened after a failure."""
+
+    def __init__(self, port):
+        self.port = port
+        self.conn = None
+
+    def get_job(self, job):
+        if self.conn is None:
+            self.conn = http.client.HTTPConnection("127.0.0.1", int(self.port), timeout=5)
+        try:
+            self.conn.request("GET", "/v1/jobs/" + job)
+            resp = self.conn.getresponse()
+            resp.read()
+        except (OSError, http.client.HTTPException):
+            self.conn.close()
+            self.conn = None
+            raise
+        if resp.status != 200:
+            raise RuntimeError("HTTP %d" % resp.status)
 
 
 def main():
-    if len(sys.argv) != 4:
+    args = [a for a in sys.argv[1:] if a != "--rest"]
+    if len(args) != 3:
         sys.exit(__doc__)
-    log, out, stop = sys.argv[1:]
+    rest_too = "--rest" in sys.argv[1:]
+    log, out, stop = args
     pb, rpc = load_stubs()
-    port = stub = job = None
+    port = stub = rest = job = None
+    calls = 0
     with open(out, "w") as f:
         while not os.path.exists(stop):
-            p = newest_port(log)
+            p, http_port = newest_ports(log)
             if p != port:
                 port, job = p, None
                 stub = rpc.JobServiceStub(grpc.insecure_channel("127.0.0.1:" + p)) if p else None
+                rest = Rest(http_port) if p and rest_too else None
             if stub is None:
                 time.sleep(0.5)
                 continue
+            api = "rest" if rest is not None and calls % 2 else "grpc"
             try:
                 if job is None:  # the case's jobs come after its nodes: ask until there is one
                     jobs = stub.ListJobs(pb.ListJobsRequest(page_size=1), timeout=5).jobs
                     job = jobs[0].id if jobs else None
                     time.sleep(0.5)
                     continue
+                calls += 1
                 t0, p0 = time.time(), time.perf_counter()
-                stub.GetJob(pb.GetJobRequest(job_id=job), timeout=5)
-                f.write("%.6f %.3f 1 %s\n" % (t0, 1000 * (time.perf_counter() - p0), port))
+                if api == "rest":
+                    rest.get_job(job)
+                else:
+                    stub.GetJob(pb.GetJobRequest(job_id=job), timeout=5)
+                f.write("%.6f %.3f 1 %s %s\n" % (t0, 1000 * (time.perf_counter() - p0), port, api))
             except grpc.RpcError as e:
-                f.write("%.6f -1 0 %s %s\n" % (time.time(), port, e.code()))
+                f.write("%.6f -1 0 %s %s %s\n" % (time.time(), port, api, e.code()))
+                time.sleep(0.2)
+            except (OSError, RuntimeError, http.client.HTTPException) as e:
+                f.write("%.6f -1 0 %s %s %s\n" % (time.time(), port, api, type(e).__name__))
                 time.sleep(0.2)
             f.flush()
             time.sleep(INTERVAL_S)

@@ -363,7 +363,8 @@ Json RunNodeCase(const BenchOptions& o, const std::string& label, const std::str
   ControllerProcess& controller = *started->process;
   ControllerSampler& sampler = *started->sampler;
   const std::string& target = started->target;
-  std::cerr << log << "controller pid " << controller.pid() << " on " << target << ", log "
+  std::cerr << log << "controller pid " << controller.pid() << " on " << target << " (REST on "
+            << controller.http_port() << "), log "
             << controller.log_path() << "; heartbeats on "
             << (stream ? "HeartbeatStream" : "Heartbeat")
             << (RelayProgressFor(o, label) ? ", progress relayed in them" : "") << "\n";
