@@ -103,15 +103,25 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromFile(const std::
 }
 
 absl::Status BpeTokenizer::Init(absl::string_view json_text, absl::string_view source) {
-  auto err = [&](auto&&... parts) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": ", parts...));
-  };
   Json j;
   try {
     j = Json::parse(json_text.begin(), json_text.end());
   } catch (const Json::exception& e) {
-    return err("invalid JSON: ", e.what());
+    return absl::InvalidArgumentError(absl::StrCat(source, ": invalid JSON: ", e.what()));
   }
+  try {
+    return Read(j, source);
+  } catch (const Json::exception& e) {  // e.g. "[json.exception.type_error.302] type must be
+                                         // boolean, but is object"
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": unexpected content: ", e.what()));
+  }
+}
+
+absl::Status BpeTokenizer::Read(const Json& j, absl::string_view source) {
+  auto err = [&](auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", parts...));
+  };
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object()) {
     return err("missing object field \"model\"");
   }
@@ -124,7 +134,12 @@ absl::Status BpeTokenizer::Init(absl::string_view json_text, absl::string_view s
       return err("model.", field, " is not supported");
     }
   }
-  ignore_merges_ = model.value("ignore_merges", false);
+  if (model.contains("ignore_merges") && !model["ignore_merges"].is_null() &&
+      !model["ignore_merges"].is_boolean()) {
+    return err("model.ignore_merges must be true or false");
+  }
+  ignore_merges_ = model.contains("ignore_merges") && model["ignore_merges"].is_boolean() &&
+                   model["ignore_merges"].get<bool>();
 
   // Vocabulary.
   if (!model.contains("vocab") || !model["vocab"].is_object()) {

@@ -29,6 +29,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "nlohmann/json_fwd.hpp"
 #include "worker/data/regex_splitter.h"
 
 namespace dhp {
@@ -75,7 +76,10 @@ class BpeTokenizer {
 
  private:
   BpeTokenizer() = default;
+  // Parses, then reads with Read; nlohmann's exceptions (a field of another type, text that is
+  // not UTF-8 in a message) become INVALID_ARGUMENT naming `source`, never a throw.
   absl::Status Init(absl::string_view json, absl::string_view source);
+  absl::Status Read(const nlohmann::json& j, absl::string_view source);
   // `text` after the normalizer (a view of `text` or of `*storage`).
   absl::StatusOr<absl::string_view> Normalize(absl::string_view text, std::string* storage) const;
   absl::StatusOr<std::vector<absl::string_view>> SplitPieces(absl::string_view text) const;

@@ -190,6 +190,22 @@ TEST(BpeTokenizerTest, LoadErrorsNameTheField) {
   ASSERT_FALSE(not_json.ok());
   EXPECT_THAT(not_json.status().message(), HasSubstr("broken.json: invalid JSON"));
 
+  // A field of another type than the format's is an error, never a throw (the fuzzer found
+  // "ignore_merges": {...} ending the process).
+  Json m = MiniTokenizer(kMerges, false);
+  m["model"]["ignore_merges"] = Json::object({{"a", 1}});
+  auto object_flag = BpeTokenizer::FromJson(m.dump(), "t.json");
+  ASSERT_FALSE(object_flag.ok());
+  EXPECT_THAT(object_flag.status().message(),
+              HasSubstr("t.json: model.ignore_merges must be true or false"));
+  m["model"]["ignore_merges"] = true;
+  EXPECT_TRUE(BpeTokenizer::FromJson(m.dump(), "t.json").ok());
+  Json n = MiniTokenizer(kMerges, false);
+  n["added_tokens"] = Json::array({Json::object({{"id", "seven"}, {"content", "<x>"}})});
+  auto wrong_type = BpeTokenizer::FromJson(n.dump(), "t.json");
+  ASSERT_FALSE(wrong_type.ok());
+  EXPECT_THAT(wrong_type.status().message(), HasSubstr("t.json: "));
+
   auto missing = BpeTokenizer::FromFile("/nonexistent/tokenizer.json");
   ASSERT_FALSE(missing.ok());
   EXPECT_THAT(missing.status().message(), HasSubstr("/nonexistent/tokenizer.json"));
