@@ -169,12 +169,22 @@ int Main(int argc, char** argv) {
                  "dhp-relay processes between the agents and each controller (0: none); the "
                  "agents' heartbeats go to them, over --channels connections")
       ->check(CLI::Range(0, 64));
+  app.add_option("--generator-relays", o.generator_relays,
+                 "Relays inside this process between the agents and each controller (0: none): "
+                 "dhp-relay's batching (worker::HeartbeatBatcher), each with its own connection "
+                 "to the controller, so that the controller gets what N relays on their own hosts "
+                 "would send while this machine pays for neither their CPU nor a call per agent "
+                 "heartbeat; excludes --relays and HeartbeatStream")
+      ->check(CLI::Range(0, 64));
+  app.add_option("--generator-relays-for", o.generator_relays_for,
+                 "LABEL of a --controller whose cases use --generator-relays (repeatable; the "
+                 "others: the agents call the controller directly)");
   app.add_option("--relay-binary", o.relay_binary, "The dhp-relay to run")->capture_default_str();
   app.add_option("--relay-window-ms", o.relay_window_ms, "dhp-relay --window-ms")
       ->capture_default_str();
   app.add_option("--controller-channels", o.controller_channels,
-                 "With --relays: the agents' connections to the controller itself (0: "
-                 "--channels)");
+                 "With --relays or --generator-relays: the agents' connections to the controller "
+                 "itself (0: --channels)");
   app.add_option("--probe-get-per-s", o.probe_get_per_s, "Prober GetJob calls per second")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -239,6 +249,7 @@ int Main(int argc, char** argv) {
   for (const auto& [flag, labels] :
        {std::pair{"--heartbeat-stream-for", &o.heartbeat_stream_for},
         std::pair{"--relay-progress-for", &o.relay_progress_for},
+        std::pair{"--generator-relays-for", &o.generator_relays_for},
         std::pair{"--agent-channel-arg", &channel_arg_labels}}) {
     for (const std::string& label : *labels) {
       bool known = false;
@@ -249,6 +260,11 @@ int Main(int argc, char** argv) {
         return 1;
       }
     }
+  }
+  if (o.generator_relays > 0 &&
+      (o.relays > 0 || o.heartbeat_stream || !o.heartbeat_stream_for.empty())) {
+    std::cerr << "control_plane_bench: --generator-relays excludes --relays and HeartbeatStream\n";
+    return 1;
   }
   const std::string out_dir = InWorkspace(o.out_dir);
 
@@ -262,6 +278,17 @@ int Main(int argc, char** argv) {
       transport += (i == 0 ? " " : ", ") + o.heartbeat_stream_for[i];
     }
     transport += ", unary Heartbeat calls against the others";
+  }
+  if (o.generator_relays > 0) {
+    transport += " to " + std::to_string(o.generator_relays) +
+                 " relays inside this process (dhp-relay's HeartbeatBatcher, a " +
+                 std::to_string(o.relay_window_ms) +
+                 " ms window, each with its own connection to the controller) that send them "
+                 "on as HeartbeatBatch calls" +
+                 (o.generator_relays_for.empty()
+                      ? std::string()
+                      : ", against " + absl::StrJoin(o.generator_relays_for, ", ") +
+                            " (directly against the others)");
   }
 
   std::string command = "bazel run //bench:control_plane_bench --";
@@ -285,6 +312,11 @@ int Main(int argc, char** argv) {
                   {"heartbeat_stream_for", o.heartbeat_stream_for},
                   {"relay_progress", o.relay_progress},
                   {"relay_progress_for", o.relay_progress_for},
+                  {"relays", o.relays},
+                  {"generator_relays", o.generator_relays},
+                  {"generator_relays_for", o.generator_relays_for},
+                  {"relay_window_ms", o.relay_window_ms},
+                  {"controller_channels", o.controller_channels},
                   {"probe_get_per_s", o.probe_get_per_s},
                   {"probe_submit_per_s", o.probe_submit_per_s},
                   {"scrape_every_s", o.scrape_every_s},

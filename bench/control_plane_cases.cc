@@ -336,6 +336,13 @@ bool HeartbeatStreamFor(const BenchOptions& o, const std::string& label) {
              o.heartbeat_stream_for.end();
 }
 
+int GeneratorRelaysFor(const BenchOptions& o, const std::string& label) {
+  const auto& only = o.generator_relays_for;
+  return only.empty() || std::find(only.begin(), only.end(), label) != only.end()
+             ? o.generator_relays
+             : 0;
+}
+
 bool RelayProgressFor(const BenchOptions& o, const std::string& label) {
   return o.relay_progress ||
          std::find(o.relay_progress_for.begin(), o.relay_progress_for.end(), label) !=
@@ -347,13 +354,20 @@ Json RunNodeCase(const BenchOptions& o, const std::string& label, const std::str
   const std::string name = std::to_string(nodes) + (full ? " full" : " empty");
   const std::string log = Prefix(label, name);
   const bool stream = HeartbeatStreamFor(o, label);
+  const int in_generator = GeneratorRelaysFor(o, label);
+  const std::string heartbeats_on =
+      stream ? "HeartbeatStream"
+      : in_generator > 0
+          ? "HeartbeatBatch from " + std::to_string(in_generator) + " relays in the generator (" +
+                std::to_string(o.relay_window_ms) + " ms window)"
+          : "Heartbeat";
   Json r = {{"controller", label},
             {"binary", binary},
             {"case", name},
             {"mode", full ? "full" : "empty"},
             {"nodes", nodes},
             {"jobs", full ? nodes : 0},
-            {"heartbeats_on", stream ? "HeartbeatStream" : "Heartbeat"},
+            {"heartbeats_on", heartbeats_on},
             {"progress_relayed", RelayProgressFor(o, label)}};
   absl::StatusOr<CaseController> started = StartCaseController(o, binary);
   if (!started.ok()) {
@@ -366,7 +380,7 @@ Json RunNodeCase(const BenchOptions& o, const std::string& label, const std::str
   std::cerr << log << "controller pid " << controller.pid() << " on " << target << " (REST on "
             << controller.http_port() << "), log "
             << controller.log_path() << "; heartbeats on "
-            << (stream ? "HeartbeatStream" : "Heartbeat")
+            << heartbeats_on
             << (RelayProgressFor(o, label) ? ", progress relayed in them" : "") << "\n";
   auto keep_going = [&] { return sampler.Tripped().empty(); };
 
@@ -383,7 +397,8 @@ Json RunNodeCase(const BenchOptions& o, const std::string& label, const std::str
     relays.push_back(std::move(*relay));
   }
   r["relays"] = o.relays;
-  if (o.relays > 0) r["relay_window_ms"] = o.relay_window_ms;
+  r["generator_relays"] = in_generator;
+  if (o.relays > 0 || in_generator > 0) r["relay_window_ms"] = o.relay_window_ms;
 
   // ---- ramp-up ---------------------------------------------------------------------------------
   FleetOptions fo;
@@ -406,6 +421,8 @@ Json RunNodeCase(const BenchOptions& o, const std::string& label, const std::str
     fo.heartbeat_targets.push_back("127.0.0.1:" + std::to_string(relay->grpc_port()));
   }
   fo.controller_channels = o.controller_channels;
+  fo.in_process_relays = in_generator;
+  fo.relay_window_ms = o.relay_window_ms;
   fo.start_spread_ms = o.heartbeat_interval_ms > 0 ? o.heartbeat_interval_ms : 2000;
   AgentFleet fleet(fo);
   ControllerStubs stubs = ConnectStubs(target);

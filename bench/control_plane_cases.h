@@ -59,6 +59,12 @@ struct BenchOptions {
   std::string relay_binary = "bazel-bin/worker/relay/dhp-relay";
   int relay_window_ms = 20;
   int controller_channels = 0;
+  // Relays inside the generator (FleetOptions::in_process_relays): `generator_relays`
+  // worker::HeartbeatBatchers between the agents and the controller, for every controller or
+  // for those labels, each batching over relay_window_ms. What the controller receives is what
+  // it would from that many dhp-relay processes on hosts of their own.
+  int generator_relays = 0;
+  std::vector<std::string> generator_relays_for;
   // Prober.
   double probe_get_per_s = 20;
   double probe_submit_per_s = 2;
@@ -85,6 +91,9 @@ extern const char kEightRankJobSpec[];
 bool HeartbeatStreamFor(const BenchOptions& o, const std::string& label);
 // Whether the agents relay their ranks' progress in heartbeats against that controller.
 bool RelayProgressFor(const BenchOptions& o, const std::string& label);
+// How many relays inside the generator the agents' heartbeats go through against that
+// controller (0: none).
+int GeneratorRelaysFor(const BenchOptions& o, const std::string& label);
 
 nlohmann::json RunNodeCase(const BenchOptions& o, const std::string& label,
                            const std::string& binary, int nodes, bool full);

@@ -13,11 +13,15 @@
 #include <unordered_set>
 #include <utility>
 
+#include "absl/status/status.h"
+#include "api/client.h"
 #include "bench/control_plane_fleet_stream.h"
 #include "bench/control_plane_sim_agent.h"
 #include "dhp/v1/service.grpc.pb.h"
 #include "grpc/support/time.h"
+#include "grpcpp/alarm.h"
 #include "grpcpp/grpcpp.h"
+#include "worker/relay/heartbeat_batcher.h"
 
 namespace dhp::bench {
 namespace {
@@ -53,6 +57,14 @@ struct Call : fleet::Tag {
   std::unique_ptr<grpc::ClientAsyncResponseReader<v1::ReportProgressResponse>> prog_reader;
 };
 
+// A heartbeat answered by an in-process relay, on its sender thread, for the shard's thread.
+struct RelayedBeat {
+  uint32_t agent = 0;
+  grpc::Status status;
+  v1::HeartbeatResponse response;
+  int64_t sent_ns = 0, answered_ns = 0;
+};
+
 struct Timer {
   int64_t due;
   uint32_t agent;
@@ -74,9 +86,12 @@ class AgentFleet::Shard {
     agents_.push_back(std::move(a));
   }
 
-  // `heartbeats`: the channels the agents' unary heartbeats go on (empty: `channels`).
+  // `heartbeats`: the channels the agents' unary heartbeats go on (empty: `channels`);
+  // `relays`: the in-process relays they go to instead (empty: none).
   void Start(std::vector<std::shared_ptr<grpc::Channel>> channels,
-             std::vector<std::shared_ptr<grpc::Channel>> heartbeats) {
+             std::vector<std::shared_ptr<grpc::Channel>> heartbeats,
+             std::vector<worker::HeartbeatBatcher*> relays) {
+    relays_ = std::move(relays);
     for (auto& ch : channels) stubs_.push_back(v1::WorkerService::NewStub(ch));
     for (auto& ch : heartbeats) hb_stubs_.push_back(v1::WorkerService::NewStub(ch));
     channels_ = std::move(channels);
@@ -159,8 +174,12 @@ class AgentFleet::Shard {
         stop_ns = NowNs();
         for (Call* c : in_flight_) c->ctx.TryCancel();
         if (streams_ != nullptr) streams_->CancelAll();
+        CloseInbox();
       }
-      if (stopping && in_flight_.empty() && (streams_ == nullptr || streams_->live() == 0)) break;
+      if (stopping && in_flight_.empty() && (streams_ == nullptr || streams_->live() == 0) &&
+          !WakePending()) {
+        break;
+      }
       if (stopping && NowNs() - stop_ns > kStopWaitNs) {
         DescribeStuckCalls();
         abandoned_ = true;
@@ -228,6 +247,8 @@ class AgentFleet::Shard {
         return;
       case Kind::kStream:  // a heartbeat's deadline on its stream
         streams_->Expire(t.agent, t.due);
+        return;
+      case Kind::kWake:  // never a timer
         return;
     }
   }
@@ -300,6 +321,16 @@ class AgentFleet::Shard {
       const int64_t deadline = streams_->Send(i, *stubs_[a.channel], req, NowNs());
       timers_.push(Timer{deadline, i, Kind::kStream});
       CountInFlight();
+    } else if (!relays_.empty()) {
+      v1::HeartbeatRequest req;
+      FillHeartbeatRequest(a, &req);
+      relays_[i % relays_.size()]->Submit(
+          "", std::move(req),
+          [this, i, sent = NowNs()](const absl::Status& s, v1::HeartbeatResponse resp) {
+            Deliver(RelayedBeat{i, grpc::Status(static_cast<grpc::StatusCode>(s.code()),
+                                                std::string(s.message())),
+                                std::move(resp), sent, NowNs()});
+          });
     } else {
       Call* c = NewCall(Kind::kHeartbeat, i, o_.heartbeat_deadline_ms);
       c->due_ns = due;
@@ -487,11 +518,54 @@ class AgentFleet::Shard {
     }
   }
 
+  // ---- in-process relays ----------------------------------------------------------------------
+
+  // On a relay's sender thread: queue the answer and wake the shard's thread with its alarm
+  // (set at most once at a time, as grpc::Alarm requires). Dropped once the shard stops.
+  void Deliver(RelayedBeat beat) {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    if (!inbox_open_) return;
+    inbox_.push_back(std::move(beat));
+    if (!wake_pending_) {
+      wake_pending_ = true;
+      wake_.Set(&cq_, gpr_time_0(GPR_CLOCK_MONOTONIC), &wake_tag_);
+    }
+  }
+
+  // The alarm came back: handle what the relays answered since it was set.
+  void OnWake(bool stopping) {
+    std::vector<RelayedBeat> beats;
+    {
+      std::lock_guard<std::mutex> lock(inbox_mu_);
+      beats.swap(inbox_);
+      wake_pending_ = false;
+    }
+    if (stopping) return;
+    for (RelayedBeat& b : beats) {
+      OnHeartbeat(b.agent, b.status, b.response, b.sent_ns, b.answered_ns);
+    }
+  }
+
+  // No answer is queued from now on; a pending alarm is cancelled (its tag still comes back).
+  void CloseInbox() {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    inbox_open_ = false;
+    if (wake_pending_) wake_.Cancel();
+  }
+  bool WakePending() {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    return wake_pending_;
+  }
+
   // ---- completions -----------------------------------------------------------------------------
 
   // `ok` matters to stream operations only (a unary call's Finish always completes OK).
   void Complete(fleet::Tag* tag, bool ok, bool stopping) {
     const int64_t now = NowNs();
+    if (tag->kind == Kind::kWake) {
+      OnWake(stopping);
+      return;
+    }
     if (tag->kind == Kind::kStream) {
       fleet::StreamBeat beat;
       const bool over = streams_->Complete(*static_cast<fleet::StreamOp*>(tag), ok, now, &beat);
@@ -515,6 +589,7 @@ class AgentFleet::Shard {
         OnProgress(c, now);
         break;
       case Kind::kStream:
+      case Kind::kWake:
         break;
     }
   }
@@ -571,6 +646,13 @@ class AgentFleet::Shard {
   std::vector<std::unique_ptr<v1::WorkerService::Stub>> hb_stubs_;
   // heartbeat_stream: the agents' streams; declared after cq_, so destroyed before it.
   std::unique_ptr<fleet::HeartbeatStreams> streams_;
+  std::vector<worker::HeartbeatBatcher*> relays_;  // in-process relays (empty: none)
+  // Their answers, from their sender threads; the alarm (declared after cq_) wakes the thread.
+  std::mutex inbox_mu_;
+  std::vector<RelayedBeat> inbox_;  // guarded by inbox_mu_, as the two flags
+  bool inbox_open_ = true, wake_pending_ = false;
+  grpc::Alarm wake_;
+  fleet::Tag wake_tag_{Kind::kWake};
 
   // Owned by the shard's thread.
   std::vector<SimAgent> agents_;
@@ -610,7 +692,7 @@ void AgentFleet::Start() {
   if (started_) return;
   started_ = true;
   const int shards = static_cast<int>(shards_.size());
-  const bool relayed = !options_.heartbeat_targets.empty();
+  const bool relayed = !options_.heartbeat_targets.empty() || options_.in_process_relays > 0;
   const int to_controller =
       relayed && options_.controller_channels > 0 ? options_.controller_channels : options_.channels;
   auto connect = [&](const std::string& target) {
@@ -622,18 +704,29 @@ void AgentFleet::Start() {
     ch->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10));
     return ch;
   };
+  std::vector<worker::HeartbeatBatcher*> relays;
+  worker::HeartbeatBatcherOptions batching;
+  batching.window_ms = options_.relay_window_ms;
+  for (int i = 0; i < options_.in_process_relays; ++i) {
+    // As dhp-relay: its own connection, and a HeartbeatBatch deadline of 4 s.
+    relay_clients_.push_back(std::make_unique<api::DhpClient>(options_.target, 4000));
+    relays_.push_back(std::make_unique<worker::HeartbeatBatcher>(*relay_clients_.back(), batching));
+    relays.push_back(relays_.back().get());
+  }
   int relay_next = 0;
   for (auto& shard : shards_) {
     std::vector<std::shared_ptr<grpc::Channel>> channels, heartbeats;
     for (int i = 0; i < std::max(1, to_controller / shards); ++i) {
       channels.push_back(connect(options_.target));
     }
-    for (int i = 0; relayed && i < std::max(1, options_.channels / shards); ++i) {
+    const int to_relays =
+        options_.heartbeat_targets.empty() ? 0 : std::max(1, options_.channels / shards);
+    for (int i = 0; i < to_relays; ++i) {
       const std::string& relay = options_.heartbeat_targets[relay_next++ %
                                                             options_.heartbeat_targets.size()];
       heartbeats.push_back(connect(relay));
     }
-    shard->Start(std::move(channels), std::move(heartbeats));
+    shard->Start(std::move(channels), std::move(heartbeats), relays);
   }
 }
 
@@ -646,6 +739,8 @@ void AgentFleet::Stop() {
       (void)shard.release();  // its completion queue still holds calls: never destroy it
     }
   }
+  relays_.clear();  // sends what they hold; the shards drop the answers
+  relay_clients_.clear();
 }
 
 int64_t AgentFleet::Registered() const {

@@ -53,6 +53,13 @@
 #include <utility>
 #include <vector>
 
+namespace dhp::api {
+class DhpClient;
+}  // namespace dhp::api
+namespace dhp::worker {
+class HeartbeatBatcher;
+}  // namespace dhp::worker
+
 namespace dhp::bench {
 
 struct FleetOptions {
@@ -77,6 +84,16 @@ struct FleetOptions {
   // over controller_channels connections (0: `channels`).
   std::vector<std::string> heartbeat_targets;
   int controller_channels = 0;
+  // Relays inside this process: when > 0, the agents' heartbeats go to this many
+  // worker::HeartbeatBatcher (dhp-relay's own batching; agent i's to batcher i % N), each with
+  // its own connection to `target` and relay_window_ms. The controller receives what it would
+  // from N dhp-relay processes on the racks' hosts, while this machine pays neither the relays'
+  // CPU nor an agent-to-relay call per heartbeat. A heartbeat's latency is then the relay's:
+  // its wait for the batch plus the HeartbeatBatch call. Registration and progress calls go to
+  // `target` over controller_channels connections (0: `channels`). Excludes heartbeat_targets
+  // and heartbeat_stream.
+  int in_process_relays = 0;
+  int relay_window_ms = 20;
   // gRPC channel arguments set on every channel (e.g. grpc.http2.bdp_probe = 0).
   std::vector<std::pair<std::string, int>> channel_args;
 };
@@ -119,11 +136,12 @@ class AgentFleet {
   AgentFleet(const AgentFleet&) = delete;
   AgentFleet& operator=(const AgentFleet&) = delete;
 
-  // Connects the channels and starts the shard threads; the agents register at once,
-  // register_concurrency at a time.
+  // Connects the channels (and starts the in-process relays) and starts the shard threads; the
+  // agents register at once, register_concurrency at a time.
   void Start();
   // Cancels the calls and streams in flight and joins the threads (those that still have not
-  // completed 30 s later are abandoned, with a message on stderr). Idempotent.
+  // completed 30 s later are abandoned, with a message on stderr), then stops the in-process
+  // relays (what they hold is sent, and its answers dropped). Idempotent.
   void Stop();
 
   const FleetOptions& options() const { return options_; }
@@ -138,6 +156,10 @@ class AgentFleet {
   const FleetOptions options_;
   std::atomic<bool> recording_{false};
   std::vector<std::unique_ptr<Shard>> shards_;
+  // in_process_relays: each batcher's connection to the controller, and the batchers; they
+  // answer into the shards, so Stop ends them after the shards' threads.
+  std::vector<std::unique_ptr<api::DhpClient>> relay_clients_;
+  std::vector<std::unique_ptr<worker::HeartbeatBatcher>> relays_;
   bool started_ = false;
 };
 

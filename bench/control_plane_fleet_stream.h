@@ -31,8 +31,9 @@
 namespace dhp::bench::fleet {
 
 // What a completion-queue tag or a shard timer is about. Timers of kind kStream are heartbeat
-// deadlines on a stream.
-enum class Kind : uint8_t { kRegister, kHeartbeat, kProgress, kStream };
+// deadlines on a stream. kWake is the shard's alarm: the relays inside the generator
+// (FleetOptions::in_process_relays) answered heartbeats.
+enum class Kind : uint8_t { kRegister, kHeartbeat, kProgress, kStream, kWake };
 
 // One pending completion-queue operation; its address is the tag.
 struct Tag {
