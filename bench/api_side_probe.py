@@ -14,11 +14,17 @@ with --rest it alternates that with GET /v1/jobs/{id} on one kept-alive HTTP/1.1
 (http.client), so that both ways in are timed side by side by one client. Each call is a line
 "unix_seconds latency_ms 1 port api" (api: grpc or rest; failures: "unix_seconds -1 0 port api
 WHAT") in OUT. It stops when STOP exists. The stubs come from proto/ (grpc_tools.protoc into a
-temporary directory). Cut OUT to a case's window with the case's window_unix_us from the bench's
-JSON.
+temporary directory).
+
+  bench/api_side_probe.py --windows BENCH_JSON OUT
+
+prints, for each case of the bench's control_plane.json, the calls of OUT inside that case's
+window (window_unix_us) by API: count, failures, p50 / p90 / p99 / max ms (nearest rank).
 """
 
 import http.client
+import json
+import math
 import os
 import re
 import subprocess
@@ -77,7 +83,41 @@ class Rest:
             raise RuntimeError("HTTP %d" % resp.status)
 
 
+def nearest_rank(sorted_ms, q):
+    return sorted_ms[min(len(sorted_ms) - 1, max(0, math.ceil(q * len(sorted_ms)) - 1))]
+
+
+def windows(bench_json, out):
+    """The probe's calls inside each case's window, as a table and as JSON lines."""
+    with open(bench_json) as f:
+        cases = json.load(f)["cases"]
+    with open(out) as f:
+        calls = [line.split() for line in f if line.strip()]
+    print("| case | api | calls | failed | p50 / p90 / p99 / max ms |")
+    print("|---|---|---:|---:|---:|")
+    for case in cases:
+        span = case.get("window", {}).get("window_unix_us")
+        if not span:
+            continue
+        lo, hi = span[0] / 1e6, span[1] / 1e6
+        for api in ("grpc", "rest"):
+            mine = [c for c in calls if lo <= float(c[0]) <= hi and c[4] == api]
+            ms = sorted(float(c[1]) for c in mine if c[2] == "1")
+            if not mine:
+                continue
+            figures = [nearest_rank(ms, q) for q in (0.5, 0.9, 0.99)] + [ms[-1]] if ms else []
+            label = "%s %s" % (case["controller"], case["case"])
+            print("| %s | %s | %d | %d | %s |" % (label, api, len(mine), len(mine) - len(ms),
+                                                  " / ".join("%.2f" % x for x in figures)))
+            print("json " + json.dumps({"case": label, "api": api, "calls": len(mine),
+                                        "failed": len(mine) - len(ms),
+                                        "p50_p90_p99_max_ms": figures}))
+
+
 def main():
+    if sys.argv[1:2] == ["--windows"] and len(sys.argv) == 4:
+        windows(sys.argv[2], sys.argv[3])
+        return
     args = [a for a in sys.argv[1:] if a != "--rest"]
     if len(args) != 3:
         sys.exit(__doc__)
