@@ -67,13 +67,14 @@ std::string Quote(const std::string& s) {
 }
 
 // How a node reads in an error message: the scalar quoted, or its kind.
-std::string Describe(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Map: return "a mapping";
-    case YAML::NodeType::Sequence: return "a sequence";
-    case YAML::NodeType::Scalar: return Quote(node.Scalar());
-    default: return "null";
+std::string Describe(const YamlNode& node) {
+  switch (node.kind()) {
+    case YamlNode::Kind::kMap: return "a mapping";
+    case YamlNode::Kind::kSequence: return "a sequence";
+    case YamlNode::Kind::kScalar: return Quote(node.Scalar());
+    case YamlNode::Kind::kNull: break;
   }
+  return "null";
 }
 
 std::string Lower(std::string s) { return absl::AsciiStrToLower(s); }
@@ -143,7 +144,7 @@ class YamlReader {
   bool too_many_errors() const { return too_many_errors_; }
   int64_t max_work() const { return max_work_; }
 
-  void ReadMessage(const YAML::Node& node, Message* msg, const std::string& path) {
+  void ReadMessage(const YamlNode& node, Message* msg, const std::string& path) {
     if (!Charge(0) || node.IsNull()) return;
     if (!node.IsMap()) {
       Error(path, absl::StrCat("expected a mapping, got ", Describe(node)));
@@ -151,12 +152,12 @@ class YamlReader {
     }
     const Descriptor* desc = msg->GetDescriptor();
     std::map<const FieldDescriptor*, std::string> seen;  // field -> the key that set it
-    for (auto it = node.begin(); it != node.end() && !stopped(); ++it) {
-      if (!it->first.IsScalar()) {
-        Error(path, absl::StrCat("keys must be strings, got ", Describe(it->first)));
+    for (auto it = node.pairs().begin(); it != node.pairs().end() && !stopped(); ++it) {
+      if (!it->first->IsScalar()) {
+        Error(path, absl::StrCat("keys must be strings, got ", Describe(*it->first)));
         continue;
       }
-      const std::string& key = it->first.Scalar();
+      const std::string& key = it->first->Scalar();
       if (!Charge(key.size())) return;
       const std::string field_path = Join(path, key);
       const FieldDescriptor* field = FindField(desc, key);
@@ -174,13 +175,13 @@ class YamlReader {
       if (const auto* oneof = field->real_containing_oneof()) {
         for (int i = 0; i < oneof->field_count(); ++i) {
           const FieldDescriptor* other = oneof->field(i);
-          if (other != field && seen.count(other) != 0 && !it->second.IsNull()) {
+          if (other != field && seen.count(other) != 0 && !it->second->IsNull()) {
             Error(field_path, absl::StrCat("conflicts with ", seen[other],
                                            "; set only one of them"));
           }
         }
       }
-      ReadField(it->second, msg, field, field_path);
+      ReadField(*it->second, msg, field, field_path);
     }
   }
 
@@ -226,7 +227,7 @@ class YamlReader {
     errors_->push_back(std::move(error));
   }
 
-  void ReadField(const YAML::Node& value, Message* msg, const FieldDescriptor* field,
+  void ReadField(const YamlNode& value, Message* msg, const FieldDescriptor* field,
                  const std::string& path) {
     if (value.IsNull()) return;  // null means "not set"
     if (field->is_map()) {
@@ -236,15 +237,15 @@ class YamlReader {
         Error(path, absl::StrCat("expected a sequence, got ", Describe(value)));
         return;
       }
-      for (size_t i = 0; i < value.size() && !stopped(); ++i) {
-        ReadValue(value[i], msg, field, absl::StrCat(path, "[", i, "]"));
+      for (size_t i = 0; i < value.items().size() && !stopped(); ++i) {
+        ReadValue(*value.items()[i], msg, field, absl::StrCat(path, "[", i, "]"));
       }
     } else {
       ReadValue(value, msg, field, path);
     }
   }
 
-  void ReadMap(const YAML::Node& value, Message* msg, const FieldDescriptor* field,
+  void ReadMap(const YamlNode& value, Message* msg, const FieldDescriptor* field,
                const std::string& path) {
     if (!value.IsMap()) {
       Error(path, absl::StrCat("expected a mapping, got ", Describe(value)));
@@ -253,25 +254,26 @@ class YamlReader {
     const FieldDescriptor* key_field = field->message_type()->map_key();
     const FieldDescriptor* value_field = field->message_type()->map_value();
     std::set<std::string> seen;
-    for (auto it = value.begin(); it != value.end() && !stopped(); ++it) {
-      if (!it->first.IsScalar()) {
-        Error(path, absl::StrCat("map keys must be scalars, got ", Describe(it->first)));
+    for (auto it = value.pairs().begin(); it != value.pairs().end() && !stopped(); ++it) {
+      const YamlNode& key = *it->first;
+      if (!key.IsScalar()) {
+        Error(path, absl::StrCat("map keys must be scalars, got ", Describe(key)));
         continue;
       }
-      if (!Charge(it->first.Scalar().size())) return;
-      const std::string entry_path = Join(path, it->first.Scalar());
-      if (!seen.insert(it->first.Scalar()).second) {
+      if (!Charge(key.Scalar().size())) return;
+      const std::string entry_path = Join(path, key.Scalar());
+      if (!seen.insert(key.Scalar()).second) {
         Error(entry_path, "duplicate key");
         continue;
       }
       Message* entry = msg->GetReflection()->AddMessage(msg, field);
-      ReadValue(it->first, entry, key_field, entry_path);
-      if (!it->second.IsNull()) ReadValue(it->second, entry, value_field, entry_path);
+      ReadValue(key, entry, key_field, entry_path);
+      if (!it->second->IsNull()) ReadValue(*it->second, entry, value_field, entry_path);
     }
   }
 
   // One value (singular field, list element, map key or map value) into `field` of `msg`.
-  void ReadValue(const YAML::Node& node, Message* msg, const FieldDescriptor* field,
+  void ReadValue(const YamlNode& node, Message* msg, const FieldDescriptor* field,
                  const std::string& path) {
     const Reflection* r = msg->GetReflection();
     const bool rep = field->is_repeated();
@@ -401,7 +403,7 @@ class YamlReader {
     return true;
   }
 
-  void ReadTime(const YAML::Node& node, Message* sub, const std::string& path) {
+  void ReadTime(const YamlNode& node, Message* sub, const std::string& path) {
     if (!Charge(node.IsScalar() ? node.Scalar().size() : 0)) return;
     const bool is_timestamp = sub->GetDescriptor()->full_name() == kTimestamp;
     bool ok = node.IsScalar();
@@ -594,35 +596,15 @@ absl::Status ParseWellFormed(std::string_view text, google::protobuf::Message* m
                              const std::string& root_path) {
   msg->Clear();
   const std::string prefix = root_path.empty() ? "" : root_path + ": ";
-  if (absl::Status s = CheckYamlSyntax(text); !s.ok()) {
+  YamlDocument doc;
+  if (absl::Status s = ReadYaml(text, &doc); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(prefix, s.message()));
   }
-  std::vector<YAML::Node> docs;
-  try {
-    const std::string copy(text);
-    const int count = CountYamlDocuments(copy, 2);
-    if (count > 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          prefix, "expected one YAML document, got more (a '---' separator, or text yaml-cpp "
-          "reads as another document, such as a line starting with ',' after a scalar)"));
-    }
-    if (count == 1) docs.push_back(YAML::Load(copy));
-  } catch (const YAML::ParserException& e) {
-    return absl::InvalidArgumentError(absl::StrCat(prefix, "malformed YAML at line ",
-                                                   e.mark.line + 1, ", column ",
-                                                   e.mark.column + 1, ": ", Cut(e.msg)));
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(prefix, "malformed YAML: ", Cut(e.what())));
-  }
-  if (docs.empty()) return absl::OkStatus();
+  if (doc.root() == nullptr) return absl::OkStatus();
   std::vector<std::string> errors;
   YamlReader reader(&errors,
                     std::max<int64_t>(kMinWork, kWorkPerByte * static_cast<int64_t>(text.size())));
-  try {
-    reader.ReadMessage(docs[0], msg, root_path);
-  } catch (const YAML::Exception& e) {
-    errors.push_back(absl::StrCat(prefix, Cut(e.what())));
-  }
+  reader.ReadMessage(*doc.root(), msg, root_path);
   if (reader.out_of_work()) {
     msg->Clear();
     return absl::InvalidArgumentError(absl::StrCat(

@@ -3,7 +3,8 @@
 // Job specs and REST request bodies come through here, so users get one kind of error for a
 // typo wherever they make it: the path of the offending key and what was expected, e.g.
 //   vision.degre: unknown key; known keys: parallelism, degree, zero_stage, ...
-// JSON is read as YAML (flow style), so one parser serves both. Thread-safe (no state).
+// JSON is read as YAML (flow style), so one parser serves both: libyaml's
+// (common/yaml_syntax.h); YAML is written with yaml-cpp's emitter. Thread-safe (no state).
 #ifndef DHP_COMMON_PROTO_YAML_H_
 #define DHP_COMMON_PROTO_YAML_H_
 

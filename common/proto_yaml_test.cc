@@ -312,10 +312,10 @@ TEST(ProtoYamlTest, SeveralErrorsAreReportedTogether) {
             "vision.dtype: expected one of fp32, bf16, fp16, got \"fp64\"");
 }
 
-// Found by fuzz/spec_reader_fuzzer: yaml-cpp 0.7 allocates without bound on a flow entry
-// outside a flow collection (YAML::LoadAll(",") runs out of memory). libyaml checks the syntax
-// first (common/yaml_syntax.h): each of these is a prompt 400, not a dead controller.
-TEST(ProtoYamlTest, StrayFlowEntriesAreRefusedBeforeYamlCppSeesThem) {
+// Found by fuzz/spec_reader_fuzzer: yaml-cpp 0.7 allocated without bound on a flow entry
+// outside a flow collection (YAML::LoadAll(",") ran out of memory). libyaml reads the text
+// (common/yaml_syntax.h): each of these is a prompt 400, not a dead controller.
+TEST(ProtoYamlTest, StrayFlowEntriesAreRefusedAtOnce) {
   for (const char* text : {",", "[a],", "{a: 1},", "- a\n,", "name: j\n,\n"}) {
     const std::string error = SpecError(text);
     EXPECT_EQ(error.rfind("malformed YAML at line ", 0), 0u) << text << ": " << error;
@@ -325,15 +325,48 @@ TEST(ProtoYamlTest, StrayFlowEntriesAreRefusedBeforeYamlCppSeesThem) {
             "parsing a block node)");
 }
 
-// Found by fuzz/spec_reader_fuzzer: text libyaml accepts (one scalar "s ,") where yaml-cpp sees
-// a scalar and then a stray ',' it never consumes. YAML::LoadAll looped on it without end; the
-// reader counts at most two documents and answers at once.
-TEST(ProtoYamlTest, TextYamlCppCannotPlaceIsRefusedAtOnce) {
-  for (const char* text : {"&a s\n,", "&anchor scalar\n, more"}) {
-    const std::string error = SpecError(text);
-    EXPECT_NE(error.find("expected one YAML document, got more"), std::string::npos)
-        << text << ": " << error;
+// Found by fuzz/spec_reader_fuzzer: text libyaml reads as one scalar ("s ,") where yaml-cpp saw a
+// scalar and then a stray ',' it never consumed (YAML::LoadAll looped on it without end). The
+// reader reads it as libyaml does, at once.
+TEST(ProtoYamlTest, TextYamlCppMisreadIsReadAsLibyamlReadsIt) {
+  EXPECT_EQ(SpecError("&a s\n,"), "expected a mapping, got \"s ,\"");
+  EXPECT_EQ(SpecError("&anchor scalar\n, more"), "expected a mapping, got \"scalar , more\"");
+}
+
+TEST(ProtoYamlTest, AnAliasNamesAnAnchorDefinedBeforeIt) {
+  v1::JobSpec spec;
+  ASSERT_TRUE(ParseProtoYaml("name: &n job\nlabels: {a: *n, b: *n}\n", &spec).ok());
+  EXPECT_EQ(spec.labels().at("a"), "job");
+  EXPECT_EQ(spec.labels().at("b"), "job");
+  EXPECT_EQ(SpecError("name: *nope\n"),
+            "malformed YAML at line 1, column 7: *nope names no anchor defined before it");
+  // An anchor counts from its node's end: no node can hold itself.
+  EXPECT_EQ(SpecError("labels: &l {a: *l}\n"),
+            "malformed YAML at line 1, column 16: *l names no anchor defined before it");
+  EXPECT_EQ(SpecError("data: {datasets: &d [x, *d]}\n"),
+            "malformed YAML at line 1, column 25: *d names no anchor defined before it");
+  const std::string long_name(100, 'a');
+  EXPECT_EQ(SpecError("name: *" + long_name + "\n"),
+            "malformed YAML at line 1, column 7: *" + std::string(80, 'a') +
+                "... names no anchor defined before it");
+}
+
+// YAML's null is a plain scalar; quoted, the same text is a string.
+TEST(ProtoYamlTest, OnlyPlainNullsAreNull) {
+  for (const char* null : {"~", "null", "Null", "NULL", ""}) {
+    v1::JobSpec spec;
+    ASSERT_TRUE(ParseProtoYaml(std::string("name: ") + null + "\n", &spec).ok()) << null;
+    EXPECT_EQ(spec.name(), "") << null;
   }
+  for (const char* text : {"'~'", "\"null\"", "!!str null", "nULL", "none"}) {
+    v1::JobSpec spec;
+    ASSERT_TRUE(ParseProtoYaml(std::string("name: ") + text + "\n", &spec).ok()) << text;
+    EXPECT_NE(spec.name(), "") << text;
+  }
+  v1::JobSpec spec;
+  ASSERT_TRUE(ParseProtoYaml("# only a comment\n", &spec).ok());
+  ASSERT_TRUE(ParseProtoYaml("", &spec).ok());
+  EXPECT_EQ(SpecError("'null'"), "expected a mapping, got \"null\"");
 }
 
 // Found by an outside client: libyaml's cost grows with the square of the nesting depth ('['
