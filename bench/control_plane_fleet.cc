@@ -16,10 +16,10 @@
 #include "absl/status/status.h"
 #include "api/client.h"
 #include "bench/control_plane_fleet_stream.h"
+#include "bench/control_plane_relay_inbox.h"
 #include "bench/control_plane_sim_agent.h"
 #include "dhp/v1/service.grpc.pb.h"
 #include "grpc/support/time.h"
-#include "grpcpp/alarm.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/relay/heartbeat_batcher.h"
 
@@ -36,6 +36,7 @@ constexpr int64_t kMs = 1000000;
 constexpr int64_t kStopWaitNs = 30000 * kMs;  // for cancelled calls to complete
 
 using fleet::Kind;
+using fleet::RelayedBeat;
 
 // One unary RPC in flight; its address is the completion-queue tag.
 struct Call : fleet::Tag {
@@ -55,14 +56,6 @@ struct Call : fleet::Tag {
   std::unique_ptr<grpc::ClientAsyncResponseReader<v1::RegisterNodeResponse>> reg_reader;
   std::unique_ptr<grpc::ClientAsyncResponseReader<v1::HeartbeatResponse>> hb_reader;
   std::unique_ptr<grpc::ClientAsyncResponseReader<v1::ReportProgressResponse>> prog_reader;
-};
-
-// A heartbeat answered by an in-process relay, on its sender thread, for the shard's thread.
-struct RelayedBeat {
-  uint32_t agent = 0;
-  grpc::Status status;
-  v1::HeartbeatResponse response;
-  int64_t sent_ns = 0, answered_ns = 0;
 };
 
 struct Timer {
@@ -174,10 +167,10 @@ class AgentFleet::Shard {
         stop_ns = NowNs();
         for (Call* c : in_flight_) c->ctx.TryCancel();
         if (streams_ != nullptr) streams_->CancelAll();
-        CloseInbox();
+        inbox_.Close();
       }
       if (stopping && in_flight_.empty() && (streams_ == nullptr || streams_->live() == 0) &&
-          !WakePending()) {
+          !inbox_.Pending()) {
         break;
       }
       if (stopping && NowNs() - stop_ns > kStopWaitNs) {
@@ -327,7 +320,7 @@ class AgentFleet::Shard {
       relays_[i % relays_.size()]->Submit(
           "", std::move(req),
           [this, i, sent = NowNs()](const absl::Status& s, v1::HeartbeatResponse resp) {
-            Deliver(RelayedBeat{i, grpc::Status(static_cast<grpc::StatusCode>(s.code()),
+            inbox_.Put(RelayedBeat{i, grpc::Status(static_cast<grpc::StatusCode>(s.code()),
                                                 std::string(s.message())),
                                 std::move(resp), sent, NowNs()});
           });
@@ -520,41 +513,13 @@ class AgentFleet::Shard {
 
   // ---- in-process relays ----------------------------------------------------------------------
 
-  // On a relay's sender thread: queue the answer and wake the shard's thread with its alarm
-  // (set at most once at a time, as grpc::Alarm requires). Dropped once the shard stops.
-  void Deliver(RelayedBeat beat) {
-    std::lock_guard<std::mutex> lock(inbox_mu_);
-    if (!inbox_open_) return;
-    inbox_.push_back(std::move(beat));
-    if (!wake_pending_) {
-      wake_pending_ = true;
-      wake_.Set(&cq_, gpr_time_0(GPR_CLOCK_MONOTONIC), &wake_tag_);
-    }
-  }
-
-  // The alarm came back: handle what the relays answered since it was set.
+  // The inbox's alarm came back: handle what the relays answered since it was set.
   void OnWake(bool stopping) {
-    std::vector<RelayedBeat> beats;
-    {
-      std::lock_guard<std::mutex> lock(inbox_mu_);
-      beats.swap(inbox_);
-      wake_pending_ = false;
-    }
+    std::vector<RelayedBeat> beats = inbox_.Take();
     if (stopping) return;
     for (RelayedBeat& b : beats) {
       OnHeartbeat(b.agent, b.status, b.response, b.sent_ns, b.answered_ns);
     }
-  }
-
-  // No answer is queued from now on; a pending alarm is cancelled (its tag still comes back).
-  void CloseInbox() {
-    std::lock_guard<std::mutex> lock(inbox_mu_);
-    inbox_open_ = false;
-    if (wake_pending_) wake_.Cancel();
-  }
-  bool WakePending() {
-    std::lock_guard<std::mutex> lock(inbox_mu_);
-    return wake_pending_;
   }
 
   // ---- completions -----------------------------------------------------------------------------
@@ -647,12 +612,9 @@ class AgentFleet::Shard {
   // heartbeat_stream: the agents' streams; declared after cq_, so destroyed before it.
   std::unique_ptr<fleet::HeartbeatStreams> streams_;
   std::vector<worker::HeartbeatBatcher*> relays_;  // in-process relays (empty: none)
-  // Their answers, from their sender threads; the alarm (declared after cq_) wakes the thread.
-  std::mutex inbox_mu_;
-  std::vector<RelayedBeat> inbox_;  // guarded by inbox_mu_, as the two flags
-  bool inbox_open_ = true, wake_pending_ = false;
-  grpc::Alarm wake_;
+  // Their answers, from their sender threads (declared after cq_, so destroyed before it).
   fleet::Tag wake_tag_{Kind::kWake};
+  fleet::RelayInbox inbox_{&cq_, &wake_tag_};
 
   // Owned by the shard's thread.
   std::vector<SimAgent> agents_;
