@@ -17,6 +17,7 @@ nccl=${DHP_COMM_NCCL}
 nccl_include=${DHP_NCCL_INCLUDE_DIR}
 gloo=${DHP_GLOO_FROM}
 tests_built=${DHP_BUILD_TESTS}
+libtorch_only=${DHP_LIBTORCH_ONLY}
 libraries=${n_libs}
 binaries=${n_bins}
 test_binaries=${n_tests}

@@ -8,6 +8,10 @@
 #   TORCH: needs LibTorch (compiled with the precompiled LibTorch header, DHP_TORCH_PCH),
 #   CUDA: DHP_WITH_CUDA and torch_cuda where LibTorch has CUDA (DHP_TORCH_HAS_CUDA),
 #   NCCL: USE_C10D_NCCL and nccl.h where NCCL support is on (DHP_COMM_NCCL).
+# With DHP_LIBTORCH_ONLY=ON (tools/test.sh, after Bazel has built and tested everything) the
+# targets without TORCH are left out of `all` and their tests are not registered: only the
+# LibTorch targets, and what they link, are built (the LibTorch-free code is the same code built
+# by the same compiler against the same system libraries as Bazel's build).
 # Macros stay private to the target, so that every LibTorch target compiles with the same ones
 # and can reuse the one precompiled header.
 set(DHP_RULE_FLAGS TORCH CUDA NCCL)
@@ -17,6 +21,9 @@ set(DHP_RULE_MULTI SRCS DEPS DEFINES ARGS)
 # The TORCH, CUDA and NCCL flags of `target`; `link` is PUBLIC, PRIVATE or INTERFACE.
 function(dhp_torch_switches target link)
   cmake_parse_arguments(ARG "${DHP_RULE_FLAGS}" "" "" ${ARGN})
+  if(DHP_LIBTORCH_ONLY AND NOT ARG_TORCH AND NOT link STREQUAL "INTERFACE")
+    set_target_properties(${target} PROPERTIES EXCLUDE_FROM_ALL ON)
+  endif()
   set(private PRIVATE)
   if(link STREQUAL "INTERFACE")
     set(private INTERFACE)
@@ -77,6 +84,9 @@ function(dhp_cc_test target)
   target_compile_definitions(${target} PRIVATE ${ARG_DEFINES})
   dhp_torch_switches(${target} PRIVATE ${ARGN})
   dhp_test_label(${ARG_NAME} label)
+  if(DHP_LIBTORCH_ONLY AND NOT ARG_TORCH)
+    return()
+  endif()
   if(NOT ARG_SHARDS)
     set(ARG_SHARDS 1)
   endif()
@@ -93,9 +103,13 @@ function(dhp_cc_test target)
   set_property(GLOBAL APPEND PROPERTY DHP_TESTS ${target})
 endfunction()
 
-# dhp_sh_test(target NAME n SCRIPT s.sh [ARGS ...] TIMEOUT s): a shell script test.
+# dhp_sh_test(target [TORCH] NAME n SCRIPT s.sh [ARGS ...] TIMEOUT s): a shell script test
+# (TORCH: a binary it runs needs LibTorch).
 function(dhp_sh_test target)
-  cmake_parse_arguments(ARG "" "${DHP_RULE_ONE}" "${DHP_RULE_MULTI}" ${ARGN})
+  cmake_parse_arguments(ARG "${DHP_RULE_FLAGS}" "${DHP_RULE_ONE}" "${DHP_RULE_MULTI}" ${ARGN})
+  if(DHP_LIBTORCH_ONLY AND NOT ARG_TORCH)
+    return()
+  endif()
   dhp_test_label(${ARG_NAME} label)
   add_test(NAME ${label} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/${ARG_SCRIPT} ${ARG_ARGS}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})

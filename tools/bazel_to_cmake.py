@@ -4,6 +4,8 @@
   tools/bazel_to_cmake.py           write <pkg>/CMakeLists.txt and cmake/packages.cmake
   tools/bazel_to_cmake.py --check   exit 1 (with a diff) if the committed files differ
   tools/bazel_to_cmake.py --tests   print the CTest names a full build registers, one a line
+  tools/bazel_to_cmake.py --tests --libtorch-only
+                                    the same for a build configured with DHP_LIBTORCH_ONLY=ON
 
 Our BUILD files use cc_library, cc_test, cc_binary and sh_test; those become calls to the rules
 in cmake/dhp_rules.cmake. py_test (whole-system tests, run by Bazel), filegroup and
@@ -126,6 +128,15 @@ class Generator:
                     return True
         return False
 
+    def sh_test_needs_torch(self, rule):
+        """An sh_test needs LibTorch when a target its args name does."""
+        for arg in rule.get("args", []):
+            for m in re.finditer(r"\$\((?:location|rootpath|execpath) ([^)]+)\)", arg):
+                dep = self.rules.get(split_label(m.group(1), rule.pkg))
+                if dep is not None and self.needs_torch(dep):
+                    return True
+        return False
+
     def needs_tests(self, rule):
         return rule.kind in ("cc_test", "sh_test") or rule.get("testonly", False)
 
@@ -143,7 +154,8 @@ class Generator:
         name = self.target(rule.pkg, rule.name)
         if rule.kind == "sh_test":
             args = " ".join(self.substitute(a, rule.pkg) for a in rule.get("args", []))
-            words = [name, "NAME " + rule.name, "SCRIPT " + rule.get("srcs")[0]]
+            words = [name] + (["TORCH"] if self.sh_test_needs_torch(rule) else [])
+            words += ["NAME " + rule.name, "SCRIPT " + rule.get("srcs")[0]]
             words += (["ARGS " + args] if args else []) + [self.timeout(rule).strip()]
             return [wrap("dhp_sh_test(", words)]
         fn = {"cc_library": "dhp_cc_library", "cc_test": "dhp_cc_test",
@@ -172,10 +184,17 @@ class Generator:
                 words.append(f"SHARDS {rule.get('shard_count')}")
         return [wrap(fn + "(", words)]
 
-    def test_names(self):
+    def test_needs_torch(self, rule):
+        if rule.kind == "sh_test":
+            return self.sh_test_needs_torch(rule)
+        return self.needs_torch(rule)
+
+    def test_names(self, libtorch_only=False):
         names = []
         for pkg, rules in self.by_pkg.items():
             for r in rules:
+                if libtorch_only and not self.test_needs_torch(r):
+                    continue
                 if r.kind in ("cc_test", "sh_test"):
                     shards = r.get("shard_count", 1) if r.kind == "cc_test" else 1
                     label = f"{pkg}:{r.name}"
@@ -249,11 +268,13 @@ def main():
                     help="compare with the committed files instead of writing them")
     ap.add_argument("--tests", action="store_true",
                     help="print the CTest names of a full build (LibTorch and tests on)")
+    ap.add_argument("--libtorch-only", action="store_true",
+                    help="with --tests: only those a DHP_LIBTORCH_ONLY=ON build registers")
     args = ap.parse_args()
     try:
         gen = Generator()
         if args.tests:
-            print("\n".join(gen.test_names()))
+            print("\n".join(gen.test_names(args.libtorch_only)))
             return 0
         expected = gen.outputs()
     except (ValueError, KeyError, SyntaxError) as e:

@@ -7,7 +7,8 @@
 # - dhp-rank's dynamic section and symbols: libtorch_cuda, libc10_cuda and libnccl are linked;
 #   it calls ProcessGroupNCCL's constructor, reads the CUDA caching allocator and queries CUDA
 #   device properties;
-# - CTest registers every test that BUILD.bazel declares (tools/bazel_to_cmake.py --tests).
+# - CTest registers every test that BUILD.bazel declares (tools/bazel_to_cmake.py --tests), or
+#   every one that needs LibTorch where the build was configured with DHP_LIBTORCH_ONLY=ON.
 # Prints one line per check; exits 1 if any fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -49,11 +50,18 @@ check "dhp-rank queries CUDA device properties" \
 check "dhp-rank defines no Gloo store vtable" \
   bash -c "! nm -C --defined-only '$rank' | grep -q 'vtable for c10d::ProcessGroupGloo::GlooStore'"
 
-want=$(python3 tools/bazel_to_cmake.py --tests)
+scope=() scope_words="tests of BUILD.bazel"
+if has "libtorch_only=ON" "$build/dhp_build.txt"; then
+  scope=(--libtorch-only) scope_words="LibTorch tests of BUILD.bazel (DHP_LIBTORCH_ONLY)"
+fi
+want=$(python3 tools/bazel_to_cmake.py --tests "${scope[@]}")
 have=$(ctest --test-dir "$build" -N | sed -n 's/^ *Test *#[0-9]*: //p' | sort)
 missing=$(comm -23 <(echo "$want") <(echo "$have"))
-check "CTest has all $(echo "$want" | wc -l) tests of BUILD.bazel" test -z "$missing"
+extra=$(comm -13 <(echo "$want") <(echo "$have"))
+check "CTest has all $(echo "$want" | wc -l) $scope_words" test -z "$missing"
 [ -z "$missing" ] || echo "$missing" | sed 's/^/  not registered: /'
+check "CTest has no test beyond them" test -z "$extra"
+[ -z "$extra" ] || echo "$extra" | sed 's/^/  registered beyond: /'
 
 if [ "$fails" -gt 0 ]; then
   echo "check_cmake_build: $fails check(s) failed"

@@ -20,16 +20,19 @@
 #      dhp-train step from a model directory alone), and a real job's checkpoint exported as a
 #      Hugging Face directory (tests/hf_export_test.py: from_pretrained with no missing keys,
 #      transformers' logits vs dhp's, the -o file, bf16, dhpctl export);
-#   4. CMake against .venv's LibTorch 2.x: every target with the CUDA and NCCL code compiled and
-#      linked (a configure error otherwise), checked in the binaries by
-#      tools/check_cmake_build.sh, then every C++ test under CTest on the CPU, the tokenizer and
-#      the model against Hugging Face again and the multi-process parity test
-#      (tests/multiprocess_parity_test.py) and the Hugging Face export (tests/hf_export_test.py)
-#      with CMake's binaries (LibTorch 2.x), then the steps of
-#      tools/gpu-check.sh with --device cpu (so that the GPU check script itself stays working).
+#   4. CMake against .venv's LibTorch 2.x: the targets that need LibTorch with the CUDA and NCCL
+#      code compiled and linked (a configure error otherwise), checked in the binaries by
+#      tools/check_cmake_build.sh, then their C++ tests under CTest on the CPU, the model against
+#      Hugging Face again and the multi-process parity test (tests/multiprocess_parity_test.py)
+#      and the Hugging Face export (tests/hf_export_test.py) with CMake's LibTorch 2.x binaries,
+#      then the steps of tools/gpu-check.sh with --device cpu (so that the GPU check script itself
+#      stays working). After step 3, the LibTorch-free targets (controller, agent, dhpctl, data
+#      tools) are not built a second time (DHP_LIBTORCH_ONLY=ON): the same sources, compiler and
+#      system libraries as Bazel's, which built and tested them; the tests here run Bazel's.
+#      With --cmake, CMake builds and tests every target and uses its own binaries throughout.
 #   tools/test.sh            all of it
 #   tools/test.sh --bazel    1-3 (faster while iterating)
-#   tools/test.sh --cmake    1, 2 and 4
+#   tools/test.sh --cmake    1, 2 and 4, every target (no Bazel build needed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 only=${1:-}
@@ -93,8 +96,10 @@ fi
 build=${DHP_CMAKE_BUILD_DIR:-build/cmake}
 mkdir -p "$build"
 prefix=$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)')
+# free: where the LibTorch-free binaries (controller, agent, dhpctl, dhp-gen-shapes) come from.
+if [ "$only" = "--cmake" ]; then libtorch_only=OFF free=$build; else libtorch_only=ON free=bazel-bin; fi
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
-  -DDHP_REQUIRE_GPU_BUILD=ON >"$build/configure.log" 2>&1 ||
+  -DDHP_REQUIRE_GPU_BUILD=ON -DDHP_LIBTORCH_ONLY=$libtorch_only >"$build/configure.log" 2>&1 ||
   { cat "$build/configure.log"; exit 1; }
 grep -- "-- dhp build:" "$build/configure.log"
 cmake --build "$build" -j "$jobs"
@@ -104,21 +109,23 @@ tools/check_cmake_build.sh "$build"
 # c10d's flight recorder (worker/comm/rank_threads.cc now turns it off); the retry stays as a
 # guard while that fix has little mileage, and a second failure is real.
 ctest --test-dir "$build" --output-on-failure --no-tests=error -j "$jobs" --repeat until-pass:2
-echo "== the tokenizer vs Hugging Face tokenizers, 10,000 strings (CMake build) =="
-.venv/bin/python tests/hf_tokenizer_parity.py "$build/worker/data/dhp-tokenize"
+if [ "$only" = "--cmake" ]; then
+  echo "== the tokenizer vs Hugging Face tokenizers, 10,000 strings (CMake build) =="
+  .venv/bin/python tests/hf_tokenizer_parity.py "$build/worker/data/dhp-tokenize"
+fi
 echo "== the model vs Hugging Face transformers, fp32 (LibTorch 2.x) =="
 .venv/bin/python tests/hf_model_parity.py --parity "$build/worker/rank/dhp-hf-parity" \
-  --dhp-train "$build/worker/rank/dhp-train" --gen-shapes "$build/worker/data/dhp-gen-shapes"
+  --dhp-train "$build/worker/rank/dhp-train" --gen-shapes "$free/worker/data/dhp-gen-shapes"
 echo "== dhp-rank processes vs a single-rank run (CMake build, LibTorch 2.x) =="
-python3 tests/multiprocess_parity_test.py "$build/controller/dhp-controller" \
-  "$build/worker/agent/dhp-worker" "$build/api/dhpctl/dhpctl" configs \
+python3 tests/multiprocess_parity_test.py "$free/controller/dhp-controller" \
+  "$free/worker/agent/dhp-worker" "$free/api/dhpctl/dhpctl" configs \
   "$build/worker/rank/dhp-rank" "$build/worker/rank/dhp-train" "$build/worker/rank/dhp-ckpt" \
-  "$build/worker/data/dhp-gen-shapes"
+  "$free/worker/data/dhp-gen-shapes"
 echo "== a job's checkpoint exported as a Hugging Face directory (CMake build, LibTorch 2.x) =="
-.venv/bin/python tests/hf_export_test.py "$build/controller/dhp-controller" \
-  "$build/worker/agent/dhp-worker" "$build/api/dhpctl/dhpctl" configs \
+.venv/bin/python tests/hf_export_test.py "$free/controller/dhp-controller" \
+  "$free/worker/agent/dhp-worker" "$free/api/dhpctl/dhpctl" configs \
   "$build/worker/rank/dhp-rank" "$build/worker/rank/dhp-ckpt" \
-  "$build/worker/rank/dhp-hf-parity" "$build/worker/data/dhp-gen-shapes"
+  "$build/worker/rank/dhp-hf-parity" "$free/worker/data/dhp-gen-shapes"
 
 echo "== tools/gpu-check.sh --device cpu (the GPU check's steps, run on the CPU) =="
 tools/gpu-check.sh --python .venv/bin/python --build-dir "$build" --device cpu
