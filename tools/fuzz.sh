@@ -46,9 +46,21 @@ stale() {
   [ -n "$(find $deps -newer "$obj" -print -quit 2>/dev/null)" ]
 }
 
+# Objects are shared by the targets (same flags), and compiled two at a time (or $FUZZ_JOBS).
+objdir=build/fuzz/obj
+mkdir -p "$objdir"
+jobs=${FUZZ_JOBS:-$(nproc)}
+pids=()
+reap() {  # reap N: wait for the oldest compiles until fewer than N run; a failed one fails all
+  while [ ${#pids[@]} -ge "$1" ]; do
+    wait "${pids[0]}" || { echo "fuzz: a compile failed" >&2; exit 1; }
+    pids=("${pids[@]:1}")
+  done
+}
+
 for target in "${targets[@]}"; do
   work=build/fuzz/$target
-  mkdir -p "$work/obj" "$work/corpus"
+  mkdir -p "$work/corpus"
   # The .cc files of the target and its dhp dependencies, generated protobuf code included.
   mapfile -t srcs < <(bazel query --output=label \
       "kind('source file|generated file', deps(//fuzz:$target))" 2>/dev/null \
@@ -56,12 +68,15 @@ for target in "${targets[@]}"; do
     | sed -E 's|^//proto:(.*)$|'"$gen"'/\1|; s|^//([^:]*):(.*)$|\1/\2|; s|^//:||')
   objs=()
   for src in "${srcs[@]}"; do
-    obj=$work/obj/$(echo "$src" | tr '/' '_').o
+    obj=$objdir/$(echo "$src" | tr '/' '_').o
     if stale "$obj"; then
-      "$cxx" "${flags[@]}" -MMD -MF "$obj.d" -c "$src" -o "$obj"
+      reap "$jobs"
+      "$cxx" "${flags[@]}" -MMD -MF "$obj.d" -c "$src" -o "$obj" &
+      pids+=($!)
     fi
     objs+=("$obj")
   done
+  reap 1
   "$cxx" "${flags[@]}" "${objs[@]}" "${libs[@]}" -o "$work/$target"
   echo "== $target: ${per_target}s from fuzz/corpus/${target%_fuzzer} (${#srcs[@]} sources)"
   artifacts=$work/artifacts/
