@@ -321,8 +321,8 @@ absl::StatusOr<std::vector<v1::Event>> Store::CommitAll(const std::vector<JobWri
   return events;
 }
 
-absl::Status Store::WriteLabels(const v1::Job& job) {
-  {
+absl::Status Store::WriteLabels(const v1::Job& job, bool created) {
+  if (!created) {  // a new job has none yet
     DHP_ASSIGN_OR_RETURN(ScopedStatement clear,
                          db_->Prepare("DELETE FROM job_labels WHERE job_id = ?"));
     clear->BindText(1, job.id());
@@ -387,7 +387,7 @@ absl::StatusOr<std::vector<v1::Event>> Store::WriteJob(const JobWrite& write) {
     if (db_->changes() == 0) return absl::NotFoundError(absl::StrCat("job ", job.id(), " not found"));
   }
 
-  if (write.create || !write.labels_unchanged) DHP_RETURN_IF_ERROR(WriteLabels(job));
+  if (write.create || !write.labels_unchanged) DHP_RETURN_IF_ERROR(WriteLabels(job, write.create));
 
   for (const v1::Run& in : write.runs) {
     v1::Run run = in;

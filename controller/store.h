@@ -191,8 +191,9 @@ class Store {
   absl::Status Migrate();
   // One JobWrite's rows, inside the caller's transaction.
   absl::StatusOr<std::vector<v1::Event>> WriteJob(const JobWrite& write);
-  // Replaces the job's job_labels rows with its spec.labels, inside the caller's transaction.
-  absl::Status WriteLabels(const v1::Job& job);
+  // Replaces the job's job_labels rows with its spec.labels, inside the caller's transaction
+  // (`created`: the job's row is new, so it has no rows to replace).
+  absl::Status WriteLabels(const v1::Job& job, bool created);
 
   // Moves each row to the quarantine table (store_quarantine.cc). True when every row was
   // moved (or was already gone); a row that cannot be moved is logged once and left in place.

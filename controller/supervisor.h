@@ -131,6 +131,10 @@ class Supervisor {
 
   // After the job (re)entered QUEUED: submit, resume.
   void OnJobQueued(const v1::Job& job);
+  // `job` as OnJobQueued got it: while it is still queued, the message it has in the store now
+  // (the scheduling pass's note of why it waits, else its own); nullopt once the job left the
+  // queue (placed, cancelled), when the store has more that changed.
+  std::optional<std::string> QueuedMessage(const v1::Job& job) const;
   // After a user cancel: QUEUED -> CANCELLED leaves the queue; CANCELLING drains the run.
   absl::Status OnJobCancelled(const v1::Job& job, std::vector<v1::Event>* events);
   // CheckpointJob: asks the ranks of the job's running attempt for a checkpoint at their next
@@ -228,7 +232,10 @@ class Supervisor {
   absl::Status Transition(const RunId& id, std::vector<v1::Event>* events, Change change);
   absl::Status Transition(Loaded loaded, std::vector<v1::Event>* events, Change change);
   absl::Status Place(const PlacementDecision& decision, std::vector<v1::Event>* events);
-  absl::Status NoteWaiting(const std::string& job_id, const std::string& why);
+  // Remembers why the job waits and, when its stored message says otherwise, appends the write
+  // that changes it (Schedule commits a pass's notes together).
+  void NoteWaiting(const std::string& job_id, const std::string& why,
+                   std::vector<JobWrite>* writes);
   // Ends an active run as FAILED and restarts the job or fails it. `counted`: uses a restart.
   absl::Status FailRun(ActiveRun& run, const std::string& reason, bool counted,
                        std::vector<v1::Event>* events, v1::RunState end);

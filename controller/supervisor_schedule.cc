@@ -118,15 +118,27 @@ absl::Status Supervisor::Schedule(std::vector<v1::Event>* events) {
     }
   }
   int noted = 0;
+  std::vector<JobWrite> notes;  // one transaction for them all
   for (const auto& [key, why] : result.waiting) {
     if (++noted > options_.max_waiting_messages) break;
     auto it = queue_.find(key);
     if (it == queue_.end()) continue;
     const std::string& job_id = it->second.id.job_id;
     if (waiting_[job_id] == why) continue;
-    if (absl::Status s = NoteWaiting(job_id, why); !s.ok()) return s;
+    NoteWaiting(job_id, why, &notes);
   }
-  return absl::OkStatus();
+  absl::Status noted_all = store_.CommitAll(notes).status();
+  if (!noted_all.ok()) {  // not stored: noted again by the next pass
+    for (const JobWrite& note : notes) waiting_.erase(note.job.id());
+  }
+  return noted_all;
+}
+
+std::optional<std::string> Supervisor::QueuedMessage(const v1::Job& job) const {
+  DHP_CHECK_ON_THREAD(loop_);
+  if (queue_.count(RunId{job.id(), job.current_attempt()}.Key()) == 0) return std::nullopt;
+  auto it = waiting_.find(job.id());
+  return it != waiting_.end() && !it->second.empty() ? it->second : job.message();
 }
 
 absl::Status Supervisor::Place(const PlacementDecision& decision, std::vector<v1::Event>* events) {
@@ -187,17 +199,15 @@ absl::Status Supervisor::Place(const PlacementDecision& decision, std::vector<v1
   return absl::OkStatus();
 }
 
-absl::Status Supervisor::NoteWaiting(const std::string& job_id, const std::string& why) {
+void Supervisor::NoteWaiting(const std::string& job_id, const std::string& why,
+                             std::vector<JobWrite>* writes) {
   waiting_[job_id] = why;
   absl::StatusOr<v1::Job> job = store_.GetJob(job_id);
-  if (!job.ok() || job->state() != v1::JOB_STATE_QUEUED || job->message() == why) {
-    return absl::OkStatus();
-  }
-  JobWrite write;
+  if (!job.ok() || job->state() != v1::JOB_STATE_QUEUED || job->message() == why) return;
+  JobWrite& write = writes->emplace_back();
   job->set_message(why);
-  write.job = *job;
-  std::vector<v1::Event> none;
-  return Commit(write, &none);
+  write.job = *std::move(job);
+  write.labels_unchanged = true;  // the message alone changes
 }
 
 }  // namespace dhp::controller
