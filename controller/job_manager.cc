@@ -115,8 +115,13 @@ absl::Status JobManager::SubmitValidated(const v1::JobSpec& spec, bool dry_run,
                                          v1::SubmitJobResponse* resp,
                                          std::vector<v1::Event>* events,
                                          const std::string& owner) {
-  DHP_CHECK_ON_THREAD(loop_);
-  const int64_t now = clock_.NowMicros();
+  std::vector<Submission> one(1);
+  one[0] = Submission{&spec, dry_run, owner, resp, absl::OkStatus()};
+  SubmitAll(one, events);
+  return one[0].status;
+}
+
+v1::Job JobManager::NewJob(const v1::JobSpec& spec, const std::string& owner, int64_t now) {
   v1::Job job;
   *job.mutable_spec() = spec;
   job.set_state(v1::JOB_STATE_QUEUED);
@@ -124,15 +129,13 @@ absl::Status JobManager::SubmitValidated(const v1::JobSpec& spec, bool dry_run,
   *job.mutable_create_time() = MicrosToTimestamp(now);
   *job.mutable_update_time() = MicrosToTimestamp(now);
   job.set_current_attempt(1);
-  job.set_submit_seq(now);
+  last_submit_seq_ = std::max(now, last_submit_seq_ + 1);
+  job.set_submit_seq(last_submit_seq_);
   job.set_owner(owner);
-  if (dry_run) {
-    job.set_message("dry run: the spec is valid; nothing was stored");
-    *resp->mutable_job() = job;
-    return absl::OkStatus();
-  }
-  job.set_id(NewId("j"));
+  return job;
+}
 
+JobWrite JobManager::FirstWrite(const v1::Job& job, int64_t now) const {
   v1::Run run;
   run.set_job_id(job.id());
   run.set_attempt(1);
@@ -142,13 +145,41 @@ absl::Status JobManager::SubmitValidated(const v1::JobSpec& spec, bool dry_run,
   JobWrite write;
   write.job = job;
   write.create = true;
-  write.runs.push_back(run);
+  write.runs.push_back(std::move(run));
   write.events.push_back(MakeEvent(job, "job.state", "", StateName(job.state()), "submitted"));
-  absl::StatusOr<std::vector<v1::Event>> added = store_.Commit(write);
-  if (!added.ok()) return added.status();
-  events->insert(events->end(), added->begin(), added->end());
-  *resp->mutable_job() = job;
-  return absl::OkStatus();
+  return write;
+}
+
+void JobManager::SubmitAll(std::vector<Submission>& batch, std::vector<v1::Event>* events) {
+  DHP_CHECK_ON_THREAD(loop_);
+  const int64_t now = clock_.NowMicros();
+  std::vector<JobWrite> writes;
+  std::vector<Submission*> stored;  // writes[i] is stored[i]'s
+  for (Submission& sub : batch) {
+    if (!sub.status.ok()) continue;
+    v1::Job job = NewJob(*sub.spec, sub.owner, now);
+    if (sub.dry_run) {
+      job.set_message("dry run: the spec is valid; nothing was stored");
+      *sub.resp->mutable_job() = std::move(job);
+      continue;
+    }
+    job.set_id(NewId("j"));
+    writes.push_back(FirstWrite(job, now));
+    stored.push_back(&sub);
+  }
+  if (writes.empty()) return;
+  absl::StatusOr<std::vector<v1::Event>> added = store_.CommitAll(writes);
+  for (size_t i = 0; i < writes.size(); ++i) {
+    if (!added.ok() && writes.size() > 1) {  // each on its own: the one at fault fails alone
+      absl::StatusOr<std::vector<v1::Event>> own = store_.Commit(writes[i]);
+      if (own.ok()) events->insert(events->end(), own->begin(), own->end());
+      stored[i]->status = own.status();
+    } else {
+      stored[i]->status = added.status();
+    }
+    if (stored[i]->status.ok()) *stored[i]->resp->mutable_job() = std::move(writes[i].job);
+  }
+  if (added.ok()) events->insert(events->end(), added->begin(), added->end());
 }
 
 absl::Status JobManager::Get(const v1::GetJobRequest& req, v1::GetJobResponse* resp) {

@@ -23,6 +23,16 @@ namespace dhp::controller {
 // Whether a spec can ever fit the cluster (Supervisor::CheckAdmission); OK or the reason.
 using SpecAdmission = std::function<absl::Status(const v1::JobSpec&)>;
 
+// One submission of a batch (JobManager::SubmitAll): a spec that ValidateSubmission returned
+// and, once SubmitAll ran, its answer.
+struct Submission {
+  const v1::JobSpec* spec = nullptr;
+  bool dry_run = false;
+  std::string owner;
+  v1::SubmitJobResponse* resp = nullptr;  // the job as stored (dry run: as it would be)
+  absl::Status status;  // not OK on entry: refused already (admission), skipped
+};
+
 class JobManager {
  public:
   JobManager(Store& store, const Clock& clock, SpecOptions spec_options);
@@ -34,9 +44,15 @@ class JobManager {
   // Parses and validates the request's spec. Touches no state: thread-safe, so the Controller
   // runs it on the caller's thread (YAML parsing is most of a submit's CPU time).
   absl::StatusOr<v1::JobSpec> ValidateSubmission(const v1::SubmitJobRequest& req) const;
-  // Stores a job for a spec that ValidateSubmission returned.
+  // Stores a job for a spec that ValidateSubmission returned (SubmitAll of one).
   absl::Status SubmitValidated(const v1::JobSpec& spec, bool dry_run, v1::SubmitJobResponse* resp,
                                std::vector<v1::Event>* events, const std::string& owner = "");
+  // Stores the batch's jobs (each QUEUED, with its attempt 1 PENDING and its job.state event)
+  // in one transaction: a commit's cost is mostly per transaction (the WAL frames of the pages
+  // it changed), and jobs stored together share their pages. If that transaction fails, each
+  // job is committed on its own, so that one that cannot be stored fails alone. Jobs get
+  // submit_seq in batch order, each above the last one given.
+  void SubmitAll(std::vector<Submission>& batch, std::vector<v1::Event>* events);
   absl::Status Get(const v1::GetJobRequest& req, v1::GetJobResponse* resp);
   absl::Status List(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp);
   absl::Status Cancel(const v1::CancelJobRequest& req, v1::CancelJobResponse* resp,
@@ -67,10 +83,15 @@ class JobManager {
                                        v1::JobSpec* spec) const;
   v1::Event MakeEvent(const v1::Job& job, const std::string& type, const std::string& from,
                       const std::string& to, const std::string& reason) const;
+  // A new job for `spec` (QUEUED, attempt 1), with no id yet.
+  v1::Job NewJob(const v1::JobSpec& spec, const std::string& owner, int64_t now);
+  // The write that stores `job` with its first run and its job.state event.
+  JobWrite FirstWrite(const v1::Job& job, int64_t now) const;
 
   Store& store_;
   const Clock& clock_;
   const SpecOptions spec_options_;
+  int64_t last_submit_seq_ = 0;  // strictly increasing, so jobs keep their submit order
 };
 
 // ListJobs page tokens: opaque to clients ("p" + the sequence number to continue below).

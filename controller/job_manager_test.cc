@@ -63,6 +63,51 @@ TEST_F(JobManagerTest, SubmitFromYamlStoresQueuedJobWithPendingRunAndOneEvent) {
   EXPECT_TRUE(MessageDifferencer::Equals(stored[0], events[0]));
 }
 
+// A batch is one transaction; when it cannot be stored, each job is tried on its own, so that
+// the one at fault (here a label the store refuses: ValidateSubmission would have refused it)
+// fails alone with the store's reason and the others are stored, in order.
+TEST_F(JobManagerTest, SubmitAllStoresABatchAndABadJobFailsAlone) {
+  std::vector<v1::JobSpec> specs;
+  for (const char* name : {"a", "b", "c"}) {
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(SpecYaml(name), SpecOptions{kRoot});
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    specs.push_back(*spec);
+  }
+  std::vector<v1::SubmitJobResponse> resps(3);
+  auto batch_of = [&] {
+    std::vector<Submission> batch(3);
+    for (int i = 0; i < 3; ++i) batch[i] = Submission{&specs[i], false, "ann", &resps[i], {}};
+    return batch;
+  };
+  std::vector<Submission> batch = batch_of();
+  std::vector<v1::Event> events;
+  jobs_->SubmitAll(batch, &events);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(batch[i].status.ok()) << batch[i].status;
+    EXPECT_TRUE(MessageDifferencer::Equals(Stored(resps[i].job().id()), resps[i].job()));
+    EXPECT_EQ(resps[i].job().owner(), "ann");
+    if (i > 0) {
+      EXPECT_GT(resps[i].job().submit_seq(), resps[i - 1].job().submit_seq());
+    }
+  }
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[2].job_id(), resps[2].job().id());
+
+  (*specs[1].mutable_labels())["team"] = "\xff";  // not UTF-8: the store refuses the row
+  batch = batch_of();
+  events.clear();
+  jobs_->SubmitAll(batch, &events);
+  EXPECT_TRUE(batch[0].status.ok()) << batch[0].status;
+  EXPECT_EQ(batch[1].status.code(), absl::StatusCode::kInvalidArgument) << batch[1].status;
+  EXPECT_TRUE(batch[2].status.ok()) << batch[2].status;
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].job_id(), resps[0].job().id());
+  EXPECT_EQ(events[1].job_id(), resps[2].job().id());
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(jobs_->List(v1::ListJobsRequest(), &list).ok());
+  EXPECT_EQ(list.jobs_size(), 5);
+}
+
 TEST_F(JobManagerTest, SubmitStructuredSpecIsNormalised) {
   v1::SubmitJobRequest req;
   v1::JobSpec& spec = *req.mutable_spec();
