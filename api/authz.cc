@@ -159,6 +159,15 @@ absl::Status Authorizer::Prepare(std::string_view authorization,
   return service_.PrepareSubmitJob(req);
 }
 
+void Authorizer::SubmitAsync(std::string_view authorization, const v1::SubmitJobRequest& req,
+                             v1::SubmitJobResponse* resp, DhpService::Done done) const {
+  absl::StatusOr<Identity> who = auth_.Authenticate(authorization);
+  if (!who.ok()) return done(who.status());
+  v1::SubmitJobRequest restricted = req;
+  if (absl::Status s = Restrict(*who, &restricted); !s.ok()) return done(s);
+  service_.SubmitJobAsync(restricted, resp, std::move(done), nullptr);
+}
+
 absl::Status Authorizer::Restrict(const Identity& who, v1::SubmitJobRequest* req) const {
   if (who.role == Role::kAdmin) {
     // An admin may submit for anyone; by default the job is theirs.

@@ -68,6 +68,10 @@ class Authorizer {
                  const Req& req, Resp* resp, DhpService::Done done,
                  std::shared_ptr<CancelSignal> cancel) const;
 
+  // DhpService::SubmitJobAsync as Call would run SubmitJob: `done` gets the refusal at once.
+  void SubmitAsync(std::string_view authorization, const v1::SubmitJobRequest& req,
+                   v1::SubmitJobResponse* resp, DhpService::Done done) const;
+
   // The checks alone, for a caller already known (tests use them too).
   absl::Status Check(const Identity& who, std::string_view method,
                      const RequestScope& scope) const;

@@ -328,6 +328,12 @@ class GrpcServices final : public RawJobService, public RawNodeService, public R
       if (status.ok()) status = grpc::SerializationTraits<Resp>::Serialize(*resp, out, &own_buffer);
       reactor->Finish(status);
     };
+    if constexpr (std::is_same_v<Req, v1::SubmitJobRequest>) {  // queued; stored in batches
+      authz_.SubmitAsync(token, *req, resp.get(), [this, finish](const absl::Status& s) {
+        finisher_.Post([finish, s] { finish(s); });
+      });
+      return reactor;
+    }
     if constexpr (AsyncMethod<Req, Resp>() != nullptr) {
       authz_.CallAsync(token, method, AsyncMethod<Req, Resp>(), *req, resp.get(),
                        [this, finish](const absl::Status& s) {

@@ -142,6 +142,18 @@ DhpService::Done InstrumentedService::Counted(const char* method, Done done) {
   };
 }
 
+void InstrumentedService::SubmitJobAsync(const v1::SubmitJobRequest& req,
+                                         v1::SubmitJobResponse* resp, Done done,
+                                         std::function<void()> taken) {
+  const auto start = std::chrono::steady_clock::now();
+  inner_.SubmitJobAsync(
+      req, resp, Counted("SubmitJob", std::move(done)), [this, start, taken = std::move(taken)] {
+        metrics_.wait.Add({{"transport", transport_}, {"method", "SubmitJob"}}, LatencyBuckets())
+            .Observe(Seconds(std::chrono::steady_clock::now() - start));
+        if (taken) taken();
+      });
+}
+
 void InstrumentedService::KvGetAsync(const v1::KvGetRequest& req, v1::KvGetResponse* resp,
                                      Done done, std::shared_ptr<CancelSignal> cancel) {
   inner_.KvGetAsync(req, resp, Counted("KvGet", std::move(done)), std::move(cancel));

@@ -63,6 +63,9 @@ class InstrumentedService : public DhpService {
   // what they are for).
   void KvGetAsync(const v1::KvGetRequest& req, v1::KvGetResponse* resp, Done done,
                   std::shared_ptr<CancelSignal> cancel) override;
+  // Counts the call and observes its wait (until `taken`), as for a dispatched call.
+  void SubmitJobAsync(const v1::SubmitJobRequest& req, v1::SubmitJobResponse* resp, Done done,
+                      std::function<void()> taken) override;
   void KvWaitAsync(const v1::KvWaitRequest& req, v1::KvWaitResponse* resp, Done done,
                    std::shared_ptr<CancelSignal> cancel) override;
 

@@ -83,6 +83,17 @@ class DhpService {
     done(KvWait(req, resp));
   }
 
+  // SubmitJob without holding the calling thread: `done` runs once, on any thread, with resp
+  // filled in. `req` is read before this returns; `resp` must live until `done`. `taken` (may
+  // be null) runs when the submit stops waiting and starts to run (the wait for the loop is
+  // measured with it), unless it is refused first. The Controller queues submits and stores
+  // those that arrive while its loop is busy together, in one transaction (group commit). The
+  // default calls SubmitJob on the calling thread.
+  virtual void SubmitJobAsync(const v1::SubmitJobRequest& req, v1::SubmitJobResponse* resp,
+                              Done done, std::function<void()> taken) {
+    if (taken) taken();
+    done(SubmitJob(req, resp));
+  }
   // The part of SubmitJob that needs no state, for the calling thread to do before it
   // dispatches the rest: the controller parses and validates spec_text here and puts the
   // result in spec, so that the YAML is not parsed on its loop. SubmitJob must give the same

@@ -76,6 +76,13 @@ Controller::Controller(Store& store, const Clock& clock, MetricsExposition& metr
                                         "Rank progress reports that agents relayed in their "
                                         "heartbeats, since the controller started.")
                             .Add({})),
+      submit_batch_jobs_(metrics
+                             .AddHistogram("dhp_controller_submit_batch_jobs",
+                                           "SubmitJob calls the controller's loop took together, "
+                                           "stored in one transaction and scheduled in one pass "
+                                           "(those queued while the loop was busy).")
+                             .Add({}, prometheus::Histogram::BucketBoundaries{
+                                          1, 2, 4, 8, 16, 32, 64, 128, 256})),
       tick_seconds_(metrics.AddHistogram(
           "dhp_controller_tick_seconds",
           "How long each phase of the controller's periodic work held its event loop "
@@ -267,24 +274,6 @@ void Controller::Settle(std::vector<v1::Event>& events) {
 }
 
 // ---- jobs ----------------------------------------------------------------------------------
-
-absl::Status Controller::SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJobResponse* resp) {
-  // Parsing and validation need no state: do them here, not on the loop.
-  absl::StatusOr<v1::JobSpec> spec = jobs_.ValidateSubmission(req);
-  if (!spec.ok()) return spec.status();
-  return OnLoop([&] {
-    if (absl::Status s = supervisor_.CheckAdmission(*spec); !s.ok()) return s;
-    std::vector<v1::Event> events;
-    absl::Status s = jobs_.SubmitValidated(*spec, req.dry_run(), resp, &events, req.owner());
-    if (s.ok() && !req.dry_run()) supervisor_.OnJobQueued(resp->job());
-    Settle(events);
-    if (s.ok() && !req.dry_run()) {  // the job as the scheduling pass left it
-      absl::StatusOr<v1::Job> now = store_.GetJob(resp->job().id());
-      if (now.ok()) *resp->mutable_job() = *now;
-    }
-    return s;
-  });
-}
 
 absl::Status Controller::PrepareSubmitJob(v1::SubmitJobRequest* req) {
   // A spec sent as a message is validated again on the loop anyway (cheap); YAML is not.

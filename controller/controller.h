@@ -3,8 +3,9 @@
 //
 // Threads: all durable state (Store, JobManager, NodeTracker) lives on one boost::asio
 // io_context thread (the loop). Most gRPC calls arrive through Dispatch and run on the loop
-// from start to end, holding no other thread; REST calls and the synchronous gRPC methods post
-// a closure onto the loop and wait for its result. Blocking calls (Watch, Kv waits, logs) wait
+// from start to end, holding no other thread (SubmitJob through SubmitJobAsync, in batches);
+// REST calls and the synchronous gRPC methods post a closure onto the loop and wait for its
+// result. Blocking calls (Watch, Kv waits, logs) wait
 // on their own thread and visit the loop only to read. The rendezvous KV has its own lock; its
 // changes run on the loop, which writes them to the store (reads and waits stay off it).
 #ifndef DHP_CONTROLLER_CONTROLLER_H_
@@ -141,8 +142,28 @@ class Controller : public api::DhpService {
                   std::shared_ptr<CancelSignal> cancel) override;
   void KvWaitAsync(const v1::KvWaitRequest& req, v1::KvWaitResponse* resp, Done done,
                    std::shared_ptr<CancelSignal> cancel) override;
+  // The spec is validated on the calling thread; then the submit waits in a queue for the
+  // loop, which takes every submit queued meanwhile as one batch (controller_submit.cc): their
+  // jobs in one transaction, one scheduling pass, and each answered with its job as that pass
+  // left it. `done` runs on the loop (on Stop's thread once stopped: UNAVAILABLE). SubmitJob
+  // is this, waited for.
+  void SubmitJobAsync(const v1::SubmitJobRequest& req, v1::SubmitJobResponse* resp, Done done,
+                      std::function<void()> taken) override;
 
  private:
+  // A submit waiting for the loop (SubmitJobAsync).
+  struct PendingSubmit {
+    v1::JobSpec spec;  // validated
+    bool dry_run = false;
+    std::string owner;
+    v1::SubmitJobResponse* resp = nullptr;
+    Done done;
+    std::function<void()> taken;  // may be null
+  };
+  // Loop thread: takes the queued submits (every one queued until now) and answers them.
+  void FlushSubmits();
+  // Loop thread: stores the batch, schedules, fills in each response; their statuses, in order.
+  std::vector<absl::Status> SubmitBatch(std::vector<PendingSubmit>& batch);
   // Runs `fn` on the loop thread, timed in ledger_ as `work`, and returns its status;
   // UNAVAILABLE once stopped.
   absl::Status OnLoop(const std::function<absl::Status()>& fn,
@@ -213,6 +234,7 @@ class Controller : public api::DhpService {
   prometheus::Family<prometheus::Counter>& events_total_;
   prometheus::Family<prometheus::Counter>& quarantined_total_;  // rows moved to quarantine
   prometheus::Counter& relayed_progress_;  // dhp_progress_reports_relayed_total
+  prometheus::Histogram& submit_batch_jobs_;  // dhp_controller_submit_batch_jobs
   // dhp_controller_tick_seconds{phase}: how long each phase of the 1 s tick held the loop.
   prometheus::Family<prometheus::Histogram>& tick_seconds_;
   prometheus::Histogram& loop_lag_seconds_;  // dhp_controller_loop_lag_seconds
@@ -238,6 +260,7 @@ class Controller : public api::DhpService {
   std::atomic<bool> stopped_{false};
   std::mutex dispatch_mu_;        // orders Dispatch against Stop's last run of queued calls
   bool dispatch_closed_ = false;  // guarded by dispatch_mu_
+  std::vector<PendingSubmit> submits_;  // guarded by dispatch_mu_; a flush is posted when not empty
 
   std::mutex events_mu_;  // guards last_event_id_
   std::condition_variable events_cv_;

@@ -55,14 +55,14 @@ PROMETHEUS = "/usr/bin/prometheus"
 
 # Families the controller registers outside controller/run_metrics.h (documented elsewhere:
 # the store's quarantine in controller/store.h and the README; the loop's tick phases, lag,
-# lag causes and busy time in controller/controller.cc, the API's wait in
+# lag causes, busy time and submit batches in controller/controller.cc, the API's wait in
 # api/instrumented_service.h, and the README).
 BASE_FAMILIES = {"dhp_jobs", "dhp_nodes", "dhp_events_total", "dhp_api_requests_total",
                  "dhp_api_request_duration_seconds", "dhp_store_quarantined_rows_total",
                  "dhp_store_quarantine_rows", "dhp_controller_tick_seconds",
                  "dhp_controller_loop_lag_seconds", "dhp_api_request_wait_seconds",
                  "dhp_controller_loop_lag_cause_seconds",
-                 "dhp_controller_loop_busy_seconds_total"}
+                 "dhp_controller_loop_busy_seconds_total", "dhp_controller_submit_batch_jobs"}
 # Written by Prometheus itself for every scrape target.
 SYNTHETIC = {"up"}
 
