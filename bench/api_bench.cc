@@ -268,14 +268,6 @@ SliceResult RunSlice(std::vector<Client>& clients, const SliceInput& in,
 
 // ---- paths and machine description ---------------------------------------------------------
 
-// A relative `path` names a file of the workspace: under `bazel run` that is
-// $BUILD_WORKSPACE_DIRECTORY, otherwise the current directory.
-std::string InWorkspace(const std::string& path) {
-  if (path.empty() || path[0] == '/') return path;
-  const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY");
-  return ws != nullptr && *ws ? std::string(ws) + "/" + path : path;
-}
-
 // The controller built with this benchmark (Bazel: a data dependency, so in its runfiles;
 // both builds: ../controller/dhp-controller beside this binary's folder), else the workspace's
 // bazel-bin.

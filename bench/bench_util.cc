@@ -70,6 +70,12 @@ double PercentileMs(const std::vector<int64_t>& sorted, double p) {
   return static_cast<double>(sorted[rank - 1]) * 1e-6;
 }
 
+std::string InWorkspace(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY");
+  return ws != nullptr && *ws ? std::string(ws) + "/" + path : path;
+}
+
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream s;

@@ -35,6 +35,10 @@ double CpuPressureAvg10();
 // cpu_pressure_some_avg10_at_start (as of this call).
 nlohmann::json MachineInfo();
 
+// A relative `path` names a file of the workspace: under `bazel run` that is
+// $BUILD_WORKSPACE_DIRECTORY, otherwise the current directory.
+std::string InWorkspace(const std::string& path);
+
 // The whole file; empty if unreadable.
 std::string ReadFile(const std::string& path);
 // `s` without trailing whitespace.

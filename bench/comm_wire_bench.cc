@@ -293,12 +293,6 @@ pid_t SpawnRank(int rank, const std::string& target, const std::string& out_path
   return pid;
 }
 
-std::string InWorkspace(const std::string& path) {
-  if (path.empty() || path[0] == '/') return path;
-  const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY");
-  return ws != nullptr && *ws ? std::string(ws) + "/" + path : path;
-}
-
 std::string Size(int64_t b) {
   if (b >= (1 << 20)) return std::to_string(b >> 20) + " MiB";
   if (b >= 1024) return std::to_string(b >> 10) + " KiB";

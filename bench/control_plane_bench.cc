@@ -54,14 +54,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-// A relative `path` names a file of the workspace: under `bazel run` that is
-// $BUILD_WORKSPACE_DIRECTORY, otherwise the current directory.
-std::string InWorkspace(const std::string& path) {
-  if (path.empty() || path[0] == '/') return path;
-  const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY");
-  return ws != nullptr && *ws ? std::string(ws) + "/" + path : path;
-}
-
 // "label:path" -> (label, path); a bare path gets the label "c<index>".
 std::pair<std::string, std::string> ParseController(const std::string& flag, size_t index) {
   const size_t colon = flag.find(':');

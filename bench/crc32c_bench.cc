@@ -42,12 +42,6 @@ using ckpt::Crc32cImpl;
 
 constexpr size_t kMiB = size_t{1} << 20;
 
-std::string InWorkspace(const std::string& path) {
-  if (path.empty() || path[0] == '/') return path;
-  const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY");
-  return ws != nullptr && *ws ? std::string(ws) + "/" + path : path;
-}
-
 // The xor of the buffer's 8-byte words: a read of every byte and nothing else.
 uint64_t XorWords(const uint8_t* p, size_t n) {
   uint64_t acc = 0;

@@ -177,12 +177,6 @@ struct Row {
   std::vector<double> step_s, matmul_s, ratios;
 };
 
-std::string InWorkspace(const std::string& path) {
-  if (path.empty() || path[0] == '/') return path;
-  const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY");
-  return ws != nullptr && *ws ? std::string(ws) + "/" + path : path;
-}
-
 }  // namespace
 }  // namespace dhp::bench
 

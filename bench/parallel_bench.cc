@@ -415,12 +415,6 @@ bool SetBlasThreads(int n) {
   return fn != nullptr;
 }
 
-std::string InWorkspace(const std::string& path) {
-  if (path.empty() || path[0] == '/') return path;
-  const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY");
-  return ws != nullptr && *ws ? std::string(ws) + "/" + path : path;
-}
-
 std::string Bytes(int64_t b) {
   if (b >= (int64_t{1} << 30)) return Fixed(GiB(b), 2) + " GiB";
   return Fixed(MiB(b), 1) + " MiB";

@@ -46,12 +46,6 @@ namespace ctl = dhp::controller;
 
 constexpr char kRoot[] = "/data/ckpt";
 
-std::string InWorkspace(const std::string& path) {
-  if (path.empty() || path[0] == '/') return path;
-  const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY");
-  return ws != nullptr && *ws ? std::string(ws) + "/" + path : path;
-}
-
 int64_t NanosSince(SteadyClock::time_point t0) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - t0).count();
 }

@@ -56,12 +56,6 @@ int64_t NanosSince(Clock::time_point t0) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
 }
 
-std::string InWorkspace(const std::string& path) {
-  if (path.empty() || path[0] == '/') return path;
-  const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY");
-  return ws != nullptr && *ws ? std::string(ws) + "/" + path : path;
-}
-
 JobDemand MakeJob(int i, int world, int tp, int priority, int64_t memory) {
   JobDemand j;
   j.job_id = "j-" + std::to_string(i);
