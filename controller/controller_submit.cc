@@ -53,7 +53,9 @@ void Controller::FlushSubmits() {
     batch.swap(submits_);
   }
   if (stopped_) {  // Stop's last run of the queue, on its own thread
-    for (PendingSubmit& p : batch) p.done(absl::UnavailableError("the controller is shutting down"));
+    for (PendingSubmit& p : batch) {
+      p.done(absl::UnavailableError("the controller is shutting down"));
+    }
     return;
   }
   submit_batch_jobs_.Observe(static_cast<double>(batch.size()));

@@ -387,7 +387,9 @@ absl::StatusOr<std::vector<v1::Event>> Store::WriteJob(const JobWrite& write) {
     if (db_->changes() == 0) return absl::NotFoundError(absl::StrCat("job ", job.id(), " not found"));
   }
 
-  if (write.create || !write.labels_unchanged) DHP_RETURN_IF_ERROR(WriteLabels(job, write.create));
+  if (write.create || !write.labels_unchanged) {
+    DHP_RETURN_IF_ERROR(WriteLabels(job, write.create));
+  }
 
   for (const v1::Run& in : write.runs) {
     v1::Run run = in;
