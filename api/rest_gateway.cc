@@ -1,10 +1,9 @@
 #include "api/rest_gateway.h"
 
 #include <algorithm>
-#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -21,6 +20,7 @@
 #include "api/methods.h"
 #include "api/openapi.h"
 #include "api/rest_body.h"
+#include "api/rest_router.h"
 #include "api/rest_wait.h"
 #include "common/check.h"
 #include "common/proto_enum.h"
@@ -31,40 +31,12 @@
 namespace dhp::api {
 namespace {
 
-namespace http = boost::beast::http;
 using Clock = std::chrono::steady_clock;
-using QueryParams = std::vector<std::pair<std::string, std::string>>;
-
-constexpr char kJson[] = "application/json";
-
-// `field` set to the path's `id`, unless the body set it to another: INVALID_ARGUMENT naming
-// both, so that a client's mistake is not applied to the path's job or node.
-absl::Status SetFromPath(const char* field, std::string* value, const std::string& id) {
-  if (!value->empty() && *value != id) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ": the body says \"", CutUtf8(*value, 200), "\" and the path \"",
-        CutUtf8(id, 200), "\"; leave it out of the body or make them agree"));
-  }
-  *value = id;
-  return absl::OkStatus();
-}
-
-// Stores the id from the path in the request's job_id or node_id, whichever it has
-// (SetIdField(req, id, 0): the int overload is preferred, then long, then the rest).
-template <typename Req>
-auto SetIdField(Req& req, const std::string& id, int)
-    -> decltype(req.set_job_id(id), absl::Status()) {
-  return SetFromPath("job_id", req.mutable_job_id(), id);
-}
-template <typename Req>
-auto SetIdField(Req& req, const std::string& id, long)
-    -> decltype(req.set_node_id(id), absl::Status()) {
-  return SetFromPath("node_id", req.mutable_node_id(), id);
-}
-template <typename Req>
-absl::Status SetIdField(Req&, const std::string&, ...) {
-  return absl::OkStatus();
-}
+using rest_internal::CheckUtf8;
+using rest_internal::kJson;
+using rest_internal::ParseBoolParam;
+using rest_internal::ParseIntParam;
+using rest_internal::SendError;
 
 std::string JsonEscape(absl::string_view s) {
   std::string out = "\"";
@@ -99,102 +71,6 @@ std::string VerbName(http::verb verb) {
   return std::string(name.data(), name.size());
 }
 
-void SendError(HttpResponder& responder, const absl::Status& status,
-               const HttpHeaders& headers = {}) {
-  responder.Respond(static_cast<http::status>(HttpStatusFor(status.code())), kJson,
-                    StatusToJson(status) + "\n", headers);
-}
-
-// The format of the request's body by its Content-Type (JSON when the body is empty); answers
-// 415 and returns nullopt when the type is refused.
-std::optional<BodyFormat> FormatOrRespond(const HttpRequest& request, HttpResponder& responder,
-                                          bool yaml_allowed) {
-  if (request.body().empty()) return BodyFormat::kJson;
-  const auto raw = request[http::field::content_type];
-  absl::StatusOr<BodyFormat> format =
-      BodyFormatOf(std::string_view(raw.data(), raw.size()), yaml_allowed);
-  if (format.ok()) return *format;
-  responder.Respond(http::status::unsupported_media_type, kJson,
-                    StatusToJson(format.status()) + "\n");
-  return std::nullopt;
-}
-
-// INVALID_ARGUMENT "<what>: not valid UTF-8: ..." for text from the path or the query.
-absl::Status CheckUtf8(const std::string& what, const std::string& text) {
-  const std::string bad = Utf8Error(text);
-  if (bad.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(what, ": ", bad));
-}
-
-absl::StatusOr<bool> ParseBoolParam(const std::string& name, const std::string& value) {
-  const std::string v = absl::AsciiStrToLower(value);
-  // No empty value (`?pretty`, `?pretty=`): the document declares a boolean, and a client
-  // that means false by it should not get true.
-  if (v == "true" || v == "1" || v == "yes") return true;
-  if (v == "false" || v == "0" || v == "no") return false;
-  return absl::InvalidArgumentError(
-      absl::StrCat("query parameter ", name, ": expected true or false, got \"", value, "\""));
-}
-
-template <typename Int>
-absl::StatusOr<Int> ParseIntParam(const std::string& name, const std::string& value) {
-  Int n;
-  if (!absl::SimpleAtoi(value, &n)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("query parameter ", name, ": expected an integer, got \"", value, "\""));
-  }
-  return n;
-}
-
-// A sink that writes one JSON line per event into a chunked response.
-class NdjsonSink final : public EventSink {
- public:
-  explicit NdjsonSink(HttpResponder& responder) : responder_(responder), start_(Clock::now()) {}
-
-  bool Write(const v1::Event& event) override {
-    std::string line = ProtoToJson(event);
-    line += '\n';
-    std::lock_guard<std::mutex> lock(mu_);
-    return StartLocked() && responder_.WriteChunk(line);
-  }
-
-  bool IsCancelled() const override {
-    if (responder_.ClientGone()) return true;
-    // The service is waiting for events: send the headers so that the client sees the
-    // stream is open (curl shows nothing until then).
-    if (!started_.load() && Clock::now() - start_ > std::chrono::milliseconds(50)) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!StartLocked()) return true;
-    }
-    return false;
-  }
-
-  // After WatchJob returned `status`.
-  void Finish(const absl::Status& status) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!started_.load()) {
-      if (!status.ok()) return SendError(responder_, status);
-      StartLocked();
-    } else if (!status.ok() && !responder_.ClientGone()) {
-      responder_.WriteChunk("{\"error\": " + StatusToJson(status) + "}\n");
-    }
-    responder_.EndStream();
-  }
-
- private:
-  bool StartLocked() const {
-    if (started_.load()) return true;
-    started_.store(true);
-    return responder_.BeginStream(http::status::ok, "application/x-ndjson",
-                                  {{"Cache-Control", "no-cache"}});
-  }
-
-  HttpResponder& responder_;
-  const Clock::time_point start_;
-  mutable std::mutex mu_;  // guards sending the headers exactly once, and event order
-  mutable std::atomic<bool> started_{false};
-};
-
 }  // namespace
 
 int HttpStatusFor(absl::StatusCode code) {
@@ -228,149 +104,6 @@ std::string StatusToJson(const absl::Status& status) {
 }
 
 // ---- routing -------------------------------------------------------------------------------
-
-class RestGateway::Router {
- public:
-  Router(DhpService& service, TokenAuth auth, RestRequestObserver observer)
-      : service_(service),
-        auth_(std::move(auth)),
-        authz_(auth_, service),
-        observer_(std::move(observer)) {
-    AddRoutes();
-    std::vector<RestOperation> ops;
-    for (const Route& route : routes_) ops.push_back(route.op);
-    openapi_ = OpenApiJson(ops, auth_.enabled());
-  }
-
-  void Handle(const HttpRequest& request, HttpResponder& responder);
-  // Before a body is read: 401 when a token is needed and missing or wrong, so that an
-  // unauthenticated upload is not read (nor 100 Continue sent).
-  std::optional<HttpRefusal> CheckHeaders(const HttpRequest& request) const {
-    if (!auth_.enabled()) return std::nullopt;
-    const std::string_view target(request.target().data(), request.target().size());
-    const std::string_view path = target.substr(0, target.find('?'));
-    if (path == "/healthz" || path == "/metrics" || path == "/openapi.json") return std::nullopt;
-    const auto authorization = request[http::field::authorization];
-    const absl::Status s =
-        auth_.Check(std::string_view(authorization.data(), authorization.size()));
-    if (s.ok()) return std::nullopt;
-    return HttpRefusal{http::status::unauthorized, std::string(s.message())};
-  }
-  // A request the HTTP server refused before routing (400 not HTTP, 401 before the body, 408
-  // too slow, 413 body too large, 414 target too long, 431 headers too large, 503 on a reserved
-  // connection): the JSON error to send; the observer is told (route "Unrouted").
-  HttpRejection Rejected(HttpStatus status, const std::string& message) const {
-    absl::Status error = absl::InvalidArgumentError(message);
-    if (status == HttpStatus::payload_too_large || status == HttpStatus::uri_too_long ||
-        status == HttpStatus::request_header_fields_too_large) {
-      error = absl::ResourceExhaustedError(message);
-    }
-    if (status == HttpStatus::unauthorized) error = absl::UnauthenticatedError(message);
-    if (status == HttpStatus::request_timeout) error = absl::DeadlineExceededError(message);
-    if (status == HttpStatus::service_unavailable) error = absl::UnavailableError(message);
-    if (observer_) observer_("Unrouted", static_cast<int>(status), 0.0, false);
-    return {kJson, StatusToJson(error) + "\n"};
-  }
-
- private:
-  // One path segment of a pattern: a literal ("jobs", "nodes:register"), or a capture
-  // ("{id}", matching a non-empty segment without ':') with an optional literal suffix
-  // ("{id}:cancel").
-  struct Segment {
-    std::string literal;
-    bool capture = false;
-  };
-  struct Call {
-    const HttpRequest& request;
-    HttpResponder& responder;
-    std::string id;  // the captured path id, decoded
-    const QueryParams& query;
-    bool pretty = false;
-    bool* reached_service;  // set when the request is handed to the service
-    std::string_view method;         // the route's method (api/methods.h)
-    std::string_view authorization;  // the request's Authorization header
-  };
-  struct Route {
-    http::verb method;
-    std::vector<Segment> segments;
-    RestOperation op;                 // what /openapi.json says of it
-    std::vector<std::string> params;  // accepted query parameters (op.query's names)
-    std::function<void(Call&)> handle;
-  };
-  using Q = QueryParam::Type;
-
-  void AddRoutes();
-  // A method's own query parameters and handler, where its REST form is not "a POST whose
-  // body is the request".
-  struct Own {
-    std::vector<QueryParam> query;
-    std::function<void(Call&)> handle;
-  };
-  // The route of a method of api/methods.h: verb, path and summary from the table; the query
-  // parameters and handler from `own`, else no parameters and `body_call`.
-  void AddMethod(std::string_view name, const std::map<std::string_view, Own>& own,
-                 std::function<void(Call&)> body_call);
-  void Add(http::verb method, absl::string_view pattern, std::string name, std::string summary,
-           std::vector<QueryParam> query, std::function<void(Call&)> handle);
-  static bool Match(const Route& route, const std::vector<absl::string_view>& parts,
-                    absl::string_view* captured);
-
-  // Builds the request with `build(Req&) -> Status`, calls the service, answers.
-  template <typename Req, typename Resp, typename Build>
-  void Unary(Call& call, absl::Status (DhpService::*method)(const Req&, Resp*), Build build) {
-    Req req;
-    absl::Status status = build(req);
-    Resp resp;
-    if (status.ok()) {
-      *call.reached_service = true;
-      status = authz_.Call(call.authorization, call.method, method, req, &resp);
-    }
-    if (!status.ok()) return SendError(call.responder, status);
-    call.responder.Respond(http::status::ok, kJson, ProtoToJson(resp, call.pretty) + "\n");
-  }
-  // A POST whose body is the request; the path id (if any) fills its job_id or node_id.
-  template <typename Req, typename Resp>
-  void BodyCall(Call& call, absl::Status (DhpService::*method)(const Req&, Resp*)) {
-    if (!FormatOrRespond(call.request, call.responder, false)) return;
-    Unary(call, method, [&](Req& req) {
-      absl::Status s = ParseJsonBody(call.request.body(), &req);
-      if (s.ok() && !call.id.empty()) s = SetIdField(req, call.id, 0);
-      return s;
-    });
-  }
-  // The same for a rendezvous wait: the connection's thread waits for it, and a client that
-  // goes away meanwhile cancels it (api/rest_wait.h).
-  template <typename Req, typename Resp>
-  void WaitCall(Call& call, void (DhpService::*method)(const Req&, Resp*, DhpService::Done,
-                                                       std::shared_ptr<CancelSignal>)) {
-    if (!FormatOrRespond(call.request, call.responder, false)) return;
-    Req req;
-    if (absl::Status s = ParseJsonBody(call.request.body(), &req); !s.ok()) {
-      return SendError(call.responder, s);
-    }
-    *call.reached_service = true;
-    Resp resp;
-    absl::Status status = AwaitUnlessGone(
-        [&call] { return call.responder.ClientGone(); },
-        [&](DhpService::Done done, std::shared_ptr<CancelSignal> cancel) {
-          authz_.CallAsync(call.authorization, call.method, method, req, &resp, std::move(done),
-                           std::move(cancel));
-        });
-    if (!status.ok()) return SendError(call.responder, status);
-    call.responder.Respond(http::status::ok, kJson, ProtoToJson(resp, call.pretty) + "\n");
-  }
-  void SubmitJob(Call& call);
-  void ListJobs(Call& call);
-  void GetLogs(Call& call);
-  void Watch(Call& call, const std::string& job_id);
-
-  DhpService& service_;
-  const TokenAuth auth_;
-  const Authorizer authz_;  // every call of the service goes through it
-  const RestRequestObserver observer_;
-  std::vector<Route> routes_;  // immutable after construction
-  std::string openapi_;        // the document of routes_, built once after them
-};
 
 void RestGateway::Router::Add(http::verb method, absl::string_view pattern, std::string name,
                               std::string summary, std::vector<QueryParam> query,
@@ -529,120 +262,6 @@ void RestGateway::Router::AddRoutes() {
   });
   Add(V::get, "/openapi.json", "OpenApi", "This document (OpenAPI 3.0)", {},
       [this](Call& c) { c.responder.Respond(http::status::ok, kJson, openapi_); });
-}
-
-void RestGateway::Router::SubmitJob(Call& c) {
-  const std::optional<BodyFormat> format = FormatOrRespond(c.request, c.responder, true);
-  if (!format) return;
-  Unary(c, &DhpService::SubmitJob, [&](v1::SubmitJobRequest& req) {
-    const std::string& body = c.request.body();
-    if (*format == BodyFormat::kYaml) {
-      // The spec is read where every spec is (spec_text); bytes that are not UTF-8 are
-      // refused here, naming the field, since gRPC could not carry them in spec_text.
-      if (!Utf8Error(body).empty()) {
-        v1::JobSpec spec;
-        const absl::Status s = ParseProtoYaml(body, &spec);
-        return absl::InvalidArgumentError(absl::StrCat("request body (YAML): ", s.message()));
-      }
-      req.set_spec_text(body);
-    } else {
-      absl::Status s = ParseJsonBody(body, &req);
-      if (!s.ok()) return s;
-    }
-    for (const auto& [key, value] : c.query) {
-      if (key != "dry_run") continue;
-      absl::StatusOr<bool> dry_run = ParseBoolParam(key, value);
-      if (!dry_run.ok()) return dry_run.status();
-      req.set_dry_run(*dry_run);
-    }
-    return absl::OkStatus();
-  });
-}
-
-void RestGateway::Router::ListJobs(Call& c) {
-  Unary(c, &DhpService::ListJobs, [&](v1::ListJobsRequest& req) {
-    for (const auto& [key, value] : c.query) {
-      if (key == "state") {
-        for (absl::string_view piece : absl::StrSplit(value, ',', absl::SkipWhitespace())) {
-          piece = absl::StripAsciiWhitespace(piece);
-          const std::optional<int> state =
-              ParseEnumName(v1::JobState_descriptor(), std::string(piece));
-          if (!state.has_value() || *state == v1::JOB_STATE_UNSPECIFIED) {
-            return absl::InvalidArgumentError(
-                absl::StrCat("query parameter state: unknown job state \"", piece, "\"; one of ",
-                             EnumChoices(v1::JobState_descriptor())));
-          }
-          req.add_states(static_cast<v1::JobState>(*state));
-        }
-      } else if (key == "label") {
-        const size_t eq = value.find('=');
-        if (eq == std::string::npos || eq == 0) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "query parameter label: expected key=value (e.g. label=team=vision), got \"", value,
-              "\""));
-        }
-        (*req.mutable_labels())[value.substr(0, eq)] = value.substr(eq + 1);
-      } else if (key == "page_size") {
-        absl::StatusOr<int32_t> n = ParseIntParam<int32_t>(key, value);
-        if (!n.ok()) return n.status();
-        req.set_page_size(*n);
-      } else if (key == "page_token") {
-        req.set_page_token(value);
-      } else if (key == "owner") {
-        req.set_owner(value);
-      }
-    }
-    return absl::OkStatus();
-  });
-}
-
-void RestGateway::Router::GetLogs(Call& c) {
-  // Only the parsing is here: the checks of the values are the controller's, for both
-  // transports (Controller::GetLogs).
-  Unary(c, &DhpService::GetLogs, [&](v1::GetLogsRequest& req) {
-    req.set_job_id(c.id);
-    for (const auto& [key, value] : c.query) {
-      if (key == "attempt" || key == "max_bytes") {
-        absl::StatusOr<int32_t> n = ParseIntParam<int32_t>(key, value);
-        if (!n.ok()) return n.status();
-        key == "attempt" ? req.set_attempt(*n) : req.set_max_bytes(*n);
-      } else if (key == "rank" || key == "offset") {
-        for (absl::string_view piece : absl::StrSplit(value, ',')) {
-          const std::string item(absl::StripAsciiWhitespace(piece));
-          if (key == "rank") {
-            absl::StatusOr<int32_t> n = ParseIntParam<int32_t>(key, item);
-            if (!n.ok()) return n.status();
-            req.add_ranks(*n);
-          } else {
-            absl::StatusOr<int64_t> n = ParseIntParam<int64_t>(key, item);
-            if (!n.ok()) return n.status();
-            req.add_offsets(*n);
-          }
-        }
-      }
-    }
-    return absl::OkStatus();
-  });
-}
-
-void RestGateway::Router::Watch(Call& c, const std::string& job_id) {
-  v1::WatchJobRequest req;
-  req.set_job_id(job_id);
-  for (const auto& [key, value] : c.query) {
-    if (key == "after") {
-      absl::StatusOr<int64_t> after = ParseIntParam<int64_t>(key, value);
-      if (!after.ok()) return SendError(c.responder, after.status());
-      req.set_after_event_id(*after);
-    } else if (key == "follow") {
-      absl::StatusOr<bool> follow = ParseBoolParam(key, value);
-      if (!follow.ok()) return SendError(c.responder, follow.status());
-      req.set_follow(*follow);
-    }
-  }
-  NdjsonSink sink(c.responder);
-  *c.reached_service = true;
-  const absl::Status status = authz_.Watch(c.authorization, req, sink);
-  sink.Finish(status);
 }
 
 void RestGateway::Router::Handle(const HttpRequest& request, HttpResponder& responder) {
