@@ -180,7 +180,7 @@ void ScopedStatement::Release() {
 // ---- Transaction ----------------------------------------------------------------------------
 
 Transaction::Transaction(Transaction&& other) noexcept
-    : db_(std::exchange(other.db_, nullptr)) {}
+    : db_(std::exchange(other.db_, nullptr)), gate_(std::move(other.gate_)) {}
 
 Transaction::~Transaction() {
   if (db_ == nullptr) return;
@@ -196,7 +196,10 @@ absl::Status Transaction::Commit() {
     return absl::FailedPreconditionError("transaction was already committed or rolled back");
   }
   absl::Status status = db_->Exec("COMMIT");
-  if (status.ok()) db_ = nullptr;  // on failure the destructor rolls back
+  if (status.ok()) {  // on failure the destructor rolls back
+    db_ = nullptr;
+    if (gate_.owns_lock()) gate_.unlock();
+  }
   return status;
 }
 
@@ -277,9 +280,11 @@ absl::StatusOr<Transaction> SqliteDb::Begin() {
     return absl::FailedPreconditionError(
         absl::StrCat("a transaction is already open on ", path_, "; transactions do not nest"));
   }
+  std::unique_lock<std::mutex> gate;
+  if (gate_ != nullptr) gate = std::unique_lock<std::mutex>(*gate_);
   absl::Status status = Exec("BEGIN IMMEDIATE");
   if (!status.ok()) return status;
-  return Transaction(this);
+  return Transaction(this, std::move(gate));
 }
 
 int64_t SqliteDb::last_insert_rowid() const { return sqlite3_last_insert_rowid(db_); }

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "absl/status/status.h"
@@ -101,7 +102,7 @@ class ScopedStatement {
 class SqliteDb;
 
 // BEGIN IMMEDIATE on construction through SqliteDb::Begin(); ROLLBACK on destruction unless
-// Commit() succeeded. Move-only.
+// Commit() succeeded. Holds the connection's write gate (if it has one) until it ends. Move-only.
 class Transaction {
  public:
   Transaction(Transaction&& other) noexcept;
@@ -113,8 +114,10 @@ class Transaction {
 
  private:
   friend class SqliteDb;
-  explicit Transaction(SqliteDb* db) : db_(db) {}
+  Transaction(SqliteDb* db, std::unique_lock<std::mutex> gate)
+      : db_(db), gate_(std::move(gate)) {}
   SqliteDb* db_;  // null once committed, rolled back or moved from
+  std::unique_lock<std::mutex> gate_;  // released after the COMMIT or ROLLBACK
 };
 
 class SqliteDb {
@@ -140,8 +143,14 @@ class SqliteDb {
   absl::StatusOr<std::string> QueryText(const std::string& sql);
 
   // Starts a write transaction (BEGIN IMMEDIATE: takes the write lock now, so a busy database
-  // fails here rather than half-way through).
+  // fails here rather than half-way through). With a write gate, waits for it first.
   absl::StatusOr<Transaction> Begin();
+
+  // A mutex that each Transaction of this connection holds from BEGIN to its end, shared with
+  // another connection of this process that must hold writers off for a moment (the WAL
+  // checkpointer): a writer it holds wakes when the mutex is free, instead of sleeping through
+  // SQLite's busy-handler steps (up to 100 ms each). Must outlive this connection.
+  void set_write_gate(std::mutex* gate) { gate_ = gate; }
 
   int64_t last_insert_rowid() const;
   int changes() const;  // rows touched by the last INSERT/UPDATE/DELETE
@@ -156,6 +165,7 @@ class SqliteDb {
 
   sqlite3* db_;
   std::string path_;
+  std::mutex* gate_ = nullptr;  // set_write_gate
   // Guards nothing (single-threaded); owns every cached statement, finalized before close.
   std::map<std::string, std::unique_ptr<Statement>, std::less<>> cache_;
 };

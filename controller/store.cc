@@ -232,11 +232,13 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
   DHP_RETURN_IF_ERROR(store->Migrate());
   if (mode == "wal") {
     // Checkpoint from a background thread instead of inside whichever commit crosses the
-    // threshold (see wal_checkpointer.h).
+    // threshold, and trim the WAL file there too, not in one of this connection's commits (see
+    // wal_checkpointer.h).
     DHP_RETURN_IF_ERROR(store->db_->Exec("PRAGMA wal_autocheckpoint = 0"));
-    // A writer that restarts a fully checkpointed WAL trims the file to this size.
-    DHP_RETURN_IF_ERROR(store->db_->Exec("PRAGMA journal_size_limit = 4194304"));
-    DHP_ASSIGN_OR_RETURN(store->checkpointer_, WalCheckpointer::Start(path));
+    DHP_RETURN_IF_ERROR(store->db_->Exec("PRAGMA journal_size_limit = -1"));
+    store->db_->set_write_gate(&store->write_gate_);
+    DHP_ASSIGN_OR_RETURN(store->checkpointer_,
+                         WalCheckpointer::Start(path, &store->write_gate_));
   }
   return store;
 }

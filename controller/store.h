@@ -29,6 +29,7 @@
 #include <map>
 #include <set>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -202,6 +203,9 @@ class Store {
   // NOT_FOUND for `what` (e.g. "job j-1"), saying so when the row was quarantined.
   absl::Status NotFound(const char* table, const std::string& key, const std::string& what);
 
+  // Held by each of db_'s write transactions and by the checkpointer when it must hold writers
+  // off (SqliteDb::set_write_gate); declared first, so it outlives both.
+  std::mutex write_gate_;
   std::unique_ptr<SqliteDb> db_;
   bool read_only_ = false;                         // OpenReader
   std::unique_ptr<WalCheckpointer> checkpointer_;  // file databases only

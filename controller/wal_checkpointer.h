@@ -6,18 +6,28 @@
 // this class checkpoints (PASSIVE: never blocks readers or writers) from its own thread and
 // connection every `period`.
 //
-// A PASSIVE checkpoint leaves the WAL file at its high-water size (SQLite reuses it from the
-// start). A TRUNCATE checkpoint follows a PASSIVE pass that left at most ~8 MiB uncopied, every
-// `truncate_every` and whenever the WAL file has grown past `truncate_above_bytes`; it empties
-// the file, so that disk use follows the live data, and holds writers only while it copies that
-// rest and truncates. The Store also sets journal_size_limit, which trims the file whenever a
-// writer restarts a fully checkpointed WAL.
+// Keeping the WAL file small without stalling the writer. A PASSIVE pass copies the frames
+// written before it started; under steady writes the writer appends more meanwhile, so the WAL
+// is never fully copied, the writer never starts it over, and the file grows. Two steps bound
+// it, each holding the writers through the Store's write gate (a mutex every write transaction
+// holds; a held writer wakes the moment it is free, where SQLite's busy handler would sleep on
+// for up to 100 ms more):
+// - Restart: once the WAL holds more than `restart_above_bytes` of frames, passes run back to
+//   back until few frames are left to copy, and the last of them runs with writers held, so it
+//   copies everything: the next write starts the WAL file over from its beginning. The file
+//   keeps its size (its tail is reused), so nothing is freed while writers wait. The hold is one
+//   small copy and two fdatasyncs: a few milliseconds, once per `restart_above_bytes` written.
+// - Truncate: when the file is bigger than `truncate_above_bytes` and a pass finds nothing was
+//   written since the pass before (the WAL fully copied, no writer active), a TRUNCATE empties
+//   it, so that disk use follows the live data once writes pause. Freeing a file's blocks costs
+//   time in proportion to its size (measured on ext4: ~0.85 ms per MiB), which is why it is
+//   done only then, and why the file is kept from growing past ~`restart_above_bytes`.
+// The Store's own connection never trims the file (journal_size_limit stays off): that trim
+// would run inside one of the loop's commits.
 //
-// Why the size trigger: truncating a file costs time in proportion to its size (measured on
-// ext4: ~0.3 s per GB), and whoever truncates holds the writers. A burst of writes (10,000 jobs
-// submitted and placed in 20 s) grew the WAL to 1.7 GB before the writes paused; the loop's next
-// commit then trimmed it and held every heartbeat and API call for 480 ms. Truncated at 64 MiB,
-// no truncation costs more than a few milliseconds.
+// Before (a TRUNCATE whenever the file passed 64 MiB, under 1,400 submits/s, ~67 MB/s of WAL):
+// every ~1.2 s writers were held 110-250 ms (the final copy, two fdatasyncs, and a 90 ms
+// ftruncate of the 64 MiB file) and the loop's busy handler slept up to 50 ms past that.
 //
 // Thread-safety: owns one thread; the destructor stops and joins it.
 #ifndef DHP_CONTROLLER_WAL_CHECKPOINTER_H_
@@ -37,33 +47,52 @@ namespace dhp::controller {
 
 class SqliteDb;
 
+struct WalCheckpointerOptions {
+  std::chrono::milliseconds period{250};
+  int64_t restart_above_bytes = int64_t{64} << 20;  // frames in the WAL
+  int64_t truncate_above_bytes = int64_t{4} << 20;  // size of the WAL file
+};
+
 class WalCheckpointer {
  public:
+  // `gate`: the write gate of the connection that writes (SqliteDb::set_write_gate); null when
+  // the writers are elsewhere (the holds then rely on SQLite's busy handler). Must outlive this.
   static absl::StatusOr<std::unique_ptr<WalCheckpointer>> Start(
-      const std::string& path, std::chrono::milliseconds period = std::chrono::milliseconds(250),
-      std::chrono::milliseconds truncate_every = std::chrono::seconds(60),
-      int64_t truncate_above_bytes = int64_t{64} << 20);
+      const std::string& path, std::mutex* gate, WalCheckpointerOptions options = {});
   ~WalCheckpointer();
 
-  int checkpoints() const;  // completed checkpoint passes, for tests
-  int truncations() const;  // of which TRUNCATE
+  // For tests and logs:
+  int checkpoints() const;  // completed periods
+  int restarts() const;     // passes with writers held that left the WAL fully copied
+  int truncations() const;  // TRUNCATE checkpoints that emptied the file
 
  private:
-  WalCheckpointer(std::unique_ptr<SqliteDb> db, std::string wal_path,
-                  std::chrono::milliseconds period, std::chrono::milliseconds truncate_every,
-                  int64_t truncate_above_bytes);
+  // What a checkpoint reported: frames in the WAL, and of those not yet copied.
+  struct WalState {
+    int64_t frames = 0;
+    int64_t left = 0;
+  };
+
+  WalCheckpointer(std::unique_ptr<SqliteDb> db, std::string wal_path, std::mutex* gate,
+                  WalCheckpointerOptions options, int64_t frame_bytes);
   void Run();
+  void Pass();  // one period's work
+  absl::StatusOr<WalState> Checkpoint(const char* mode);
+  // Checkpoint(mode) holding the write gate; logs a long hold or a failure, naming `what`.
+  absl::StatusOr<WalState> CheckpointWithWritersHeld(const char* mode, const char* what);
   int64_t WalFileBytes() const;  // 0 when there is none
 
   std::unique_ptr<SqliteDb> db_;  // used only by thread_
   const std::string wal_path_;
-  const std::chrono::milliseconds period_;
-  const std::chrono::milliseconds truncate_every_;
-  const int64_t truncate_above_bytes_;
-  mutable std::mutex mu_;  // guards stop_, checkpoints_ and truncations_
+  std::mutex* const gate_;
+  const WalCheckpointerOptions options_;
+  const int64_t frame_bytes_;   // page size + frame header
+  int64_t last_frames_ = -1;    // the previous pass's WalState::frames (thread_ only)
+  mutable std::mutex mu_;       // guards stop_ and the counters
   std::condition_variable cv_;
   bool stop_ = false;
   int checkpoints_ = 0;
+  int restarts_ = 0;
   int truncations_ = 0;
   std::thread thread_;
 };
