@@ -17,11 +17,11 @@
 //   copies everything: the next write starts the WAL file over from its beginning. The file
 //   keeps its size (its tail is reused), so nothing is freed while writers wait. The hold is one
 //   small copy and two fdatasyncs: a few milliseconds, once per `restart_above_bytes` written.
-// - Truncate: when the file is bigger than `truncate_above_bytes` and a pass finds nothing was
-//   written since the pass before (the WAL fully copied, no writer active), a TRUNCATE empties
-//   it, so that disk use follows the live data once writes pause. Freeing a file's blocks costs
-//   time in proportion to its size (measured on ext4: ~0.85 ms per MiB), which is why it is
-//   done only then, and why the file is kept from growing past ~`restart_above_bytes`.
+// - Truncate: when the file is bigger than `truncate_above_bytes` and a pass finds the WAL fully
+//   copied with few frames written since the pass before (writes paused or slowed to a trickle),
+//   a TRUNCATE empties it, so that disk use follows the live data. Freeing a file's blocks costs
+//   time in proportion to its size (measured on ext4: ~0.85 ms per MiB), which is why it waits
+//   for such a moment, and why the file is kept from growing past ~`restart_above_bytes`.
 // The Store's own connection never trims the file (journal_size_limit stays off): that trim
 // would run inside one of the loop's commits.
 //
@@ -87,7 +87,7 @@ class WalCheckpointer {
   std::mutex* const gate_;
   const WalCheckpointerOptions options_;
   const int64_t frame_bytes_;   // page size + frame header
-  int64_t last_frames_ = -1;    // the previous pass's WalState::frames (thread_ only)
+  int64_t last_frames_ = 0;     // the previous pass's WalState::frames (thread_ only)
   mutable std::mutex mu_;       // guards stop_ and the counters
   std::condition_variable cv_;
   bool stop_ = false;

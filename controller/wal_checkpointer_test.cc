@@ -79,6 +79,31 @@ TEST(WalCheckpointerTest, AnIdleWalPastTheSizeLimitIsTruncated) {
   EXPECT_EQ(*writer->QueryInt("SELECT COUNT(*) FROM t"), 50);
 }
 
+// Writes that slow to a trickle (one small row every 2 ms, so no pass ever finds the WAL
+// unchanged) do not keep a big WAL file from being truncated.
+TEST(WalCheckpointerTest, AWalPastTheSizeLimitIsTruncatedUnderATrickleOfWrites) {
+  const std::string path = testing::TempDir() + "/wal_trickle.db";
+  std::unique_ptr<SqliteDb> writer;
+  ASSERT_NO_FATAL_FAILURE(FillWal(path, &writer));  // ~400 KiB of WAL
+  std::mutex gate;
+  writer->set_write_gate(&gate);
+  WalCheckpointerOptions options = Every(std::chrono::milliseconds(10));
+  options.truncate_above_bytes = 200 * 1024;
+  auto ckpt = WalCheckpointer::Start(path, &gate, options);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  int rows = 0;
+  for (; rows < 1000 && (*ckpt)->truncations() == 0; ++rows) {
+    absl::StatusOr<Transaction> txn = writer->Begin();
+    ASSERT_TRUE(txn.ok()) << txn.status();
+    ASSERT_TRUE(writer->Exec("INSERT INTO t VALUES (x'01')").ok());
+    ASSERT_TRUE(txn->Commit().ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_GE((*ckpt)->truncations(), 1);
+  EXPECT_LT(std::filesystem::file_size(path + "-wal"), 200u * 1024);
+  EXPECT_EQ(*writer->QueryInt("SELECT COUNT(*) FROM t"), 50 + rows);
+}
+
 // A writer that never pauses (so no pass ever finds the WAL fully copied by itself) writes 16
 // MiB; the checkpointer copies the last frames with the writer held at the gate, the writer
 // starts the WAL over, and the file stays near restart_above_bytes instead of growing to 16 MiB.
