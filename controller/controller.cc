@@ -61,6 +61,9 @@ Controller::Controller(Store& store, const Clock& clock, MetricsExposition& metr
           {"dhp_store_quarantine_rows",
            "Rows held in the store's quarantine table, by the table they came from.",
            {"table"}},
+          {"dhp_store_file_bytes",
+           "Size of the store's files: the SQLite database (db) and its write-ahead log (wal).",
+           {"file"}},
           {"dhp_rendezvous_waits",
            "Rendezvous waits (KvGet, KvWait) in flight; past 262,144 they are refused.",
            {}},
@@ -123,11 +126,13 @@ Controller::Controller(Store& store, const Clock& clock, MetricsExposition& metr
   if (!options_.log_root.empty()) logs_ = std::make_unique<LogStore>(options_.log_root);
   metrics_.AddCollector([this] { CollectGauges(); });
   AddLoopLedgerMetrics();
+  AddStoreMetrics();
 }
 
 Controller::~Controller() {
   Stop();
   store_.set_quarantine_listener(nullptr);  // the store outlives this controller
+  store_.set_wal_hold_observer(nullptr);
 }
 
 void Controller::Start() {

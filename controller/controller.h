@@ -184,6 +184,8 @@ class Controller : public api::DhpService {
   void ScheduleLagProbe(std::chrono::steady_clock::time_point due);
   // Registers lag_cause_seconds_ and loop_busy_seconds_, a series for each cause and work.
   void AddLoopLedgerMetrics();
+  // Registers dhp_store_wal_hold_seconds and reports the store's WAL holds to it.
+  void AddStoreMetrics();
   // Deletes what retention_s has expired, up to a batch at a time, then runs again after
   // retention_sweep_ms (at once while batches are full). Loop thread.
   void ScheduleRetentionSweep(int delay_ms);

@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/proto_enum.h"
@@ -66,7 +67,10 @@ void Controller::CollectGauges() {
     stored = ReadStoredJobs(*reader, job_ids);
   }
 
-  GaugeRows jobs, nodes, quarantined;
+  GaugeRows jobs, nodes, quarantined, files;
+  for (const auto& [file, bytes] : store_.FileBytes()) {
+    files.push_back({{file}, static_cast<double>(bytes)});
+  }
   for (const auto& [table, n] : counts.quarantined) {
     quarantined.push_back({{table}, static_cast<double>(n)});
   }
@@ -83,8 +87,22 @@ void Controller::CollectGauges() {
   cluster_gauges_.Set({{"dhp_jobs", std::move(jobs)},
                        {"dhp_nodes", std::move(nodes)},
                        {"dhp_store_quarantine_rows", std::move(quarantined)},
+                       {"dhp_store_file_bytes", std::move(files)},
                        {"dhp_rendezvous_waits", {{{}, static_cast<double>(kv_.Waiting())}}}});
   run_metrics_.Set(builder.Finish(slots));
+}
+
+void Controller::AddStoreMetrics() {
+  auto& holds = metrics_.AddHistogram(
+      "dhp_store_wal_hold_seconds",
+      "How long the WAL checkpointer held the store's writers (and so the controller's loop, if "
+      "it had something to write): restart, the last copy before the WAL starts over (past 64 "
+      "MiB of it); truncate, emptying the WAL file once writes slow down.");
+  prometheus::Histogram* restart = &holds.Add({{"kind", "restart"}}, LatencyBuckets());
+  prometheus::Histogram* truncate = &holds.Add({{"kind", "truncate"}}, LatencyBuckets());
+  store_.set_wal_hold_observer([restart, truncate](const char* kind, double seconds) {
+    (std::string_view(kind) == "restart" ? restart : truncate)->Observe(seconds);
+  });
 }
 
 absl::StatusOr<std::vector<v1::Node>> Controller::ListNodesInSlices() {

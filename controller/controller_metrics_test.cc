@@ -1,5 +1,6 @@
 // The controller's own /metrics: how long its loop is held (tick phases, loop lag), and a
 // scrape that reads the store off the loop and computes the placed runs' rows in slices.
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <string>
@@ -67,6 +68,21 @@ TEST_F(ControllerMetricsTest, WithoutAReaderTheScrapeTimesItsReadOnTheLoop) {
 
 // With one run (four nodes) per slice, a scrape of three placed jobs on five nodes visits the
 // loop three times for the runs and twice for the nodes, and the rows are those of all.
+// The store's files are sized at each scrape, and the WAL checkpointer's holds have their
+// histogram (the holds themselves: wal_checkpointer_test.cc).
+TEST_F(ControllerMetricsTest, TheStoreFilesAndTheWalHoldsAreExported) {
+  StartController();
+  const std::string text = controller_->MetricsText();
+  // The schema's ~20 pages: in the database file, or still in the WAL.
+  const double db = Sample(text, "dhp_store_file_bytes{file=\"db\"}");
+  const double wal = Sample(text, "dhp_store_file_bytes{file=\"wal\"}");
+  EXPECT_GE(db, 4096) << text;
+  EXPECT_GT(db + std::max(wal, 0.0), 20 * 4096) << text;
+  EXPECT_TRUE(HasLine(text, "# TYPE dhp_store_wal_hold_seconds histogram")) << text;
+  EXPECT_EQ(Sample(text, "dhp_store_wal_hold_seconds_count{kind=\"restart\"}"), 0) << text;
+  EXPECT_GE(Sample(text, "dhp_store_wal_hold_seconds_count{kind=\"truncate\"}"), 0) << text;
+}
+
 TEST_F(ControllerMetricsTest, NodesAndPlacedRunsAreReadASliceAtATime) {
   options_.metrics_runs_per_slice = 1;
   StartController();

@@ -1,5 +1,7 @@
 #include "controller/store.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -211,6 +213,21 @@ absl::StatusOr<std::vector<v1::Event>> AppendEvents(SqliteDb& db,
 Store::Store(std::unique_ptr<SqliteDb> db) : db_(std::move(db)) {}
 Store::~Store() {
   checkpointer_.reset();  // stop checkpointing before the main connection closes
+}
+
+std::map<std::string, int64_t> Store::FileBytes() const {
+  std::map<std::string, int64_t> sizes;
+  if (checkpointer_ == nullptr) return sizes;  // in memory, or a reader (the writer reports)
+  for (const auto& [name, suffix] : {std::pair{"db", ""}, std::pair{"wal", "-wal"}}) {
+    struct stat st;
+    const std::string file = db_->path() + suffix;
+    if (::stat(file.c_str(), &st) == 0) sizes[name] = static_cast<int64_t>(st.st_size);
+  }
+  return sizes;
+}
+
+void Store::set_wal_hold_observer(std::function<void(const char* kind, double seconds)> observer) {
+  if (checkpointer_ != nullptr) checkpointer_->set_hold_observer(std::move(observer));
 }
 
 int Store::LatestSchemaVersion() { return std::end(kMigrations)[-1].version; }

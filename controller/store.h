@@ -183,6 +183,13 @@ class Store {
 
   // Quarantine (see above). The listener is called once per row moved, on the calling thread,
   // after the move has committed; empty: none.
+  // The database's files and their sizes in bytes ("db", and "wal" while it exists); empty for
+  // an in-memory database. Thread-safe (reads the file system only).
+  std::map<std::string, int64_t> FileBytes() const;
+  // Reports each time the WAL checkpointer holds this store's writers (wal_checkpointer.h); a
+  // no-op for an in-memory database. Thread-safe; null stops the reports.
+  void set_wal_hold_observer(std::function<void(const char* kind, double seconds)> observer);
+
   void set_quarantine_listener(std::function<void(const QuarantinedRow&)> listener);
   std::vector<QuarantinedRow> ListQuarantined();       // oldest first
   std::map<std::string, int64_t> CountQuarantined();   // by table; every table, zero included

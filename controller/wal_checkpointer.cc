@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "common/logging.h"
 #include "controller/sqlite_db.h"
@@ -65,6 +66,11 @@ int WalCheckpointer::checkpoints() const {
   return checkpoints_;
 }
 
+void WalCheckpointer::set_hold_observer(HoldObserver observer) {
+  std::lock_guard<std::mutex> lock(observer_mu_);
+  observer_ = std::move(observer);
+}
+
 int WalCheckpointer::restarts() const {
   std::lock_guard<std::mutex> lock(mu_);
   return restarts_;
@@ -116,7 +122,7 @@ void WalCheckpointer::Pass() {
   last_frames_ = state->frames;
   const bool quiet = state->left == 0 && appended <= kQuietFrames;
   if (quiet && WalFileBytes() > options_.truncate_above_bytes) {  // give the space back
-    state = CheckpointWithWritersHeld("TRUNCATE", "TRUNCATE");
+    state = CheckpointWithWritersHeld("TRUNCATE", "truncate", "TRUNCATE");
     if (state.ok() && state->frames == 0) {
       last_frames_ = 0;
       std::lock_guard<std::mutex> lock(mu_);
@@ -129,7 +135,8 @@ void WalCheckpointer::Pass() {
     state = Checkpoint("PASSIVE");
   }
   if (!state.ok() || state->left > kHoldWhenLeft) return;  // the next period tries again
-  state = CheckpointWithWritersHeld("PASSIVE", "the last copy before the WAL starts over");
+  state = CheckpointWithWritersHeld("PASSIVE", "restart",
+                                    "the last copy before the WAL starts over");
   if (state.ok() && state->left == 0) {
     std::lock_guard<std::mutex> lock(mu_);
     ++restarts_;
@@ -137,16 +144,20 @@ void WalCheckpointer::Pass() {
 }
 
 absl::StatusOr<WalCheckpointer::WalState> WalCheckpointer::CheckpointWithWritersHeld(
-    const char* mode, const char* what) {
+    const char* mode, const char* kind, const char* what) {
   const Clock::time_point start = Clock::now();
   std::unique_lock<std::mutex> held;
   if (gate_ != nullptr) held = std::unique_lock<std::mutex>(*gate_);
   absl::StatusOr<WalState> state = Checkpoint(mode);
   if (held.owns_lock()) held.unlock();
-  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+  const std::chrono::duration<double> took = Clock::now() - start;
   if (took > kSlowHold) {
-    DHP_LOG(WARNING) << "WAL checkpoint (" << what << ") held writers for " << took.count()
-                     << " ms";
+    DHP_LOG(WARNING) << "WAL checkpoint (" << what << ") held writers for "
+                     << static_cast<int>(took.count() * 1000) << " ms";
+  }
+  {
+    std::lock_guard<std::mutex> lock(observer_mu_);
+    if (observer_) observer_(kind, took.count());
   }
   if (!state.ok()) DHP_LOG(WARNING) << "WAL checkpoint (" << what << ") failed: " << state.status();
   return state;

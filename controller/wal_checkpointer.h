@@ -36,6 +36,7 @@
 #include <chrono>
 #include <cstdint>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -61,6 +62,12 @@ class WalCheckpointer {
       const std::string& path, std::mutex* gate, WalCheckpointerOptions options = {});
   ~WalCheckpointer();
 
+  // Called after each hold of the writers with its kind ("restart" or "truncate") and length,
+  // on the checkpointer's thread. Thread-safe; once set_hold_observer returns, the previous
+  // observer is not running and will not be called again.
+  using HoldObserver = std::function<void(const char* kind, double seconds)>;
+  void set_hold_observer(HoldObserver observer);
+
   // For tests and logs:
   int checkpoints() const;  // completed periods
   int restarts() const;     // passes with writers held that left the WAL fully copied
@@ -78,8 +85,10 @@ class WalCheckpointer {
   void Run();
   void Pass();  // one period's work
   absl::StatusOr<WalState> Checkpoint(const char* mode);
-  // Checkpoint(mode) holding the write gate; logs a long hold or a failure, naming `what`.
-  absl::StatusOr<WalState> CheckpointWithWritersHeld(const char* mode, const char* what);
+  // Checkpoint(mode) holding the write gate; logs a long hold or a failure, naming `what`, and
+  // reports the hold to the observer as `kind`.
+  absl::StatusOr<WalState> CheckpointWithWritersHeld(const char* mode, const char* kind,
+                                                     const char* what);
   int64_t WalFileBytes() const;  // 0 when there is none
 
   std::unique_ptr<SqliteDb> db_;  // used only by thread_
@@ -94,6 +103,8 @@ class WalCheckpointer {
   int checkpoints_ = 0;
   int restarts_ = 0;
   int truncations_ = 0;
+  std::mutex observer_mu_;  // held while the observer runs
+  HoldObserver observer_;
   std::thread thread_;
 };
 

@@ -1,8 +1,11 @@
 #include "controller/wal_checkpointer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
+#include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "controller/sqlite_db.h"
@@ -91,6 +94,10 @@ TEST(WalCheckpointerTest, AWalPastTheSizeLimitIsTruncatedUnderATrickleOfWrites) 
   options.truncate_above_bytes = 200 * 1024;
   auto ckpt = WalCheckpointer::Start(path, &gate, options);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  std::atomic<int> truncate_holds{0};
+  (*ckpt)->set_hold_observer([&](const char* kind, double) {
+    if (std::string(kind) == "truncate") ++truncate_holds;
+  });
   int rows = 0;
   for (; rows < 1000 && (*ckpt)->truncations() == 0; ++rows) {
     absl::StatusOr<Transaction> txn = writer->Begin();
@@ -100,6 +107,7 @@ TEST(WalCheckpointerTest, AWalPastTheSizeLimitIsTruncatedUnderATrickleOfWrites) 
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   EXPECT_GE((*ckpt)->truncations(), 1);
+  EXPECT_GE(truncate_holds.load(), 1);
   EXPECT_LT(std::filesystem::file_size(path + "-wal"), 200u * 1024);
   EXPECT_EQ(*writer->QueryInt("SELECT COUNT(*) FROM t"), 50 + rows);
 }
@@ -118,6 +126,14 @@ TEST(WalCheckpointerTest, UnderSteadyWritesTheWalStartsOverInsteadOfGrowing) {
   options.truncate_above_bytes = int64_t{1} << 40;  // never: this is about restarts
   auto ckpt = WalCheckpointer::Start(path, &gate, options);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  std::mutex mu;
+  std::map<std::string, int> holds;  // by kind
+  double longest = 0;
+  (*ckpt)->set_hold_observer([&](const char* kind, double seconds) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++holds[kind];
+    longest = std::max(longest, seconds);
+  });
   uintmax_t largest = 0;
   constexpr int kRows = 2048;  // 8 KiB each: 16 MiB
   for (int i = 0; i < kRows; ++i) {
@@ -129,6 +145,11 @@ TEST(WalCheckpointerTest, UnderSteadyWritesTheWalStartsOverInsteadOfGrowing) {
   }
   EXPECT_GE((*ckpt)->restarts(), 1);
   EXPECT_LT(largest, 8u << 20) << "the WAL file grew with the writes";
+  (*ckpt)->set_hold_observer(nullptr);  // returns once no call is running
+  EXPECT_GE(holds["restart"], (*ckpt)->restarts());  // every hold is reported, failed ones too
+  EXPECT_EQ(holds.count("truncate"), 0u);
+  EXPECT_GT(longest, 0.0);
+  EXPECT_LT(longest, 5.0);
   EXPECT_EQ(*writer->QueryInt("SELECT COUNT(*) FROM t"), 50 + kRows);
 }
 

@@ -62,7 +62,8 @@ BASE_FAMILIES = {"dhp_jobs", "dhp_nodes", "dhp_events_total", "dhp_api_requests_
                  "dhp_store_quarantine_rows", "dhp_controller_tick_seconds",
                  "dhp_controller_loop_lag_seconds", "dhp_api_request_wait_seconds",
                  "dhp_controller_loop_lag_cause_seconds",
-                 "dhp_controller_loop_busy_seconds_total", "dhp_controller_submit_batch_jobs"}
+                 "dhp_controller_loop_busy_seconds_total", "dhp_controller_submit_batch_jobs",
+                 "dhp_store_file_bytes", "dhp_store_wal_hold_seconds"}
 # Written by Prometheus itself for every scrape target.
 SYNTHETIC = {"up"}
 
