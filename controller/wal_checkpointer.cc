@@ -27,6 +27,9 @@ constexpr int64_t kQuietFrames = 1024;
 // A hold longer than this is logged.
 constexpr std::chrono::milliseconds kSlowHold(100);
 constexpr int64_t kWalFrameHeaderBytes = 24;
+// How long a TRUNCATE waits for readers of older snapshots (e.g. a /metrics scrape on the
+// reader connection) while it holds the writers; past it, the next quiet pass tries again.
+constexpr int kBusyTimeoutMs = 50;
 
 using Clock = std::chrono::steady_clock;
 
@@ -34,7 +37,7 @@ using Clock = std::chrono::steady_clock;
 
 absl::StatusOr<std::unique_ptr<WalCheckpointer>> WalCheckpointer::Start(
     const std::string& path, std::mutex* gate, WalCheckpointerOptions options) {
-  absl::StatusOr<std::unique_ptr<SqliteDb>> db = SqliteDb::Open(path);
+  absl::StatusOr<std::unique_ptr<SqliteDb>> db = SqliteDb::Open(path, kBusyTimeoutMs);
   if (!db.ok()) return db.status();
   absl::StatusOr<int64_t> page = (*db)->QueryInt("PRAGMA page_size");
   if (!page.ok()) return page.status();

@@ -22,6 +22,9 @@
 //   a TRUNCATE empties it, so that disk use follows the live data. Freeing a file's blocks costs
 //   time in proportion to its size (measured on ext4: ~0.85 ms per MiB), which is why it waits
 //   for such a moment, and why the file is kept from growing past ~`restart_above_bytes`.
+// A TRUNCATE must also wait for readers of older snapshots (the /metrics scrape's reader
+// connection); it waits at most 50 ms, with the writers held, and otherwise gives up until the
+// next quiet pass.
 // The Store's own connection never trims the file (journal_size_limit stays off): that trim
 // would run inside one of the loop's commits.
 //

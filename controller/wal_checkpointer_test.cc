@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "controller/sqlite_db.h"
 #include "gtest/gtest.h"
@@ -110,6 +111,43 @@ TEST(WalCheckpointerTest, AWalPastTheSizeLimitIsTruncatedUnderATrickleOfWrites) 
   EXPECT_GE(truncate_holds.load(), 1);
   EXPECT_LT(std::filesystem::file_size(path + "-wal"), 200u * 1024);
   EXPECT_EQ(*writer->QueryInt("SELECT COUNT(*) FROM t"), 50 + rows);
+}
+
+// A reader of an older snapshot keeps the WAL from being emptied; the TRUNCATE then gives up
+// after a short wait (the writers are held meanwhile) instead of SQLite's usual 5 s, and the
+// next quiet pass after the reader is done truncates.
+TEST(WalCheckpointerTest, AReaderDelaysTheTruncationButHoldsTheWritersOnlyBriefly) {
+  const std::string path = testing::TempDir() + "/wal_reader.db";
+  std::unique_ptr<SqliteDb> writer;
+  ASSERT_NO_FATAL_FAILURE(FillWal(path, &writer));  // ~400 KiB of WAL
+  auto reader = SqliteDb::Open(path);
+  ASSERT_TRUE(reader.ok());
+  ASSERT_TRUE((*reader)->Exec("BEGIN").ok());
+  ASSERT_EQ(*(*reader)->QueryInt("SELECT COUNT(*) FROM t"), 50);  // its snapshot is now fixed
+  WalCheckpointerOptions options = Every(std::chrono::milliseconds(10));
+  options.truncate_above_bytes = 200 * 1024;
+  auto ckpt = WalCheckpointer::Start(path, nullptr, options);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  std::mutex mu;
+  std::vector<double> holds;
+  (*ckpt)->set_hold_observer([&](const char*, double seconds) {
+    std::lock_guard<std::mutex> lock(mu);
+    holds.push_back(seconds);
+  });
+  WaitUntil([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return holds.size() >= 2;
+  });
+  EXPECT_EQ((*ckpt)->truncations(), 0);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_GE(holds.size(), 2u);
+    for (double s : holds) EXPECT_LT(s, 1.0);
+  }
+  ASSERT_TRUE((*reader)->Exec("COMMIT").ok());
+  WaitUntil([&] { return (*ckpt)->truncations() >= 1; });
+  EXPECT_GE((*ckpt)->truncations(), 1);
+  EXPECT_EQ(std::filesystem::file_size(path + "-wal"), 0u);
 }
 
 // A writer that never pauses (so no pass ever finds the WAL fully copied by itself) writes 16
