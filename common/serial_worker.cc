@@ -11,15 +11,20 @@ SerialWorker::SerialWorker(std::string name) : name_(std::move(name)), thread_([
 SerialWorker::~SerialWorker() { Stop(); }
 
 void SerialWorker::Post(std::function<void()> task) {
+  bool queued = false;
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stopping_) {
+      // A worker that is running, or has tasks queued, looks at the queue again before it
+      // waits: only an idle one needs waking (a futex call on the poster's thread each time).
+      wake = queue_.empty() && !running_;
       queue_.push_back(std::move(task));
-      cv_.notify_one();
-      return;
+      queued = true;
     }
   }
-  task();
+  if (!queued) return task();
+  if (wake) cv_.notify_one();  // outside the lock: the woken worker does not block on it
 }
 
 size_t SerialWorker::Pending() const {
