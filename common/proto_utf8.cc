@@ -65,7 +65,8 @@ Found Under(std::string head, Found found) {
   return found;
 }
 
-std::optional<Found> Visit(const Message& msg, const Check& check);
+std::optional<Found> Visit(const Message& msg, const Check& check,
+                           const FieldDescriptor* skip = nullptr);
 
 std::optional<Found> VisitValue(const Message& msg, const FieldDescriptor* f, int index,
                                 const Check& check) {
@@ -98,11 +99,12 @@ std::optional<Found> VisitMap(const Message& msg, const FieldDescriptor* f, cons
   return std::nullopt;
 }
 
-std::optional<Found> Visit(const Message& msg, const Check& check) {
+std::optional<Found> Visit(const Message& msg, const Check& check, const FieldDescriptor* skip) {
   const Reflection* r = msg.GetReflection();
   std::vector<const FieldDescriptor*> fields;
   r->ListFields(msg, &fields);
   for (const FieldDescriptor* f : fields) {
+    if (f == skip) continue;
     if (f->is_map()) {
       if (std::optional<Found> found = VisitMap(msg, f, check)) {
         return Under(f->name(), *std::move(found));
@@ -157,10 +159,12 @@ std::string InvalidUtf8InEncoding(std::string_view wire,
   return VisitWire(wire, type, "", 0);
 }
 
-std::string InvalidUtf8Field(const Message& msg) {
+std::string InvalidUtf8Field(const Message& msg) { return InvalidUtf8Field(msg, nullptr); }
+
+std::string InvalidUtf8Field(const Message& msg, const FieldDescriptor* skip) {
   const std::optional<Found> found = Visit(msg, [](std::string_view text) {
     return Utf8Error(text);
-  });
+  }, skip);
   if (!found) return "";
   return found->path + (found->in_key ? " (the key): " : ": ") + found->problem;
 }

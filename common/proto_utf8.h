@@ -24,6 +24,9 @@ namespace dhp {
 //   spec.labels.owner: not valid UTF-8: byte 0xFF at line 1, column 2 (offset 1)
 // Bytes fields are not text and are not checked.
 std::string InvalidUtf8Field(const google::protobuf::Message& msg);
+// The same, leaving out `skip`, a field of `msg` itself that the caller checked already.
+std::string InvalidUtf8Field(const google::protobuf::Message& msg,
+                             const google::protobuf::FieldDescriptor* skip);
 
 // The same check on a message still in protobuf's binary encoding (`wire`, of type `type`), for
 // bytes that ParseFromString refused: "" when no string field holds ill-formed UTF-8 (or the

@@ -55,6 +55,14 @@ TEST(ProtoUtf8Test, NamesTheFieldWithIllFormedText) {
   EXPECT_EQ(InvalidUtf8Field(job),
             "spec.labels.owner: not valid UTF-8: byte 0xFF at line 1, column 3 (offset 2)");
 
+  // Leaving out a field the caller checked already: the spec's bad label is skipped, the
+  // job's own fields are not.
+  const auto* spec = v1::Job::descriptor()->FindFieldByName("spec");
+  EXPECT_EQ(InvalidUtf8Field(job, spec), "");
+  job.set_owner("\xc0");
+  EXPECT_EQ(InvalidUtf8Field(job, spec),
+            "owner: not valid UTF-8: byte 0xC0 at line 1, column 1 (offset 0)");
+
   v1::Job key;
   (*key.mutable_spec()->mutable_labels())["o\xffk"] = "v";
   EXPECT_EQ(InvalidUtf8Field(key),

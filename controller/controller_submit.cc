@@ -74,7 +74,9 @@ std::vector<absl::Status> Controller::SubmitBatch(std::vector<PendingSubmit>& ba
   std::vector<Submission> subs(batch.size());
   for (size_t i = 0; i < batch.size(); ++i) {
     const PendingSubmit& p = batch[i];
-    subs[i] = Submission{&p.spec, p.dry_run, p.owner, p.resp, supervisor_.CheckAdmission(p.spec)};
+    // Every PendingSubmit's spec came from ValidateSubmission.
+    subs[i] = Submission{&p.spec, p.dry_run, p.owner, p.resp, supervisor_.CheckAdmission(p.spec),
+                         /*spec_checked=*/true};
   }
   std::vector<v1::Event> events;
   jobs_.SubmitAll(subs, &events);

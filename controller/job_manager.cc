@@ -12,6 +12,7 @@
 #include "common/job_layout.h"
 #include "common/layout.h"
 #include "common/proto_enum.h"
+#include "common/proto_utf8.h"
 #include "controller/job_events.h"
 #include "controller/job_state_machine.h"
 #include "controller/time_util.h"
@@ -83,6 +84,20 @@ v1::Event JobManager::MakeEvent(const v1::Job& job, const std::string& type,
   return JobEvent(job, clock_.NowMicros(), type, from, to, reason);
 }
 
+namespace {
+
+// `spec` when every string in it is well-formed UTF-8, as the store requires: checked here,
+// on the caller's thread, so that the loop's write need not (JobWrite::spec_checked).
+absl::StatusOr<v1::JobSpec> CheckedUtf8(absl::StatusOr<v1::JobSpec> spec) {
+  if (!spec.ok()) return spec;
+  if (std::string bad = InvalidUtf8Field(*spec); !bad.empty()) {
+    return absl::InvalidArgumentError("spec." + bad);
+  }
+  return spec;
+}
+
+}  // namespace
+
 absl::StatusOr<v1::JobSpec> JobManager::ValidateSubmission(
     const v1::SubmitJobRequest& req) const {
   if (req.owner().size() > 256) {
@@ -93,14 +108,14 @@ absl::StatusOr<v1::JobSpec> JobManager::ValidateSubmission(
     if (req.has_spec()) {
       return absl::InvalidArgumentError("set either spec or spec_text, not both");
     }
-    return ParseJobSpec(req.spec_text(), spec_options_);
+    return CheckedUtf8(ParseJobSpec(req.spec_text(), spec_options_));
   }
   if (!req.has_spec()) {
     return absl::InvalidArgumentError("spec: missing; send the job spec as spec or spec_text");
   }
   v1::JobSpec spec = req.spec();
   if (absl::Status s = NormalizeAndValidateSpec(&spec, spec_options_); !s.ok()) return s;
-  return spec;
+  return CheckedUtf8(std::move(spec));
 }
 
 absl::Status JobManager::Submit(const v1::SubmitJobRequest& req, v1::SubmitJobResponse* resp,
@@ -165,6 +180,7 @@ void JobManager::SubmitAll(std::vector<Submission>& batch, std::vector<v1::Event
     }
     job.set_id(NewId("j"));
     writes.push_back(FirstWrite(job, now));
+    writes.back().spec_checked = sub.spec_checked;
     stored.push_back(&sub);
   }
   if (writes.empty()) return;

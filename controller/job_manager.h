@@ -31,6 +31,8 @@ struct Submission {
   std::string owner;
   v1::SubmitJobResponse* resp = nullptr;  // the job as stored (dry run: as it would be)
   absl::Status status;  // not OK on entry: refused already (admission), skipped
+  // `spec` came from ValidateSubmission, which checked its UTF-8: the store does not again.
+  bool spec_checked = false;
 };
 
 class JobManager {

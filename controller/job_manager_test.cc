@@ -63,6 +63,22 @@ TEST_F(JobManagerTest, SubmitFromYamlStoresQueuedJobWithPendingRunAndOneEvent) {
   EXPECT_TRUE(MessageDifferencer::Equals(stored[0], events[0]));
 }
 
+// Text that is not UTF-8 is refused before the loop, naming the field, however the spec came:
+// so the store need not check the spec again (Submission::spec_checked).
+TEST_F(JobManagerTest, ValidateSubmissionRefusesASpecThatIsNotUtf8) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(SpecYaml("demo"), SpecOptions{kRoot});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = *spec;
+  (*req.mutable_spec()->mutable_labels())["team"] = "v\xffision";
+  absl::StatusOr<v1::JobSpec> refused = jobs_->ValidateSubmission(req);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.status().message(),
+            "spec.labels.team: not valid UTF-8: byte 0xFF at line 1, column 2 (offset 1)");
+  (*req.mutable_spec()->mutable_labels())["team"] = "vision";
+  EXPECT_TRUE(jobs_->ValidateSubmission(req).ok());
+}
+
 // A batch is one transaction; when it cannot be stored, each job is tried on its own, so that
 // the one at fault (here a label the store refuses: ValidateSubmission would have refused it)
 // fails alone with the store's reason and the others are stored, in order.

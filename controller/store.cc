@@ -165,8 +165,9 @@ void DieIfError(const absl::Status& status, const char* what) {
 
 // INVALID_ARGUMENT naming the field when `msg` holds a string that is not UTF-8: protobuf would
 // write it, and then refuse to parse the row again.
-absl::Status CheckStorable(const google::protobuf::Message& msg, const std::string& what) {
-  const std::string bad = InvalidUtf8Field(msg);
+absl::Status CheckStorable(const google::protobuf::Message& msg, const std::string& what,
+                           const google::protobuf::FieldDescriptor* skip) {
+  const std::string bad = InvalidUtf8Field(msg, skip);
   if (bad.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       "refusing to store ", EscapeInvalidUtf8(what), ": ", bad,
@@ -362,7 +363,10 @@ absl::StatusOr<std::vector<v1::Event>> Store::WriteJob(const JobWrite& write) {
   if (job.id().empty()) {
     return absl::InvalidArgumentError("JobWrite.job.id is empty; every job needs an id");
   }
-  DHP_RETURN_IF_ERROR(CheckStorable(job, absl::StrCat("job ", job.id())));
+  static const google::protobuf::FieldDescriptor* const kSpec =
+      v1::Job::descriptor()->FindFieldByName("spec");
+  DHP_RETURN_IF_ERROR(
+      CheckStorable(job, absl::StrCat("job ", job.id()), write.spec_checked ? kSpec : nullptr));
   for (const v1::Run& run : write.runs) {
     if (!run.job_id().empty() && run.job_id() != job.id()) {
       return absl::InvalidArgumentError(

@@ -68,6 +68,9 @@ struct JobWrite {
   // they are (one DELETE and an INSERT per label saved, about half of a progress save's cost
   // with 4 labels). Ignored on create. Set only where the labels are known to be unchanged.
   bool labels_unchanged = false;
+  // job.spec was checked for ill-formed UTF-8 already (JobManager::ValidateSubmission, off the
+  // loop): the write checks the rest of the job only. Set only where that is so.
+  bool spec_checked = false;
 };
 
 struct JobQuery {

@@ -115,7 +115,9 @@ T OrDie(absl::StatusOr<T> value, const char* what) {
 
 // INVALID_ARGUMENT naming the field when `msg` holds a string that is not UTF-8 (protobuf would
 // write it, and then refuse to parse the row again); `what` names the row.
-absl::Status CheckStorable(const google::protobuf::Message& msg, const std::string& what);
+// `skip`: a field of `msg` itself that was checked already (JobWrite::spec_checked).
+absl::Status CheckStorable(const google::protobuf::Message& msg, const std::string& what,
+                           const google::protobuf::FieldDescriptor* skip = nullptr);
 
 }  // namespace dhp::controller::store_internal
 

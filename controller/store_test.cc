@@ -221,6 +221,17 @@ TEST_F(StoreTest, InvalidWritesAreRefused) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("other"));
   EXPECT_EQ(store->GetJob("j1").status().code(), absl::StatusCode::kNotFound);
 
+  // A spec checked already is not checked again; the rest of the job still is.
+  JobWrite checked;
+  checked.job = MakeJob("j2", v1::JOB_STATE_QUEUED);
+  checked.job.set_owner("ann\xc0");
+  checked.create = true;
+  checked.spec_checked = true;
+  status = store->Commit(checked).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("owner: not valid UTF-8"));
+  EXPECT_EQ(store->GetJob("j2").status().code(), absl::StatusCode::kNotFound);
+
   JobQuery negative;
   negative.limit = -1;
   EXPECT_EQ(store->ListJobs(negative).status().code(), absl::StatusCode::kInvalidArgument);
