@@ -69,7 +69,8 @@ struct JobWrite {
   // with 4 labels). Ignored on create. Set only where the labels are known to be unchanged.
   bool labels_unchanged = false;
   // job.spec was checked for ill-formed UTF-8 already (JobManager::ValidateSubmission, off the
-  // loop): the write checks the rest of the job only. Set only where that is so.
+  // loop), or was read from the store and left as it was (a stored row that parsed holds only
+  // UTF-8): the write checks the rest of the job only. Set only where that is so.
   bool spec_checked = false;
 };
 

@@ -208,6 +208,7 @@ void Supervisor::NoteWaiting(const std::string& job_id, const std::string& why,
   job->set_message(why);
   write.job = *std::move(job);
   write.labels_unchanged = true;  // the message alone changes
+  write.spec_checked = true;      // as stored: it parsed, so its text is UTF-8
 }
 
 }  // namespace dhp::controller
