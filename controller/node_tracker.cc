@@ -100,7 +100,7 @@ void NodeTracker::EnsureLoaded() {
     if (absl::Status bad = CheckResourceLimits(node.id(), node.resources()); !bad.ok()) {
       RefuseStoredResources(node, bad);
     }
-    Tracked& t = nodes_[node.id()];
+    Tracked& t = FindOrAdd(node.id());
     t.last_beat = t.persisted = TimestampToMicros(node.last_heartbeat_time());
     t.node = std::move(node);
   }
@@ -173,14 +173,14 @@ absl::Status NodeTracker::Register(const v1::RegisterNodeRequest& req,
   if (absl::Status s = CheckResources(node.id(), node.resources()); !s.ok()) return s;
   const int64_t now = clock_.NowMicros();
   std::string reason = "registered";
-  auto existing = nodes_.find(node.id());
+  Tracked* const existing = Find(node.id());
   node.clear_cordoned();  // the operator's, never the agent's
   node.clear_cordon_reason();
   node.clear_cordon_time();
   node.clear_stopping();  // a registering agent is a new process: it is not stopping
   node.clear_stopping_time();
-  if (existing != nodes_.end()) {
-    const v1::Node& before = existing->second.node;
+  if (existing != nullptr) {
+    const v1::Node& before = existing->node;
     *node.mutable_register_time() = before.register_time();
     node.set_state(before.state());
     node.set_cordoned(before.cordoned());
@@ -193,12 +193,12 @@ absl::Status NodeTracker::Register(const v1::RegisterNodeRequest& req,
     node.set_state(v1::NODE_STATE_UNSPECIFIED);
   }
   if (node.state() == v1::NODE_STATE_READY) node.set_state(v1::NODE_STATE_UNSPECIFIED);
-  Tracked t = existing != nodes_.end() ? existing->second : Tracked{};
+  Tracked t = existing != nullptr ? *existing : Tracked{};
   t.node = node;
   t.last_beat = now;
   t.heard = true;
   if (absl::Status s = SetState(t, v1::NODE_STATE_READY, reason, events); !s.ok()) return s;
-  nodes_[node.id()] = std::move(t);  // only once stored: a refused write leaves no trace
+  FindOrAdd(node.id()) = std::move(t);  // only once stored: a refused write leaves no trace
   resp->set_node_id(node.id());
   resp->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
   return absl::OkStatus();
@@ -212,11 +212,11 @@ absl::Status NodeTracker::Heartbeat(const v1::HeartbeatRequest& req,
   if (req.node_id().size() > 253) {  // no registered id is: not quoted back (a batch's answer)
     return absl::InvalidArgumentError("node_id: longer than 253 characters");
   }
-  auto it = nodes_.find(req.node_id());
-  if (it == nodes_.end()) {
+  Tracked* const found = Find(req.node_id());
+  if (found == nullptr) {
     return absl::NotFoundError("node " + req.node_id() + " is not registered; register first");
   }
-  Tracked& t = it->second;
+  Tracked& t = *found;
   const int64_t now = clock_.NowMicros();
   t.last_beat = now;
   t.heard = true;
@@ -262,9 +262,9 @@ absl::StatusOr<v1::Node> NodeTracker::SetCordon(const std::string& node_id, bool
   if (const std::string bad = Utf8Error(reason); !bad.empty()) {
     return absl::InvalidArgumentError("reason: " + bad);
   }
-  auto it = nodes_.find(node_id);
-  if (it == nodes_.end()) return absl::NotFoundError("node " + node_id + " not found");
-  Tracked& t = it->second;
+  Tracked* const found = Find(node_id);
+  if (found == nullptr) return absl::NotFoundError("node " + node_id + " not found");
+  Tracked& t = *found;
   if (t.node.cordoned() == cordoned && (!cordoned || t.node.cordon_reason() == reason)) {
     return Get(node_id);
   }
@@ -309,10 +309,10 @@ std::vector<v1::Node> NodeTracker::List(const std::string& after_id, size_t limi
 absl::StatusOr<v1::Node> NodeTracker::Get(const std::string& node_id) {
   DHP_CHECK_ON_THREAD(loop_);
   EnsureLoaded();
-  auto it = nodes_.find(node_id);
-  if (it == nodes_.end()) return absl::NotFoundError("node " + node_id + " not found");
-  v1::Node node = it->second.node;
-  *node.mutable_last_heartbeat_time() = MicrosToTimestamp(it->second.last_beat);
+  const Tracked* const t = Find(node_id);
+  if (t == nullptr) return absl::NotFoundError("node " + node_id + " not found");
+  v1::Node node = t->node;
+  *node.mutable_last_heartbeat_time() = MicrosToTimestamp(t->last_beat);
   return node;
 }
 
@@ -329,7 +329,7 @@ absl::Status NodeTracker::FlushDue(bool all) {
     }
   } else {
     while (!due_.empty() && static_cast<int>(batch.size()) < options_.beat_save_batch) {
-      if (auto it = nodes_.find(due_.front()); it != nodes_.end()) add(it->second);
+      if (Tracked* t = Find(due_.front()); t != nullptr) add(*t);
       due_.pop_front();
     }
   }
@@ -337,9 +337,20 @@ absl::Status NodeTracker::FlushDue(bool all) {
   absl::Status s = store_.PutNodes(batch);
   if (!s.ok()) return s;
   for (const v1::Node& n : batch) {
-    *nodes_[n.id()].node.mutable_last_heartbeat_time() = n.last_heartbeat_time();
+    *FindOrAdd(n.id()).node.mutable_last_heartbeat_time() = n.last_heartbeat_time();
   }
   return absl::OkStatus();
+}
+
+NodeTracker::Tracked* NodeTracker::Find(std::string_view id) {
+  auto it = by_hash_.find(id);
+  return it != by_hash_.end() ? it->second : nullptr;
+}
+
+NodeTracker::Tracked& NodeTracker::FindOrAdd(const std::string& id) {
+  auto [it, added] = nodes_.try_emplace(id);
+  if (added) by_hash_.emplace(it->first, &it->second);  // a map's keys and values never move
+  return it->second;
 }
 
 absl::Status NodeTracker::Flush() {

@@ -22,6 +22,8 @@
 #include <deque>
 #include <map>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -103,13 +105,18 @@ class NodeTracker {
   absl::Status Persist(Tracked& t, v1::Node node, const std::vector<v1::Event>& new_events,
                        std::vector<v1::Event>* events);
   absl::Status FlushDue(bool all);
+  // The node `id`, or null: by hash, not the map's ~14 string comparisons at 10,000 nodes.
+  Tracked* Find(std::string_view id);
+  // The node `id`, added (empty) if new.
+  Tracked& FindOrAdd(const std::string& id);
 
   Store& store_;
   const Clock& clock_;
   const NodeTrackerOptions options_;
   const int64_t started_micros_;
   bool loaded_ = false;
-  std::map<std::string, Tracked> nodes_;  // by id
+  std::map<std::string, Tracked> nodes_;  // by id, in order: List pages, the loss check's order
+  std::unordered_map<std::string_view, Tracked*> by_hash_;  // nodes_ by id (its keys, its values)
   std::deque<std::string> due_;            // nodes whose heartbeat time is to be written
 };
 

@@ -31,6 +31,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
@@ -291,8 +292,10 @@ class Supervisor {
   std::map<std::string, Queued> queue_;  // QUEUED jobs by allocation key (RunId::Key())
   std::map<RunId, ActiveRun> runs_;
   // node id -> run -> world ranks placed there, for every run in runs_ (draining included):
-  // a heartbeat, a lost node, touch only their own node's runs.
-  std::map<std::string, std::map<RunId, std::vector<int>>> by_node_;
+  // a heartbeat, a lost node, touch only their own node's runs. Hashed: a heartbeat finds its
+  // node without the ~14 string comparisons of an ordered map at 10,000 nodes; nothing
+  // iterates it.
+  std::unordered_map<std::string, std::map<RunId, std::vector<int>>> by_node_;
   std::set<RunId> drained_;  // draining runs whose nodes have all confirmed; to sweep
   // (when due, run) for the runs whose progress_unsaved turned true: SaveProgress takes the
   // due ones from the front instead of visiting every run. An entry whose run was saved or

@@ -87,6 +87,30 @@ TEST_F(SupervisorTest, AJobRunsToSuccessWithItsCheckpoint) {
   EXPECT_TRUE(Beat("n1").empty());
 }
 
+TEST_F(SupervisorTest, AReportMixingRunsAppliesOnlyTheRanksPlacedOnTheReportingNode) {
+  AddNode("n1", 2);
+  AddNode("n2", 2);
+  const v1::Job a = Submit("a");
+  const v1::Job b = Submit("b");
+  Schedule();
+  ASSERT_EQ(Run(a.id(), 1).placement(0).node_id(), "n1");
+  ASSERT_EQ(Run(b.id(), 1).placement(0).node_id(), "n2");
+  v1::Job unknown = a;
+  unknown.set_id("j-not-a-job");
+  // Interleaved, with ranks of b (placed on n2) and of no run at all: only a's count.
+  Beat("n1", {Status(b, 1, 0, true), Status(a, 1, 1, true), Status(unknown, 1, 0, true),
+              Status(b, 1, 1, true), Status(a, 1, 0, true)});
+  EXPECT_EQ(Stored(a.id()).state(), v1::JOB_STATE_STARTING);
+  EXPECT_EQ(Stored(b.id()).state(), v1::JOB_STATE_SCHEDULED);
+  Beat("n2", {Status(b, 1, 1, true)});
+  EXPECT_EQ(Stored(b.id()).state(), v1::JOB_STATE_SCHEDULED);  // rank 0 not launched yet
+  Beat("n2", {Status(b, 1, 1, true), Status(b, 1, 0, true)});
+  EXPECT_EQ(Stored(b.id()).state(), v1::JOB_STATE_STARTING);
+  // a's agent still reports both ranks: a stays as it was (no rank counted as lost).
+  Beat("n1", {Status(a, 1, 0, true), Status(a, 1, 1, true)});
+  EXPECT_EQ(Stored(a.id()).state(), v1::JOB_STATE_STARTING);
+}
+
 TEST_F(SupervisorTest, ARankThatFailsRestartsTheJobFromItsCheckpoint) {
   AddNode("n1", 2);
   const v1::Job job = Submit("restart", /*max_restarts=*/1);
