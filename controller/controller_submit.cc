@@ -72,16 +72,20 @@ void Controller::FlushSubmits() {
 
 std::vector<absl::Status> Controller::SubmitBatch(std::vector<PendingSubmit>& batch) {
   std::vector<Submission> subs(batch.size());
+  std::vector<Supervisor::Admitted> admitted(batch.size());  // each demand, computed once
   for (size_t i = 0; i < batch.size(); ++i) {
     const PendingSubmit& p = batch[i];
     // Every PendingSubmit's spec came from ValidateSubmission.
-    subs[i] = Submission{&p.spec, p.dry_run, p.owner, p.resp, supervisor_.CheckAdmission(p.spec),
-                         /*spec_checked=*/true};
+    subs[i] = Submission{&p.spec, p.dry_run, p.owner, p.resp,
+                         supervisor_.CheckAdmission(p.spec, &admitted[i]), /*spec_checked=*/true};
   }
   std::vector<v1::Event> events;
   jobs_.SubmitAll(subs, &events);
-  for (const Submission& sub : subs) {
-    if (sub.status.ok() && !sub.dry_run) supervisor_.OnJobQueued(sub.resp->job());
+  for (size_t i = 0; i < subs.size(); ++i) {
+    const Submission& sub = subs[i];
+    if (sub.status.ok() && !sub.dry_run) {
+      supervisor_.OnJobQueued(sub.resp->job(), std::move(admitted[i]));
+    }
   }
   Settle(events);
   std::vector<absl::Status> answers;

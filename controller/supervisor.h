@@ -127,11 +127,22 @@ class Supervisor {
   // Rebuilds the queue, allocations and active runs from the store. Call once, before serving.
   absl::Status Recover();
 
-  // FAILED_PRECONDITION with the reason when the job could never fit the registered cluster.
-  absl::Status CheckAdmission(const v1::JobSpec& spec) const;
+  // A spec's demand as CheckAdmission computed it, for OnJobQueued to take instead of computing
+  // it again: it depends on the spec alone, but for the job id and submit order, given then.
+  class Admitted {
+    friend class Supervisor;
+    JobDemand demand;
+    std::vector<v1::JobSpec> layouts;
+  };
 
-  // After the job (re)entered QUEUED: submit, resume.
+  // FAILED_PRECONDITION with the reason when the job could never fit the registered cluster.
+  // `admitted`, if given: the demand, for OnJobQueued.
+  absl::Status CheckAdmission(const v1::JobSpec& spec, Admitted* admitted = nullptr) const;
+
+  // After the job (re)entered QUEUED: submit, resume. `admitted`: from CheckAdmission of the
+  // job's spec, as stored.
   void OnJobQueued(const v1::Job& job);
+  void OnJobQueued(const v1::Job& job, Admitted admitted);
   // `job` as OnJobQueued got it: while it is still queued, the message it has in the store now
   // (the scheduling pass's note of why it waits, else its own); nullopt once the job left the
   // queue (placed, cancelled), when the store has more that changed.
@@ -204,6 +215,11 @@ class Supervisor {
   const Scheduler& scheduler() const { return scheduler_; }
   const std::map<RunId, ActiveRun>& runs() const { return runs_; }
   size_t queue_size() const { return queue_.size(); }
+  // The demand run `id` is queued with; null when it is not queued (for tests).
+  const JobDemand* queued_demand(const RunId& id) const {
+    auto it = queue_.find(id.Key());
+    return it != queue_.end() ? &it->second.demand : nullptr;
+  }
   // Placed ranks that heartbeats have looked at, in all; a heartbeat looks only at the ranks
   // placed on its own node (for tests).
   int64_t ranks_visited() const { return ranks_visited_; }

@@ -27,6 +27,36 @@ class SupervisorElasticTest : public SupervisorTest {
   }
 };
 
+// The demand admission computed, taken at submit, equals the one computed from the stored job
+// (as a requeue does), alternatives included.
+TEST_F(SupervisorElasticTest, TheAdmittedDemandEqualsTheOneComputedFromTheStoredJob) {
+  AddNode("n1", 2);
+  const v1::Job job = SubmitText(ElasticSpec("elastic"));
+  const RunId id{job.id(), 1};
+  ASSERT_NE(sup_->queued_demand(id), nullptr);
+  const JobDemand admitted = *sup_->queued_demand(id);
+  sup_->OnJobQueued(Stored(job.id()));  // computed again, replacing it
+  const JobDemand computed = *sup_->queued_demand(id);
+  ASSERT_EQ(admitted.alternatives.size(), 1u);  // dp 2, then dp 1
+  ASSERT_EQ(computed.alternatives.size(), 1u);
+  const auto same = [](const JobDemand& a, const JobDemand& b) {
+    EXPECT_EQ(a.job_id, b.job_id);
+    EXPECT_EQ(a.priority, b.priority);
+    EXPECT_EQ(a.submit_seq, b.submit_seq);
+    EXPECT_EQ(a.world_size, b.world_size);
+    EXPECT_EQ(a.same_node_groups, b.same_node_groups);
+    EXPECT_EQ(a.memory_bytes_per_rank, b.memory_bytes_per_rank);
+    EXPECT_EQ(a.cpu_memory_bytes_per_rank, b.cpu_memory_bytes_per_rank);
+  };
+  same(admitted, computed);
+  same(admitted.alternatives[0], computed.alternatives[0]);
+  EXPECT_EQ(admitted.job_id, id.Key());
+  EXPECT_EQ(admitted.submit_seq, job.submit_seq());
+  EXPECT_EQ(admitted.alternatives[0].job_id, id.Key());
+  EXPECT_EQ(admitted.world_size, 4);
+  EXPECT_EQ(admitted.alternatives[0].world_size, 2);
+}
+
 TEST_F(SupervisorElasticTest, AnAttemptRunsOnTheLargestLayoutThatFitsAndGrowsBackLater) {
   AddNode("n1", 2);  // room for dp 1 only; dp 2 needs 4 slots
   const v1::Job job = SubmitText(ElasticSpec("elastic"));

@@ -58,11 +58,18 @@ Supervisor::Queued Supervisor::QueuedFor(const RunId& id, const v1::JobSpec& spe
   return q;
 }
 
-absl::Status Supervisor::CheckAdmission(const v1::JobSpec& spec) const {
+absl::Status Supervisor::CheckAdmission(const v1::JobSpec& spec, Admitted* admitted) const {
   DHP_CHECK_ON_THREAD(loop_);
-  const JobDemand demand = QueuedFor(RunId{}, spec, 0).demand;
+  Queued q = QueuedFor(RunId{}, spec, 0);
+  const JobDemand& demand = q.demand;
   absl::Status s = scheduler_.CheckFeasible(demand);
-  if (s.ok()) return s;
+  if (s.ok()) {
+    if (admitted != nullptr) {
+      admitted->demand = std::move(q.demand);
+      admitted->layouts = std::move(q.layouts);
+    }
+    return s;
+  }
   std::string message = absl::StrCat("the job can never fit this cluster: ", s.message());
   // Where memory is part of why (some GPU is too small for a rank; CPU slots are not checked),
   // the planner's breakdown says what the bytes are for.
@@ -80,6 +87,21 @@ void Supervisor::OnJobQueued(const v1::Job& job) {
   const RunId id{job.id(), job.current_attempt()};
   queue_[id.Key()] = QueuedFor(id, job.spec(), job.submit_seq());
   appended_.push_back(id.Key());
+}
+
+void Supervisor::OnJobQueued(const v1::Job& job, Admitted admitted) {
+  DHP_CHECK_ON_THREAD(loop_);
+  const RunId id{job.id(), job.current_attempt()};
+  const std::string key = id.Key();
+  // As QueuedFor(id, job.spec(), job.submit_seq()) would have it.
+  admitted.demand.job_id = key;
+  admitted.demand.submit_seq = job.submit_seq();
+  for (JobDemand& alternative : admitted.demand.alternatives) {
+    alternative.job_id = key;
+    alternative.submit_seq = job.submit_seq();
+  }
+  queue_[key] = Queued{id, std::move(admitted.demand), std::move(admitted.layouts)};
+  appended_.push_back(key);
 }
 
 // ---- scheduling ---------------------------------------------------------------------------

@@ -83,12 +83,13 @@ class SupervisorTest : public ::testing::Test {
     req.set_spec_text(text);
     absl::StatusOr<v1::JobSpec> spec = jobs_->ValidateSubmission(req);
     EXPECT_TRUE(spec.ok()) << spec.status();
-    absl::Status admitted = sup_->CheckAdmission(*spec);
+    Supervisor::Admitted demand;
+    absl::Status admitted = sup_->CheckAdmission(*spec, &demand);
     EXPECT_TRUE(admitted.ok()) << admitted;
     v1::SubmitJobResponse resp;
     std::vector<v1::Event> events;
     EXPECT_TRUE(jobs_->SubmitValidated(*spec, false, &resp, &events).ok());
-    sup_->OnJobQueued(resp.job());
+    sup_->OnJobQueued(resp.job(), std::move(demand));
     clock_.AdvanceMicros(1000);
     return resp.job();
   }
