@@ -317,14 +317,17 @@ absl::Status Supervisor::OnHeartbeat(const v1::HeartbeatRequest& req, v1::Heartb
   std::vector<const v1::RankStatus*> reports;
   reports.reserve(req.ranks_size());
   for (const v1::RankStatus& st : req.ranks()) reports.push_back(&st);
-  std::stable_sort(reports.begin(), reports.end(), ReportBefore{});
-  std::vector<bool> used(reports.size(), false);  // at each group's start: a placed run's
+  // An agent lists each run's ranks together: usually sorted already, and then not copied.
+  if (!std::is_sorted(reports.begin(), reports.end(), ReportBefore{})) {
+    std::stable_sort(reports.begin(), reports.end(), ReportBefore{});
+  }
+  size_t applied = 0;  // reports of runs placed here
   // Only the runs with ranks on this node: the work does not grow with the cluster.
   if (auto placed = by_node_.find(node); placed != by_node_.end()) {
     for (const auto& [id, world_ranks] : placed->second) {
       ranks_visited_ += static_cast<int64_t>(world_ranks.size());
       const auto [lo, hi] = std::equal_range(reports.begin(), reports.end(), id, ReportBefore{});
-      if (lo != hi) used[lo - reports.begin()] = true;
+      applied += static_cast<size_t>(hi - lo);
       std::vector<const v1::RankStatus*> statuses(lo, hi);
       if (absl::Status s = ApplyNodeReport(runs_.at(id), node, world_ranks, statuses, events);
           !s.ok()) {
@@ -332,14 +335,7 @@ absl::Status Supervisor::OnHeartbeat(const v1::HeartbeatRequest& req, v1::Heartb
       }
     }
   }
-  for (size_t i = 0; i < reports.size(); ++i) {  // runs with no rank placed on this node
-    if (used[i] || (i > 0 && !ReportBefore{}(reports[i - 1], reports[i]))) continue;
-    const RunId id{reports[i]->job_id(), reports[i]->attempt()};
-    if (runs_.count(id) > 0) {
-      DHP_LOG(WARNING) << "node " << node << " reports ranks of run " << id.Key()
-                       << ", none of which is placed there; ignored";
-    }
-  }
+  if (applied < reports.size()) WarnUnplacedReports(node, reports);
   if (absl::Status s = SweepDrained(events); !s.ok()) return s;
   auto placed = by_node_.find(node);  // again: the sweep may have forgotten runs
   if (placed == by_node_.end()) return absl::OkStatus();
@@ -359,6 +355,20 @@ absl::Status Supervisor::OnHeartbeat(const v1::HeartbeatRequest& req, v1::Heartb
     }
   }
   return absl::OkStatus();
+}
+
+void Supervisor::WarnUnplacedReports(const std::string& node,
+                                     const std::vector<const v1::RankStatus*>& sorted) const {
+  auto placed = by_node_.find(node);
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    if (i > 0 && !ReportBefore{}(sorted[i - 1], sorted[i])) continue;  // one line per run
+    const RunId id{sorted[i]->job_id(), sorted[i]->attempt()};
+    if (placed != by_node_.end() && placed->second.count(id) > 0) continue;
+    if (runs_.count(id) > 0) {
+      DHP_LOG(WARNING) << "node " << node << " reports ranks of run " << id.Key()
+                       << ", none of which is placed there; ignored";
+    }
+  }
 }
 
 absl::Status Supervisor::ApplyNodeReport(ActiveRun& run, const std::string& node,

@@ -263,6 +263,10 @@ class Supervisor {
   absl::Status CheckPreemptGrace(ActiveRun& run, int64_t now, std::vector<v1::Event>* events);
   // One node's report on one run: applies the statuses, moves the job when all ranks launched or
   // finished, and counts the node as confirmed when the run is draining.
+  // Logs the runs in `sorted` (a heartbeat's reports, by run) that are active but have no rank
+  // placed on `node`: their reports were ignored.
+  void WarnUnplacedReports(const std::string& node,
+                           const std::vector<const v1::RankStatus*>& sorted) const;
   absl::Status ApplyNodeReport(ActiveRun& run, const std::string& node,
                                const std::vector<int>& placed,
                                std::vector<const v1::RankStatus*>& statuses,
