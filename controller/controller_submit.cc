@@ -81,13 +81,19 @@ std::vector<absl::Status> Controller::SubmitBatch(std::vector<PendingSubmit>& ba
   }
   std::vector<v1::Event> events;
   jobs_.SubmitAll(subs, &events);
+  std::vector<const v1::Job*> stored;
   for (size_t i = 0; i < subs.size(); ++i) {
     const Submission& sub = subs[i];
     if (sub.status.ok() && !sub.dry_run) {
       supervisor_.OnJobQueued(sub.resp->job(), std::move(admitted[i]));
+      stored.push_back(&sub.resp->job());
     }
   }
-  Settle(events);
+  {
+    // The pass's notes of why a new job waits start from the job as just stored, not read back.
+    const Supervisor::FreshJobs fresh(supervisor_, stored);
+    Settle(events);
+  }
   std::vector<absl::Status> answers;
   answers.reserve(subs.size());
   for (const Submission& sub : subs) {

@@ -31,6 +31,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -143,6 +144,19 @@ class Supervisor {
   // job's spec, as stored.
   void OnJobQueued(const v1::Job& job);
   void OnJobQueued(const v1::Job& job, Admitted admitted);
+  // While alive, the jobs in `jobs` are as the store holds them (the caller has just written
+  // them, on this loop callback, and nothing changes them meanwhile): a scheduling pass's note
+  // of why one of them waits starts from it instead of reading it back.
+  class FreshJobs {
+   public:
+    FreshJobs(Supervisor& sup, const std::vector<const v1::Job*>& jobs);
+    ~FreshJobs();
+    FreshJobs(const FreshJobs&) = delete;
+    FreshJobs& operator=(const FreshJobs&) = delete;
+
+   private:
+    Supervisor& sup_;
+  };
   // `job` as OnJobQueued got it: while it is still queued, the message it has in the store now
   // (the scheduling pass's note of why it waits, else its own); nullopt once the job left the
   // queue (placed, cancelled), when the store has more that changed.
@@ -316,6 +330,7 @@ class Supervisor {
   // node without the ~14 string comparisons of an ordered map at 10,000 nodes; nothing
   // iterates it.
   std::unordered_map<std::string, std::map<RunId, std::vector<int>>> by_node_;
+  std::unordered_map<std::string_view, const v1::Job*> fresh_;  // by id, from FreshJobs
   std::set<RunId> drained_;  // draining runs whose nodes have all confirmed; to sweep
   // (when due, run) for the runs whose progress_unsaved turned true: SaveProgress takes the
   // due ones from the front instead of visiting every run. An entry whose run was saved or

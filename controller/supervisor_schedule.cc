@@ -156,6 +156,13 @@ absl::Status Supervisor::Schedule(std::vector<v1::Event>* events) {
   return noted_all;
 }
 
+Supervisor::FreshJobs::FreshJobs(Supervisor& sup, const std::vector<const v1::Job*>& jobs)
+    : sup_(sup) {
+  for (const v1::Job* job : jobs) sup_.fresh_[job->id()] = job;
+}
+
+Supervisor::FreshJobs::~FreshJobs() { sup_.fresh_.clear(); }
+
 std::optional<std::string> Supervisor::QueuedMessage(const v1::Job& job) const {
   DHP_CHECK_ON_THREAD(loop_);
   if (queue_.count(RunId{job.id(), job.current_attempt()}.Key()) == 0) return std::nullopt;
@@ -224,7 +231,8 @@ absl::Status Supervisor::Place(const PlacementDecision& decision, std::vector<v1
 void Supervisor::NoteWaiting(const std::string& job_id, const std::string& why,
                              std::vector<JobWrite>* writes) {
   waiting_[job_id] = why;
-  absl::StatusOr<v1::Job> job = store_.GetJob(job_id);
+  auto fresh = fresh_.find(job_id);
+  absl::StatusOr<v1::Job> job = fresh != fresh_.end() ? *fresh->second : store_.GetJob(job_id);
   if (!job.ok() || job->state() != v1::JOB_STATE_QUEUED || job->message() == why) return;
   JobWrite& write = writes->emplace_back();
   job->set_message(why);
