@@ -11,7 +11,7 @@ namespace dhp {
 namespace {
 
 constexpr int64_t kEpochMillis = 1704067200000;  // 2024-01-01T00:00:00Z
-constexpr int kRandomBits = 24;
+constexpr int kRandomBits = 12;
 constexpr uint64_t kTimeMask = (uint64_t{1} << 40) - 1;
 
 }  // namespace
@@ -37,7 +37,7 @@ std::string NewId(const std::string& prefix) {
     bits = NextIdBits(millis, gen(), &last);
   }
   char buf[24];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(bits));
+  std::snprintf(buf, sizeof(buf), "%013llx", static_cast<unsigned long long>(bits));
   return prefix + "-" + buf;
 }
 

@@ -53,7 +53,7 @@ class ControlPlaneTest(unittest.TestCase):
     def submit(self, path):
         code, out, err = self.cluster.dhpctl("submit", "-f", path)
         self.assertEqual(code, 0, err)
-        match = re.match(r"job (j-[0-9a-f]{16}) submitted \((QUEUED|SCHEDULED)\)\n$", out)
+        match = re.match(r"job (j-[0-9a-f]{13}) submitted \((QUEUED|SCHEDULED)\)\n$", out)
         self.assertIsNotNone(match, out)
         return match.group(1)
 

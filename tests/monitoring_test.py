@@ -512,7 +512,7 @@ class PrometheusTest(unittest.TestCase):
         code, out, err = self.cluster.dhpctl(
             "submit", "-f", runs_test.spec_text(self.cluster, "mon", steps=2000, every=10))
         self.assertEqual(code, 0, err + out)
-        job = re.search(r"job (j-[0-9a-f]{16}) submitted", out).group(1)
+        job = re.search(r"job (j-[0-9a-f]{13}) submitted", out).group(1)
         J = 'job="%s"' % job
         try:
             self.check_job_series(job, J)
