@@ -35,7 +35,7 @@ TEST_F(JobManagerTest, SubmitFromYamlStoresQueuedJobWithPendingRunAndOneEvent) {
 
   const v1::Job& job = resp.job();
   EXPECT_EQ(job.id().rfind("j-", 0), 0u) << job.id();
-  EXPECT_EQ(job.id().size(), 14u) << job.id();  // "j-" + 12 hex digits
+  EXPECT_EQ(job.id().size(), 15u) << job.id();  // "j-" + 13 hex digits (common/ids.h)
   EXPECT_EQ(job.state(), v1::JOB_STATE_QUEUED);
   EXPECT_EQ(job.current_attempt(), 1);
   EXPECT_EQ(job.message(), "submitted");
