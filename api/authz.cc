@@ -1,10 +1,12 @@
 #include "api/authz.h"
 
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "api/heartbeat_limits.h"
+#include "google/protobuf/arena.h"
 
 namespace dhp::api {
 namespace {
@@ -214,7 +216,11 @@ absl::Status Authorizer::RelayHeartbeats(const v1::HeartbeatBatchRequest& req,
     answer->set_code(static_cast<int>(s.code()));
     answer->set_message(std::string(s.message()));
   }
-  v1::HeartbeatBatchResponse served;
+  // On resp's arena (if it has one), so that each answer moves into resp without a copy.
+  google::protobuf::Arena* const arena = resp->GetArena();
+  v1::HeartbeatBatchResponse& served =
+      *google::protobuf::Arena::CreateMessage<v1::HeartbeatBatchResponse>(arena);
+  std::unique_ptr<v1::HeartbeatBatchResponse> owned(arena == nullptr ? &served : nullptr);
   if (static_cast<int>(allowed.size()) == req.heartbeats_size()) {
     if (absl::Status s = service_.HeartbeatBatch(req, &served); !s.ok()) return s;
   } else if (!allowed.empty()) {
