@@ -62,7 +62,7 @@ def measure_startup(cluster, name):
     path = spec_text(cluster, name, steps=200, every=2, restarts=1)
     t0 = time.time()
     code, out, err = cluster.dhpctl("submit", "-f", path)
-    job = re.search(r"job (j-[0-9a-f]{12})", out).group(1)
+    job = re.search(r"job (j-[0-9a-f]{13})", out).group(1)
     wait_for(lambda: latest_step(cluster, job) >= 1, timeout=120, interval=0.02, what="step 1")
     t1 = time.time()
     rows = event_times(cluster, job)

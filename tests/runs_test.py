@@ -121,7 +121,7 @@ class ClusterJobs:
     def submit(self, path):
         code, out, err = self.cluster.dhpctl("submit", "-f", path)
         self.assertEqual(code, 0, err + out)
-        return re.search(r"job (j-[0-9a-f]{12}) submitted", out).group(1)
+        return re.search(r"job (j-[0-9a-f]{13}) submitted", out).group(1)
 
     def job(self, job):
         return self.cluster.dhpctl_json("get", job)
