@@ -6,14 +6,16 @@ control_plane_bench's own prober shares its process, and so its core, with the s
 (and, with --relays, the relays). Run this one beside it at real-time priority on the same core,
 standing in for a client on a machine of its own:
 
-  chrt -f 50 taskset -c 0 .venv/bin/python bench/api_side_probe.py [--rest] BENCH_LOG OUT STOP
+  chrt -f 50 taskset -c 0 .venv/bin/python bench/api_side_probe.py [--rest] [--submit] BENCH_LOG OUT STOP
 
 It reads the newest "controller pid N on 127.0.0.1:PORT (REST on HTTP_PORT)" line of the bench's
 log (following it from case to case), lists one job, then times GetJob of it with Python grpcio;
 with --rest it alternates that with GET /v1/jobs/{id} on one kept-alive HTTP/1.1 connection
-(http.client), so that both ways in are timed side by side by one client. Each call is a line
-"unix_seconds latency_ms 1 port api" (api: grpc or rest; failures: "unix_seconds -1 0 port api
-WHAT") in OUT. It stops when STOP exists. The stubs come from proto/ (grpc_tools.protoc into a
+(http.client), so that both ways in are timed side by side by one client. With --submit, every
+other gRPC call is a SubmitJob of that job's spec instead (the bench's 8-rank spec), from the
+case's "ramp-up complete" line on, so that the probe's jobs do not take the nodes the case fills
+(on a full cluster they queue). Each call is a line "unix_seconds latency_ms 1 port api" (api: grpc, rest or
+submit; failures: "unix_seconds -1 0 port api WHAT") in OUT. It stops when STOP exists. The stubs come from proto/ (grpc_tools.protoc into a
 temporary directory).
 
   bench/api_side_probe.py --windows BENCH_JSON OUT
@@ -61,6 +63,17 @@ def newest_ports(log):
     return ports[-1] if ports else (None, None)
 
 
+def ramped_up(log):
+    """Whether the newest controller's case in the bench's log has finished its ramp-up."""
+    try:
+        with open(log) as f:
+            text = f.read()
+    except OSError:
+        return False
+    last = text.rfind("controller pid ")
+    return last >= 0 and "ramp-up complete" in text[last:]
+
+
 class Rest:
     """GET /v1/jobs/{id} on one kept-alive connection, reopened after a failure."""
 
@@ -100,7 +113,7 @@ def windows(bench_json, out):
         if not span:
             continue
         lo, hi = span[0] / 1e6, span[1] / 1e6
-        for api in ("grpc", "rest"):
+        for api in ("grpc", "rest", "submit"):
             mine = [c for c in calls if lo <= float(c[0]) <= hi and c[4] == api]
             ms = sorted(float(c[1]) for c in mine if c[2] == "1")
             if not mine:
@@ -118,10 +131,12 @@ def main():
     if sys.argv[1:2] == ["--windows"] and len(sys.argv) == 4:
         windows(sys.argv[2], sys.argv[3])
         return
-    args = [a for a in sys.argv[1:] if a != "--rest"]
+    args = [a for a in sys.argv[1:] if a not in ("--rest", "--submit")]
     if len(args) != 3:
         sys.exit(__doc__)
     rest_too = "--rest" in sys.argv[1:]
+    submit_too = "--submit" in sys.argv[1:]
+    spec = None  # the probed job's, for --submit
     log, out, stop = args
     pb, rpc = load_stubs()
     port = stub = rest = job = None
@@ -137,16 +152,21 @@ def main():
                 time.sleep(0.5)
                 continue
             api = "rest" if rest is not None and calls % 2 else "grpc"
+            if api == "grpc" and submit_too and calls % 4 >= 2:
+                api = "submit" if ramped_up(log) else "grpc"
             try:
                 if job is None:  # the case's jobs come after its nodes: ask until there is one
                     jobs = stub.ListJobs(pb.ListJobsRequest(page_size=1), timeout=5).jobs
                     job = jobs[0].id if jobs else None
+                    spec = jobs[0].spec if jobs else None
                     time.sleep(0.5)
                     continue
                 calls += 1
                 t0, p0 = time.time(), time.perf_counter()
                 if api == "rest":
                     rest.get_job(job)
+                elif api == "submit":
+                    stub.SubmitJob(pb.SubmitJobRequest(spec=spec), timeout=5)
                 else:
                     stub.GetJob(pb.GetJobRequest(job_id=job), timeout=5)
                 f.write("%.6f %.3f 1 %s %s\n" % (t0, 1000 * (time.perf_counter() - p0), port, api))
