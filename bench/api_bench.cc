@@ -341,6 +341,7 @@ int Main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"grpc-submit", "rest-submit", "grpc-get", "rest-get"}));
   app.add_flag("--keep-temp", o.keep_temp, "Keep the controller's temporary data dir and log");
+  if (!dhp::bench::ArgsAreUtf8(argc, argv)) return 2;
   CLI11_PARSE(app, argc, argv);
 
   const std::string controller_bin =

@@ -49,6 +49,7 @@ int Main(int argc, char** argv) {
   app.add_option("--calls", calls, "Calls per round")->check(CLI::PositiveNumber);
   app.add_option("--rounds", rounds, "Rounds (the median is reported)")->check(CLI::PositiveNumber);
   app.add_option("--out-dir", out_dir, "Where auth.md and auth.json go (relative: workspace)");
+  if (!dhp::bench::ArgsAreUtf8(argc, argv)) return 2;
   CLI11_PARSE(app, argc, argv);
   if (const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY"); ws && out_dir[0] != '/') {
     out_dir = std::string(ws) + "/" + out_dir;

@@ -13,7 +13,10 @@
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <iostream>
 #include <sstream>
+
+#include "common/utf8.h"
 
 namespace dhp::bench {
 
@@ -146,6 +149,18 @@ absl::StatusOr<ChannelArg> ParseChannelArg(const std::string& s) {
   arg.name = s.substr(name_at, eq - name_at);
   arg.value = static_cast<int>(v);
   return arg;
+}
+
+bool ArgsAreUtf8(int argc, const char* const* argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (const std::string bad = Utf8Error(argv[i]); !bad.empty()) {
+      std::cerr << EscapeInvalidUtf8(argv[0]) << ": argument " << i << ", \""
+                << EscapeInvalidUtf8(argv[i]) << "\", is " << bad
+                << "; the results files (JSON, Markdown) hold UTF-8 only\n";
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace dhp::bench

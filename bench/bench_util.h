@@ -56,6 +56,11 @@ struct ChannelArg {
 // an int.
 absl::StatusOr<ChannelArg> ParseChannelArg(const std::string& s);
 
+// Whether every command-line argument is well-formed UTF-8; if one is not, says which on stderr
+// (its bad bytes as \xFF) and returns false. Results files are JSON and Markdown, UTF-8 only,
+// and echo the flags: a bench calls this before parsing them, and exits with 2.
+bool ArgsAreUtf8(int argc, const char* const* argv);
+
 }  // namespace dhp::bench
 
 #endif  // DHP_BENCH_BENCH_UTIL_H_

@@ -33,5 +33,19 @@ TEST(ParseChannelArgTest, RefusesWhatIsNotNameEqualsInt) {
   }
 }
 
+TEST(ArgsAreUtf8Test, NamesTheFirstArgumentThatIsNotUtf8) {
+  const char* good[] = {"bench", "--controller", "new:/tmp/dhp-controller", "--label",
+                        "\xc3\xa9t\xc3\xa9"};
+  EXPECT_TRUE(ArgsAreUtf8(5, good));
+  const char* bad[] = {"bench", "--controller", "b\xff" "ad:/bin/false", "--x", "\xc0"};
+  testing::internal::CaptureStderr();
+  EXPECT_FALSE(ArgsAreUtf8(5, bad));
+  const std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("argument 2, \"b\\xFFad:/bin/false\", is not valid UTF-8: byte 0xFF"),
+            std::string::npos)
+      << said;
+  EXPECT_EQ(said.find("argument 4"), std::string::npos) << said;  // the first only
+}
+
 }  // namespace
 }  // namespace dhp::bench

@@ -268,6 +268,7 @@ int Main(int argc, char** argv) {
   app.add_option("--models", models, "tiny and/or mid");
   app.add_option("--dir", dir, "Where checkpoints are written (deleted after each phase)");
   app.add_option("--out-dir", out_dir, "Where checkpoint.md and .json go (relative: workspace)");
+  if (!dhp::bench::ArgsAreUtf8(argc, argv)) return 2;
   CLI11_PARSE(app, argc, argv);
   at::set_num_threads(1);
   const Json machine = MachineInfo();

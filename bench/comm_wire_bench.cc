@@ -604,6 +604,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--no-netns", no_netns, "Do not try a private network namespace (no lo column)");
   app.add_option("--out-dir", o.out_dir, "Where comm_wire.md and comm_wire.json go");
+  if (!dhp::bench::ArgsAreUtf8(argc, argv)) return 2;
   CLI11_PARSE(app, argc, argv);
   o.netns = !no_netns;
   if (o.min_reps > o.max_reps) {

@@ -211,6 +211,7 @@ int Main(int argc, char** argv) {
   bool rewrite = false;
   app.add_flag("--rewrite-report", rewrite,
                "Run nothing: remake <out-dir>/control_plane.md from its control_plane.json");
+  if (!dhp::bench::ArgsAreUtf8(argc, argv)) return 2;
   CLI11_PARSE(app, argc, argv);
   if (rewrite) {
     const std::string dir = InWorkspace(o.out_dir);

@@ -92,6 +92,7 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(1, 65536));
   app.add_option("--rounds", rounds, "Rounds (medians are reported)")->check(CLI::PositiveNumber);
   app.add_option("--out-dir", out_dir, "Where crc32c.md and crc32c.json go (relative: workspace)");
+  if (!dhp::bench::ArgsAreUtf8(argc, argv)) return 2;
   CLI11_PARSE(app, argc, argv);
   const Json machine = MachineInfo();
 

@@ -189,6 +189,7 @@ int Main(int argc, char** argv) {
   app.add_option("--grpc-port", grpc_port, "gRPC port on 127.0.0.1; 0: kernel-chosen");
   app.add_option("--http-port", http_port, "Ignored: the HTTP port is always kernel-chosen");
   app.add_option("--port-file", port_file, "Written once listening: {grpc_port, http_port}");
+  if (!dhp::bench::ArgsAreUtf8(argc, argv)) return 2;
   CLI11_PARSE(app, argc, argv);
 
   sigset_t stop;

@@ -193,6 +193,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "Training steps per case")->check(CLI::PositiveNumber);
   app.add_option("--out-dir", out_dir, "Where memory.md and memory.json go");
   app.add_option("--child", child, "(internal) run case K and print its peak");
+  if (!dhp::bench::ArgsAreUtf8(argc, argv)) return 2;
   CLI11_PARSE(app, argc, argv);
   const std::vector<Case> cases = Cases();
   if (child >= 0) return child < static_cast<int>(cases.size()) ? RunChild(cases[child], steps) : 2;

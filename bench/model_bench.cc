@@ -198,6 +198,7 @@ int main(int argc, char** argv) {
                  "cpu, or cuda (tools/gpu-check.sh): results go to model_<device>.md then")
       ->capture_default_str();
   app.add_option("--out-dir", out_dir, "Where model.md and model.json go (relative: workspace)");
+  if (!dhp::bench::ArgsAreUtf8(argc, argv)) return 2;
   CLI11_PARSE(app, argc, argv);
 
   at::Device device = at::kCPU;

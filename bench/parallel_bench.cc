@@ -446,6 +446,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--skip-measured", skip_measured, "Skip part 1 (7B-width measured bytes)");
   app.add_option("--out-dir", out_dir, "Where parallel.md and parallel.json go");
+  if (!dhp::bench::ArgsAreUtf8(argc, argv)) return 2;
   CLI11_PARSE(app, argc, argv);
 
   at::set_num_threads(1);

@@ -259,6 +259,7 @@ int Main(int argc, char** argv) {
   app.add_option("--labels", labels, "Labels per job")->check(CLI::Range(0, 64));
   app.add_option("--db-dir", db_dir, "Where the SQLite file is made (and removed)");
   app.add_option("--out-dir", out_dir, "Where progress_save.md and .json go (relative: workspace)");
+  if (!dhp::bench::ArgsAreUtf8(argc, argv)) return 2;
   CLI11_PARSE(app, argc, argv);
   const Json machine = MachineInfo();
 

@@ -219,6 +219,7 @@ int main(int argc, char** argv) {
   app.add_option("--ranks", ranks, "ranks waiting at once (repeat; default 10000 and 80000)");
   app.add_option("--channels", channels, "HTTP/2 connections the ranks share")->check(CLI::Range(1, 256));
   app.add_option("--out-dir", out_dir, "where rendezvous.md and .json go");
+  if (!dhp::bench::ArgsAreUtf8(argc, argv)) return 2;
   CLI11_PARSE(app, argc, argv);
   if (ranks.empty()) ranks = {10000, 80000};
   nlohmann::json rows = nlohmann::json::array();

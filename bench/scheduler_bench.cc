@@ -158,6 +158,7 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "Seed of the queue and of the releases");
   app.add_option("--out-dir", out_dir,
                  "Where scheduler.md and scheduler.json go (relative: workspace)");
+  if (!dhp::bench::ArgsAreUtf8(argc, argv)) return 2;
   CLI11_PARSE(app, argc, argv);
 
   Json machine = MachineInfo();
