@@ -235,10 +235,9 @@ TEST_F(ApiTest, GrpcRefusesARequestOfTooManyElementsUnparsed) {
   EXPECT_TRUE(status.ok()) << status.error_message();
 }
 
-// gRPC refuses such bytes on the wire (the message does not parse), so the transports agree.
-// Bytes protobuf will not parse are INVALID_ARGUMENT naming the field (gRPC itself would answer
-// UNIMPLEMENTED with no message), on the loop's methods and the blocking ones alike, and nothing
-// is stored.
+// Text that is not UTF-8 does not parse as protobuf: INVALID_ARGUMENT naming the field (gRPC
+// itself would answer UNIMPLEMENTED with no message), on the loop's methods and the blocking ones
+// alike, and nothing is stored.
 TEST_F(ApiTest, GrpcRefusesTextThatIsNotUtf8) {
   v1::RegisterNodeRequest req;
   req.mutable_node()->set_id("n1");
