@@ -23,6 +23,7 @@
 #include "common/clock.h"
 #include "common/lock_file.h"
 #include "common/logging.h"
+#include "common/mutex_mode.h"
 #include "common/proto_log.h"
 #include "common/metrics_exposition.h"
 #include "common/proto_yaml.h"
@@ -59,6 +60,7 @@ int Fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   dhp::RouteProtobufLogs();  // a client's bad bytes cannot fill the log
+  dhp::SkipMutexOrderChecks();  // Debian's Abseil checks lock order on every lock
   CLI::App app{"dhp-controller: the dhp control plane"};
   dhp::controller::ControllerCommandLine command_line;
   dhp::controller::AddControllerFlags(app, &command_line);

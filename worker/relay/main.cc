@@ -19,6 +19,7 @@
 #include "api/http_server.h"
 #include "api/tls.h"
 #include "common/logging.h"
+#include "common/mutex_mode.h"
 #include "common/proto_log.h"
 #include "worker/relay/heartbeat_batcher.h"
 #include "worker/relay/relay_metrics.h"
@@ -62,6 +63,7 @@ bool ParseListen(const std::string& listen, dhp::api::HttpServerOptions* options
 
 int main(int argc, char** argv) {
   dhp::RouteProtobufLogs();  // a client's bad bytes cannot fill the log
+  dhp::SkipMutexOrderChecks();  // Debian's Abseil checks lock order on every lock
   CLI::App app{"dhp-relay: forwards agents' heartbeats to the dhp controller in batches"};
   const char* env_server = std::getenv("DHP_SERVER");
   std::string server = env_server ? env_server : "127.0.0.1:7070";
