@@ -1,15 +1,17 @@
 // The Controller's SubmitJob: submits queue for the loop, which stores every submit queued
 // meanwhile in one transaction (group commit) and runs one scheduling pass for them all.
 //
-// With 10,000 jobs queued, most of a submit's time on the loop was its two SQLite commits
-// (the job's rows, then the scheduler's note of why it waits): their WAL frames, written per
-// transaction. A batch shares those pages and commits twice in all. A submit that finds the
+// With 10,000 jobs queued, most of a submit's time on the loop was its SQLite commits (the
+// job's rows, and the scheduler's note of why it waits): their WAL frames, written per
+// transaction. A batch shares those pages and commits once: the pass decides before the
+// jobs are stored, and their notes go into their first write. A submit that finds the
 // loop idle is a batch of one and waits for nothing more, so a lone submit is not delayed.
 #include <future>
 #include <optional>
 #include <thread>
 
 #include "boost/asio/post.hpp"
+#include "common/logging.h"
 #include "controller/controller.h"
 
 namespace dhp::controller {
@@ -79,21 +81,33 @@ std::vector<absl::Status> Controller::SubmitBatch(std::vector<PendingSubmit>& ba
     subs[i] = Submission{&p.spec, p.dry_run, p.owner, p.resp,
                          supervisor_.CheckAdmission(p.spec, &admitted[i]), /*spec_checked=*/true};
   }
+  // The jobs are queued and the pass decides why they wait before they are stored, so that
+  // the jobs and those notes take one transaction.
+  JobManager::PreparedSubmits prepared = jobs_.PrepareSubmits(subs);
+  std::vector<v1::Job*> fresh_jobs;
+  for (size_t i = 0; i < prepared.writes.size(); ++i) {
+    v1::Job& job = prepared.writes[i].job;
+    supervisor_.OnJobQueued(job, std::move(admitted[prepared.subs[i] - subs.data()]));
+    fresh_jobs.push_back(&job);
+  }
+  std::optional<Supervisor::Pass> pass;
+  {
+    const Supervisor::FreshJobs fresh(supervisor_, fresh_jobs);
+    pass = supervisor_.Decide();
+  }
+  static const std::vector<JobWrite> kNoNotes;
+  const std::vector<JobWrite>& notes = pass.has_value() ? pass->notes : kNoNotes;
   std::vector<v1::Event> events;
-  jobs_.SubmitAll(subs, &events);
-  std::vector<const v1::Job*> stored;
-  for (size_t i = 0; i < subs.size(); ++i) {
-    const Submission& sub = subs[i];
-    if (sub.status.ok() && !sub.dry_run) {
-      supervisor_.OnJobQueued(sub.resp->job(), std::move(admitted[i]));
-      stored.push_back(&sub.resp->job());
+  if (!jobs_.CommitSubmits(prepared, notes, &events)) supervisor_.NotesLost(notes);
+  for (size_t i = 0; i < prepared.writes.size(); ++i) {
+    if (!prepared.subs[i]->status.ok()) supervisor_.Unqueue(prepared.writes[i].job);
+  }
+  if (pass.has_value()) {
+    if (absl::Status s = supervisor_.PlaceDecided(*pass, &events); !s.ok()) {
+      DHP_LOG(ERROR) << "scheduling pass failed: " << s;
     }
   }
-  {
-    // The pass's notes of why a new job waits start from the job as just stored, not read back.
-    const Supervisor::FreshJobs fresh(supervisor_, stored);
-    Settle(events);
-  }
+  Settle(events);  // a pass over the whole queue if some job was not stored
   std::vector<absl::Status> answers;
   answers.reserve(subs.size());
   for (const Submission& sub : subs) {

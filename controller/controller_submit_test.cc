@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "controller/controller_test_fixture.h"
+#include "controller/sqlite_db.h"
 #include "google/protobuf/util/message_differencer.h"
 
 namespace dhp::controller {
@@ -137,6 +138,56 @@ TEST_F(ControllerSubmitTest, SubmitsQueuedWhileTheLoopIsBusyAreOneBatchAndEachGe
     }
   }
   EXPECT_EQ(submitted, kJobs);
+}
+
+// The batch's pass decides before the jobs are stored (their notes go in the same transaction).
+// A job that then cannot be stored (here a trigger refuses its row) fails alone and leaves the
+// queue: the slot the pass had given it goes to the next job, and nothing waits behind it.
+TEST_F(ControllerSubmitTest, AJobOfABatchThatCannotBeStoredFailsAloneAndGivesUpWhatThePassGaveIt) {
+  ASSERT_TRUE(Register("n1", 1).ok());  // room for one tiny job
+  {
+    absl::StatusOr<std::unique_ptr<SqliteDb>> other = SqliteDb::Open(path_);
+    ASSERT_TRUE(other.ok()) << other.status();
+    ASSERT_TRUE((*other)
+                    ->Exec("CREATE TRIGGER boom BEFORE INSERT ON jobs WHEN NEW.name = 'boom' "
+                           "BEGIN SELECT RAISE(ABORT, 'boom refused'); END;")
+                    .ok());
+  }
+  std::shared_ptr<std::promise<void>> release = HoldLoop();
+  std::vector<std::unique_ptr<Call>> calls;
+  std::vector<std::future<absl::Status>> answers;
+  for (const char* name : {"boom", "first", "second"}) {  // the pass places the first it gets
+    calls.push_back(std::make_unique<Call>());
+    calls.back()->req.set_spec_text(std::string(kTinySpec).replace(6, 4, name));
+    answers.push_back(SubmitAsync(*calls.back()));
+  }
+  release->set_value();
+  absl::Status boom = answers[0].get();
+  EXPECT_FALSE(boom.ok());
+  EXPECT_NE(boom.message().find("boom refused"), std::string::npos) << boom;
+  for (int i = 1; i < 3; ++i) {
+    absl::Status s = answers[i].get();
+    ASSERT_TRUE(s.ok()) << i << ": " << s;
+    const v1::Job& job = calls[i]->resp.job();
+    EXPECT_EQ(job.state(), i == 1 ? v1::JOB_STATE_SCHEDULED : v1::JOB_STATE_QUEUED) << i;
+    if (i == 2) EXPECT_NE(job.message().find("waiting"), std::string::npos) << job.message();
+    v1::GetJobRequest get;
+    get.set_job_id(job.id());
+    v1::GetJobResponse stored;
+    ASSERT_TRUE(controller_->GetJob(get, &stored).ok());
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(stored.job(), job))
+        << i << "\nanswered: " << job.DebugString() << "\nstored: " << stored.job().DebugString();
+  }
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(controller_->ListJobs(v1::ListJobsRequest(), &list).ok());
+  EXPECT_EQ(list.jobs_size(), 2);
+  // A new node: the second job gets it; the refused one is not queued to take it.
+  ASSERT_TRUE(Register("n2", 1).ok());
+  v1::GetJobRequest get;
+  get.set_job_id(calls[2]->resp.job().id());
+  v1::GetJobResponse second;
+  ASSERT_TRUE(controller_->GetJob(get, &second).ok());
+  EXPECT_EQ(second.job().state(), v1::JOB_STATE_SCHEDULED) << second.job().message();
 }
 
 TEST_F(ControllerSubmitTest, AnIdleLoopTakesASubmitAtOnceAsABatchOfOne) {

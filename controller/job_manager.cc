@@ -166,10 +166,14 @@ JobWrite JobManager::FirstWrite(const v1::Job& job, int64_t now) const {
 }
 
 void JobManager::SubmitAll(std::vector<Submission>& batch, std::vector<v1::Event>* events) {
+  PreparedSubmits prepared = PrepareSubmits(batch);
+  CommitSubmits(prepared, {}, events);
+}
+
+JobManager::PreparedSubmits JobManager::PrepareSubmits(std::vector<Submission>& batch) {
   DHP_CHECK_ON_THREAD(loop_);
   const int64_t now = clock_.NowMicros();
-  std::vector<JobWrite> writes;
-  std::vector<Submission*> stored;  // writes[i] is stored[i]'s
+  PreparedSubmits prepared;
   for (Submission& sub : batch) {
     if (!sub.status.ok()) continue;
     v1::Job job = NewJob(*sub.spec, sub.owner, now);
@@ -179,23 +183,35 @@ void JobManager::SubmitAll(std::vector<Submission>& batch, std::vector<v1::Event
       continue;
     }
     job.set_id(NewId("j"));
-    writes.push_back(FirstWrite(job, now));
-    writes.back().spec_checked = sub.spec_checked;
-    stored.push_back(&sub);
+    prepared.writes.push_back(FirstWrite(job, now));
+    prepared.writes.back().spec_checked = sub.spec_checked;
+    prepared.subs.push_back(&sub);
   }
-  if (writes.empty()) return;
+  return prepared;
+}
+
+bool JobManager::CommitSubmits(PreparedSubmits& prepared, const std::vector<JobWrite>& extra,
+                               std::vector<v1::Event>* events) {
+  DHP_CHECK_ON_THREAD(loop_);
+  std::vector<JobWrite>& writes = prepared.writes;
+  if (writes.empty()) return extra.empty() || store_.CommitAll(extra).ok();
+  const size_t own = writes.size();
+  writes.insert(writes.end(), extra.begin(), extra.end());
   absl::StatusOr<std::vector<v1::Event>> added = store_.CommitAll(writes);
-  for (size_t i = 0; i < writes.size(); ++i) {
-    if (!added.ok() && writes.size() > 1) {  // each on its own: the one at fault fails alone
-      absl::StatusOr<std::vector<v1::Event>> own = store_.Commit(writes[i]);
-      if (own.ok()) events->insert(events->end(), own->begin(), own->end());
-      stored[i]->status = own.status();
+  writes.resize(own);
+  for (size_t i = 0; i < own; ++i) {
+    Submission& sub = *prepared.subs[i];
+    if (!added.ok() && own + extra.size() > 1) {  // each on its own: the one at fault fails alone
+      absl::StatusOr<std::vector<v1::Event>> alone = store_.Commit(writes[i]);
+      if (alone.ok()) events->insert(events->end(), alone->begin(), alone->end());
+      sub.status = alone.status();
     } else {
-      stored[i]->status = added.status();
+      sub.status = added.status();
     }
-    if (stored[i]->status.ok()) *stored[i]->resp->mutable_job() = std::move(writes[i].job);
+    if (sub.status.ok()) *sub.resp->mutable_job() = std::move(writes[i].job);  // kept if not
   }
   if (added.ok()) events->insert(events->end(), added->begin(), added->end());
+  return added.ok();
 }
 
 absl::Status JobManager::Get(const v1::GetJobRequest& req, v1::GetJobResponse* resp) {

@@ -55,6 +55,18 @@ class JobManager {
   // job is committed on its own, so that one that cannot be stored fails alone. Jobs get
   // submit_seq in batch order, each above the last one given.
   void SubmitAll(std::vector<Submission>& batch, std::vector<v1::Event>* events);
+  // SubmitAll in two steps, for a caller that queues the jobs and decides why they wait before
+  // they are stored: PrepareSubmits gives each job its id and submit_seq and answers dry runs;
+  // CommitSubmits stores them with `extra` (other jobs' writes) in one transaction. If that
+  // fails, each job is committed on its own and `extra` is not: it returns whether `extra` was
+  // stored. A job that was not stored has its Submission's status not OK.
+  struct PreparedSubmits {
+    std::vector<JobWrite> writes;
+    std::vector<Submission*> subs;  // writes[i] is subs[i]'s
+  };
+  PreparedSubmits PrepareSubmits(std::vector<Submission>& batch);
+  bool CommitSubmits(PreparedSubmits& prepared, const std::vector<JobWrite>& extra,
+                     std::vector<v1::Event>* events);
   absl::Status Get(const v1::GetJobRequest& req, v1::GetJobResponse* resp);
   absl::Status List(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp);
   absl::Status Cancel(const v1::CancelJobRequest& req, v1::CancelJobResponse* resp,

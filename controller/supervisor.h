@@ -144,12 +144,12 @@ class Supervisor {
   // job's spec, as stored.
   void OnJobQueued(const v1::Job& job);
   void OnJobQueued(const v1::Job& job, Admitted admitted);
-  // While alive, the jobs in `jobs` are as the store holds them (the caller has just written
-  // them, on this loop callback, and nothing changes them meanwhile): a scheduling pass's note
-  // of why one of them waits starts from it instead of reading it back.
+  // While alive, the jobs in `jobs` are queued (OnJobQueued) but not stored yet: the caller
+  // stores them after Decide, together with the pass's notes (SubmitJob's batch: one
+  // transaction). A note of why one of them waits goes into its proto, not a write of its own.
   class FreshJobs {
    public:
-    FreshJobs(Supervisor& sup, const std::vector<const v1::Job*>& jobs);
+    FreshJobs(Supervisor& sup, const std::vector<v1::Job*>& jobs);
     ~FreshJobs();
     FreshJobs(const FreshJobs&) = delete;
     FreshJobs& operator=(const FreshJobs&) = delete;
@@ -157,6 +157,9 @@ class Supervisor {
    private:
     Supervisor& sup_;
   };
+  // A job OnJobQueued took whose first write was then not stored: it leaves the queue, and the
+  // next pass goes over the whole queue (the last one counted it).
+  void Unqueue(const v1::Job& job);
   // `job` as OnJobQueued got it: while it is still queued, the message it has in the store now
   // (the scheduling pass's note of why it waits, else its own); nullopt once the job left the
   // queue (placed, cancelled), when the store has more that changed.
@@ -203,6 +206,18 @@ class Supervisor {
   // new jobs were queued, only they are tried (Scheduler::ScheduleAppended), so that a submit
   // costs the same with 10 or 10,000 jobs waiting.
   absl::Status Schedule(std::vector<v1::Event>* events);
+  // Schedule in two steps, for a caller that stores the pass's notes with writes of its own:
+  // Decide runs the pass (the scheduler's allocations, the queue, the notes remembered) and
+  // stores nothing; PlaceDecided then places each decision (a transaction each; OK, and the
+  // entry dropped, for a job that turns out not to be stored). Notes that were not stored must
+  // be given to NotesLost. nullopt: nothing changed since the last pass.
+  struct Pass {
+    std::vector<PlacementDecision> placed;
+    std::vector<JobWrite> notes;  // one per waiting job whose stored message changes
+  };
+  std::optional<Pass> Decide();
+  absl::Status PlaceDecided(const Pass& pass, std::vector<v1::Event>* events);
+  void NotesLost(const std::vector<JobWrite>& notes);
   // Periodic: fails runs whose step has not advanced for their stall timeout, and runs with
   // ranks their agents have not reported launched within the launch timeout; stops preempted
   // runs whose ranks have not stopped within restart.preemption_grace_s.
@@ -264,7 +279,7 @@ class Supervisor {
   absl::Status Transition(Loaded loaded, std::vector<v1::Event>* events, Change change);
   absl::Status Place(const PlacementDecision& decision, std::vector<v1::Event>* events);
   // Remembers why the job waits and, when its stored message says otherwise, appends the write
-  // that changes it (Schedule commits a pass's notes together).
+  // that changes it (a pass's notes are committed together), or changes a fresh job's proto.
   void NoteWaiting(const std::string& job_id, const std::string& why,
                    std::vector<JobWrite>* writes);
   // Ends an active run as FAILED and restarts the job or fails it. `counted`: uses a restart.
@@ -330,7 +345,7 @@ class Supervisor {
   // node without the ~14 string comparisons of an ordered map at 10,000 nodes; nothing
   // iterates it.
   std::unordered_map<std::string, std::map<RunId, std::vector<int>>> by_node_;
-  std::unordered_map<std::string_view, const v1::Job*> fresh_;  // by id, from FreshJobs
+  std::unordered_map<std::string_view, v1::Job*> fresh_;  // by id, from FreshJobs
   std::set<RunId> drained_;  // draining runs whose nodes have all confirmed; to sweep
   // (when due, run) for the runs whose progress_unsaved turned true: SaveProgress takes the
   // due ones from the front instead of visiting every run. An entry whose run was saved or

@@ -107,9 +107,21 @@ void Supervisor::OnJobQueued(const v1::Job& job, Admitted admitted) {
 // ---- scheduling ---------------------------------------------------------------------------
 
 absl::Status Supervisor::Schedule(std::vector<v1::Event>* events) {
+  std::optional<Pass> pass = Decide();
+  if (!pass.has_value()) return absl::OkStatus();
+  if (absl::Status s = PlaceDecided(*pass, events); !s.ok()) {
+    NotesLost(pass->notes);
+    return s;
+  }
+  absl::Status noted_all = store_.CommitAll(pass->notes).status();  // one transaction
+  if (!noted_all.ok()) NotesLost(pass->notes);
+  return noted_all;
+}
+
+std::optional<Supervisor::Pass> Supervisor::Decide() {
   DHP_CHECK_ON_THREAD(loop_);
   if (queue_.empty()) appended_.clear();  // whatever was queued has left the queue
-  if ((!dirty_ && appended_.empty()) || queue_.empty()) return absl::OkStatus();
+  if ((!dirty_ && appended_.empty()) || queue_.empty()) return std::nullopt;
   // Jobs queued since the last pass, when nothing else changed: decided without a pass over
   // the whole queue (the Scheduler checks that the result equals a full pass's, or declines).
   std::optional<ScheduleResult> quick;
@@ -133,32 +145,50 @@ absl::Status Supervisor::Schedule(std::vector<v1::Event>* events) {
     result = scheduler_.Schedule(queue);
     ++full_passes_;
   }
-  for (const PlacementDecision& decision : result.placed) {
-    if (absl::Status s = Place(decision, events); !s.ok()) {
-      scheduler_.Release(decision.job_id);
-      return s;
-    }
-  }
+  Pass pass;
+  pass.placed = std::move(result.placed);
   int noted = 0;
-  std::vector<JobWrite> notes;  // one transaction for them all
   for (const auto& [key, why] : result.waiting) {
     if (++noted > options_.max_waiting_messages) break;
     auto it = queue_.find(key);
     if (it == queue_.end()) continue;
     const std::string& job_id = it->second.id.job_id;
     if (waiting_[job_id] == why) continue;
-    NoteWaiting(job_id, why, &notes);
+    NoteWaiting(job_id, why, &pass.notes);
   }
-  absl::Status noted_all = store_.CommitAll(notes).status();
-  if (!noted_all.ok()) {  // not stored: noted again by the next pass
-    for (const JobWrite& note : notes) waiting_.erase(note.job.id());
-  }
-  return noted_all;
+  return pass;
 }
 
-Supervisor::FreshJobs::FreshJobs(Supervisor& sup, const std::vector<const v1::Job*>& jobs)
+absl::Status Supervisor::PlaceDecided(const Pass& pass, std::vector<v1::Event>* events) {
+  DHP_CHECK_ON_THREAD(loop_);
+  for (const PlacementDecision& decision : pass.placed) {
+    if (queue_.count(decision.job_id) == 0) {  // Unqueue'd since Decide: never stored
+      scheduler_.Release(decision.job_id);
+      continue;
+    }
+    if (absl::Status s = Place(decision, events); !s.ok()) {
+      scheduler_.Release(decision.job_id);
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Supervisor::NotesLost(const std::vector<JobWrite>& notes) {
+  DHP_CHECK_ON_THREAD(loop_);
+  for (const JobWrite& note : notes) waiting_.erase(note.job.id());  // noted again next pass
+}
+
+void Supervisor::Unqueue(const v1::Job& job) {
+  DHP_CHECK_ON_THREAD(loop_);
+  queue_.erase(RunId{job.id(), job.current_attempt()}.Key());
+  waiting_.erase(job.id());
+  dirty_ = true;
+}
+
+Supervisor::FreshJobs::FreshJobs(Supervisor& sup, const std::vector<v1::Job*>& jobs)
     : sup_(sup) {
-  for (const v1::Job* job : jobs) sup_.fresh_[job->id()] = job;
+  for (v1::Job* job : jobs) sup_.fresh_[job->id()] = job;
 }
 
 Supervisor::FreshJobs::~FreshJobs() { sup_.fresh_.clear(); }
@@ -231,8 +261,11 @@ absl::Status Supervisor::Place(const PlacementDecision& decision, std::vector<v1
 void Supervisor::NoteWaiting(const std::string& job_id, const std::string& why,
                              std::vector<JobWrite>* writes) {
   waiting_[job_id] = why;
-  auto fresh = fresh_.find(job_id);
-  absl::StatusOr<v1::Job> job = fresh != fresh_.end() ? *fresh->second : store_.GetJob(job_id);
+  if (auto fresh = fresh_.find(job_id); fresh != fresh_.end()) {  // stored with the note
+    fresh->second->set_message(why);
+    return;
+  }
+  absl::StatusOr<v1::Job> job = store_.GetJob(job_id);
   if (!job.ok() || job->state() != v1::JOB_STATE_QUEUED || job->message() == why) return;
   JobWrite& write = writes->emplace_back();
   job->set_message(why);
