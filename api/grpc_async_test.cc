@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <condition_variable>
+#include <future>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -40,10 +41,15 @@ int ThreadCount() {
 // Holds every dispatched call until RunHeld(), as a busy controller loop would.
 class HeldService : public FakeOwnersService {
  public:
-  void Dispatch(std::function<absl::Status()> call, Done done) override {
+  void Dispatch(std::function<absl::Status()> call, Done done, Lane lane) override {
     std::lock_guard<std::mutex> lock(mu_);
     held_.emplace_back(std::move(call), std::move(done));
+    lanes_.push_back(lane);
     cv_.notify_all();
+  }
+  std::vector<Lane> lanes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return lanes_;
   }
   bool WaitHeld(size_t n) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -62,6 +68,7 @@ class HeldService : public FakeOwnersService {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::pair<std::function<absl::Status()>, Done>> held_;
+  std::vector<Lane> lanes_;  // of every call dispatched
 };
 
 struct PendingBeat {
@@ -123,6 +130,41 @@ TEST(GrpcAsyncTest, CallsWaitingForTheServiceHoldNoServerThread) {
   }
   EXPECT_EQ(service.calls, kCalls);
   lock.unlock();
+  (*server)->Shutdown();
+}
+
+static_assert(LaneOf("Heartbeat") == Lane::kWorker && LaneOf("HeartbeatBatch") == Lane::kWorker &&
+              LaneOf("ReportProgress") == Lane::kWorker && LaneOf("KvSet") == Lane::kWorker);
+static_assert(LaneOf("SubmitJob") == Lane::kUser && LaneOf("GetJob") == Lane::kUser &&
+              LaneOf("ListNodes") == Lane::kUser && LaneOf("DrainNode") == Lane::kUser);
+
+// Each call is dispatched in its method's lane: users' calls can go ahead of the workers'.
+TEST(GrpcAsyncTest, CallsAreDispatchedInTheirMethodsLane) {
+  HeldService service;
+  auto server = GrpcServer::Start("127.0.0.1:0", service, TokenAuth(), TlsPems(), 64);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string((*server)->port()),
+                                     grpc::InsecureChannelCredentials());
+  auto workers = v1::WorkerService::NewStub(channel);
+  auto jobs = v1::JobService::NewStub(channel);
+  std::promise<grpc::Status> beat_done, get_done;
+  grpc::ClientContext beat_ctx, get_ctx;
+  v1::HeartbeatRequest beat;
+  beat.set_node_id("n1");
+  v1::HeartbeatResponse beat_resp;
+  workers->async()->Heartbeat(&beat_ctx, &beat, &beat_resp,
+                              [&](grpc::Status s) { beat_done.set_value(std::move(s)); });
+  ASSERT_TRUE(service.WaitHeld(1));
+  v1::GetJobRequest get;
+  get.set_job_id("j-1");
+  v1::GetJobResponse get_resp;
+  jobs->async()->GetJob(&get_ctx, &get, &get_resp,
+                        [&](grpc::Status s) { get_done.set_value(std::move(s)); });
+  ASSERT_TRUE(service.WaitHeld(2));
+  EXPECT_EQ(service.lanes(), (std::vector<Lane>{Lane::kWorker, Lane::kUser}));
+  service.RunHeld();
+  EXPECT_TRUE(beat_done.get_future().get().ok());
+  get_done.get_future().get();  // answered (the fake may not know the job)
   (*server)->Shutdown();
 }
 

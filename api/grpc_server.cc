@@ -226,7 +226,8 @@ class HeartbeatStreamReactor final
         },
         [this, resp](const absl::Status& s) {
           finisher_.Post([this, resp, s] { Answer(s, *resp); });
-        });
+        },
+        Lane::kWorker);
   }
 
   void OnWriteDone(bool ok) override {
@@ -370,9 +371,10 @@ class GrpcServices final : public RawJobService, public RawNodeService, public R
       }
       return reactor;
     }
-    service_.Dispatch(std::move(run), [this, finish](const absl::Status& s) {
-      finisher_.Post([finish, s] { finish(s); });
-    });
+    service_.Dispatch(
+        std::move(run),
+        [this, finish](const absl::Status& s) { finisher_.Post([finish, s] { finish(s); }); },
+        LaneOf(method));
     return reactor;
   }
 

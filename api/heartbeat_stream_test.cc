@@ -34,7 +34,7 @@ class BeatService : public FakeOwnersService {
     resp->add_ranks()->set_job_id(req.node_id() + "/" + std::to_string(req.ranks_size()));
     return absl::OkStatus();
   }
-  void Dispatch(std::function<absl::Status()> call, Done done) override {
+  void Dispatch(std::function<absl::Status()> call, Done done, Lane /*lane*/) override {
     std::unique_lock<std::mutex> lock(mu_);
     if (hold) {
       held_.emplace_back(std::move(call), std::move(done));

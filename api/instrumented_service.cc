@@ -69,7 +69,7 @@ thread_local std::optional<std::chrono::steady_clock::time_point> dispatched_at;
 
 }  // namespace
 
-void InstrumentedService::Dispatch(std::function<absl::Status()> call, Done done) {
+void InstrumentedService::Dispatch(std::function<absl::Status()> call, Done done, Lane lane) {
   inner_.Dispatch(
       [call = std::move(call), start = std::chrono::steady_clock::now()] {
         dispatched_at = start;
@@ -77,7 +77,7 @@ void InstrumentedService::Dispatch(std::function<absl::Status()> call, Done done
         dispatched_at.reset();
         return s;
       },
-      std::move(done));
+      std::move(done), lane);
 }
 
 namespace {

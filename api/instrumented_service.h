@@ -56,7 +56,7 @@ class InstrumentedService : public DhpService {
   std::string MetricsText() override { return inner_.MetricsText(); }
   // Forwards to the inner service; a call measured inside counts from here, so that its
   // latency includes the time it waited to run.
-  void Dispatch(std::function<absl::Status()> call, Done done) override;
+  void Dispatch(std::function<absl::Status()> call, Done done, Lane lane) override;
   // Forwards; a request it refuses is counted as a SubmitJob call with that code.
   absl::Status PrepareSubmitJob(v1::SubmitJobRequest* req) override;
   // Forward; counted when `done` runs, with the time waited (no slow-call warning: waiting is

@@ -78,6 +78,21 @@ enum class Access {
   X(JobService, WatchJob, kRead, GET, "/v1/jobs/{id}/events", "A job's events")
 // clang-format on
 
+// Which of the controller's queues a call waits in for its loop (DhpService::Dispatch). Users'
+// calls (JobService, NodeService) go ahead of the agents' and ranks' (WorkerService: heartbeats,
+// relays' batches of them, progress, rendezvous), which are sent on a schedule and tolerate
+// seconds; the controller still runs a worker call after every few user calls, so that no flood
+// of user calls can starve the heartbeats.
+enum class Lane { kUser, kWorker };
+
+#define DHP_LANE_OF_ROW(S, M, A, V, P, D) \
+  if (method == #M) return std::string_view(#S) == "WorkerService" ? Lane::kWorker : Lane::kUser;
+constexpr Lane LaneOf(std::string_view method) {
+  DHP_UNARY_METHODS(DHP_LANE_OF_ROW)
+  return Lane::kUser;
+}
+#undef DHP_LANE_OF_ROW
+
 // One row of the table, for code that looks methods up at run time.
 struct MethodInfo {
   std::string_view service;  // "JobService"

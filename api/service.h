@@ -60,11 +60,14 @@ class DhpService {
 
   // Runs `call` (a unary call into this service) and then `done` with its status. The default
   // runs both at once on the calling thread. The Controller overrides it to queue the call on
-  // its loop thread and run `done` there, so that the gRPC server's asynchronous methods hold
-  // no thread while a call waits for the loop (api/grpc_server.cc). Only for methods that do
-  // not wait for anything but the loop: not the Kv waits, logs or streams.
+  // its loop thread, in `lane` (api/methods.h: LaneOf), and run `done` there, so that the gRPC
+  // server's asynchronous methods hold no thread while a call waits for the loop
+  // (api/grpc_server.cc). Only for methods that do not wait for anything but the loop: not the
+  // Kv waits, logs or streams.
   using Done = std::function<void(const absl::Status&)>;
-  virtual void Dispatch(std::function<absl::Status()> call, Done done) { done(call()); }
+  virtual void Dispatch(std::function<absl::Status()> call, Done done, Lane /*lane*/) {
+    done(call());
+  }
 
   // The rendezvous waits without holding the calling thread: `done` runs once, on any thread,
   // when the keys are there (resp filled in) or the wait ended otherwise (timeout, the attempt

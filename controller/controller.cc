@@ -193,11 +193,11 @@ void Controller::Stop() {
   files_.Stop();
 }
 
-void Controller::Dispatch(std::function<absl::Status()> call, Done done) {
+void Controller::Dispatch(std::function<absl::Status()> call, Done done, api::Lane lane) {
   {
     std::lock_guard<std::mutex> lock(dispatch_mu_);
     if (!dispatch_closed_) {
-      boost::asio::post(io_, [this, call = std::move(call), done = std::move(done)] {
+      QueueCall(lane, [this, call = std::move(call), done = std::move(done)] {
         LoopLedger::Span span(ledger_, LoopLedger::kCalls);
         done(call());
       });
@@ -207,15 +207,43 @@ void Controller::Dispatch(std::function<absl::Status()> call, Done done) {
   done(absl::UnavailableError("the controller is shutting down"));
 }
 
+void Controller::QueueCall(api::Lane lane, std::function<void()> run) {
+  queued_calls_[static_cast<int>(lane)].push_back(std::move(run));
+  boost::asio::post(io_, [this] { RunQueuedCall(); });
+}
+
+void Controller::RunQueuedCall() {
+  std::function<void()> run;
+  {
+    std::lock_guard<std::mutex> lock(dispatch_mu_);
+    auto& user = queued_calls_[static_cast<int>(api::Lane::kUser)];
+    auto& worker = queued_calls_[static_cast<int>(api::Lane::kWorker)];
+    const bool user_first =
+        !user.empty() && (worker.empty() || user_calls_in_a_row_ < kUserCallsInARow);
+    std::deque<std::function<void()>>& from = user_first ? user : worker;
+    if (from.empty()) return;  // cannot be: one post per call queued
+    run = std::move(from.front());
+    from.pop_front();
+    user_calls_in_a_row_ = user_first && !worker.empty() ? user_calls_in_a_row_ + 1 : 0;
+  }
+  run();
+}
+
 absl::Status Controller::OnLoop(const std::function<absl::Status()>& fn, LoopLedger::Work work) {
   if (stopped_) return absl::UnavailableError("the controller is shutting down");
   if (std::this_thread::get_id() == loop_id_) return fn();
   auto task = std::make_shared<std::packaged_task<absl::Status()>>(fn);
   std::future<absl::Status> result = task->get_future();
-  boost::asio::post(io_, [this, task, work] {
+  auto run = [this, task, work] {
     LoopLedger::Span span(ledger_, work);
     (*task)();
-  });
+  };
+  if (work == LoopLedger::kCalls) {  // an API call (REST, or a synchronous gRPC method)
+    std::lock_guard<std::mutex> lock(dispatch_mu_);
+    QueueCall(api::Lane::kUser, std::move(run));
+  } else {
+    boost::asio::post(io_, std::move(run));
+  }
   while (result.wait_for(std::chrono::milliseconds(200)) != std::future_status::ready) {
     if (stopped_) return absl::UnavailableError("the controller is shutting down");
   }
@@ -585,7 +613,8 @@ void Controller::WithScope(const v1::KvScope& scope,
            [key, then = std::move(then)](const absl::Status& s) {
              if (s.ok()) return then(key);
              then(s);
-           });
+           },
+           api::Lane::kWorker);  // a rank's rendezvous wait
 }
 
 std::chrono::milliseconds Controller::KvTimeout(int timeout_ms) const {

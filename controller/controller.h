@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -132,9 +133,9 @@ class Controller : public api::DhpService {
                                 v1::RejectCheckpointResponse* resp) override;
   absl::Status Health() override;
   std::string MetricsText() override;
-  // Queues `call` on the loop thread and runs `done` there: the asynchronous gRPC methods wait
-  // for the loop without a thread. After Stop, `done` gets UNAVAILABLE at once.
-  void Dispatch(std::function<absl::Status()> call, Done done) override;
+  // Queues `call` on the loop thread, in `lane`, and runs `done` there: the asynchronous gRPC
+  // methods wait for the loop without a thread. After Stop, `done` gets UNAVAILABLE at once.
+  void Dispatch(std::function<absl::Status()> call, Done done, api::Lane lane) override;
   // The scope is checked on the loop and the wait registered there; no thread waits
   // (RendezvousKv::GetAsync). `done` runs on the loop when the keys are there already, else
   // on the thread that ends the wait.
@@ -162,6 +163,9 @@ class Controller : public api::DhpService {
   };
   // Loop thread: takes the queued submits (every one queued until now) and answers them.
   void FlushSubmits();
+  // Queues `run` for the loop in `lane` (dispatch_mu_ held), and runs the next queued call.
+  void QueueCall(api::Lane lane, std::function<void()> run);
+  void RunQueuedCall();
   // Loop thread: stores the batch, schedules, fills in each response; their statuses, in order.
   std::vector<absl::Status> SubmitBatch(std::vector<PendingSubmit>& batch);
   // Runs `fn` on the loop thread, timed in ledger_ as `work`, and returns its status;
@@ -262,7 +266,14 @@ class Controller : public api::DhpService {
   std::atomic<bool> stopped_{false};
   std::mutex dispatch_mu_;        // orders Dispatch against Stop's last run of queued calls
   bool dispatch_closed_ = false;  // guarded by dispatch_mu_
-  std::vector<PendingSubmit> submits_;  // guarded by dispatch_mu_; a flush is posted when not empty
+  std::vector<PendingSubmit> submits_;  // guarded by dispatch_mu_; a flush is queued when not empty
+  // The calls waiting for the loop, by api::Lane, guarded by dispatch_mu_. Each call queued
+  // posts one RunQueuedCall, which runs the oldest user call, or the oldest worker call when no
+  // user call waits or kUserCallsInARow user calls ran while worker calls waited. Timers and
+  // other posted work keep their place in the loop's own order.
+  static constexpr int kUserCallsInARow = 4;
+  std::deque<std::function<void()>> queued_calls_[2];
+  int user_calls_in_a_row_ = 0;  // guarded by dispatch_mu_
 
   std::mutex events_mu_;  // guards last_event_id_
   std::condition_variable events_cv_;

@@ -142,7 +142,7 @@ TEST_F(ControllerMetricsTest, ALoopHeldLongShowsInTheLagHistogramUnderItsCause) 
         std::this_thread::sleep_for(300ms);
         return absl::OkStatus();
       },
-      [&done](const absl::Status& s) { done.set_value(s); });
+      [&done](const absl::Status& s) { done.set_value(s); }, api::Lane::kUser);
   ASSERT_TRUE(done.get_future().get().ok());
   double lag_late = 0;
   for (int i = 0; i < 100 && lag_late < 1; ++i) {

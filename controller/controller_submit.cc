@@ -26,7 +26,7 @@ void Controller::SubmitJobAsync(const v1::SubmitJobRequest& req, v1::SubmitJobRe
     if (!dispatch_closed_) {
       submits_.push_back(PendingSubmit{*std::move(spec), req.dry_run(), req.owner(), resp,
                                        std::move(done), std::move(taken)});
-      if (submits_.size() == 1) boost::asio::post(io_, [this] { FlushSubmits(); });
+      if (submits_.size() == 1) QueueCall(api::Lane::kUser, [this] { FlushSubmits(); });
       return;
     }
   }

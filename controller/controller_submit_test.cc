@@ -33,7 +33,7 @@ class ControllerSubmitTest : public ControllerFixture {
           gate.wait();
           return absl::OkStatus();
         },
-        [](const absl::Status&) {});
+        [](const absl::Status&) {}, api::Lane::kUser);
     holding.wait();
     return release;
   }
@@ -188,6 +188,30 @@ TEST_F(ControllerSubmitTest, AJobOfABatchThatCannotBeStoredFailsAloneAndGivesUpW
   v1::GetJobResponse second;
   ASSERT_TRUE(controller_->GetJob(get, &second).ok());
   EXPECT_EQ(second.job().state(), v1::JOB_STATE_SCHEDULED) << second.job().message();
+}
+
+// Calls waiting for the loop run users' first (api::Lane), but a worker call runs after every
+// four user calls that went ahead of it, so that users cannot starve the heartbeats.
+TEST_F(ControllerSubmitTest, UsersCallsGoAheadOfWaitingWorkerCallsFourAtATime) {
+  std::shared_ptr<std::promise<void>> release = HoldLoop();
+  std::vector<std::string> ran;  // on the loop only
+  std::vector<std::future<absl::Status>> answers;
+  std::vector<std::shared_ptr<std::promise<absl::Status>>> promises;
+  auto queue = [&](const std::string& name, api::Lane lane) {
+    auto answered = std::make_shared<std::promise<absl::Status>>();
+    answers.push_back(answered->get_future());
+    controller_->Dispatch(
+        [&ran, name] {
+          ran.push_back(name);
+          return absl::OkStatus();
+        },
+        [answered](const absl::Status& s) { answered->set_value(s); }, lane);
+  };
+  for (const char* w : {"w1", "w2", "w3"}) queue(w, api::Lane::kWorker);
+  for (const char* u : {"u1", "u2", "u3", "u4", "u5", "u6"}) queue(u, api::Lane::kUser);
+  release->set_value();
+  for (auto& a : answers) EXPECT_TRUE(a.get().ok());
+  EXPECT_EQ(ran, (std::vector<std::string>{"u1", "u2", "u3", "u4", "w1", "u5", "u6", "w2", "w3"}));
 }
 
 TEST_F(ControllerSubmitTest, AnIdleLoopTakesASubmitAtOnceAsABatchOfOne) {
