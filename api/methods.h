@@ -81,8 +81,8 @@ enum class Access {
 // Which of the controller's queues a call waits in for its loop (DhpService::Dispatch). Users'
 // calls (JobService, NodeService) go ahead of the agents' and ranks' (WorkerService: heartbeats,
 // relays' batches of them, progress, rendezvous), which are sent on a schedule and tolerate
-// seconds; the controller still runs a worker call after every few user calls, so that no flood
-// of user calls can starve the heartbeats.
+// seconds; while both wait, the controller takes one from each in turn, so that no flood of
+// user calls can starve the heartbeats.
 enum class Lane { kUser, kWorker };
 
 #define DHP_LANE_OF_ROW(S, M, A, V, P, D) \

@@ -218,13 +218,12 @@ void Controller::RunQueuedCall() {
     std::lock_guard<std::mutex> lock(dispatch_mu_);
     auto& user = queued_calls_[static_cast<int>(api::Lane::kUser)];
     auto& worker = queued_calls_[static_cast<int>(api::Lane::kWorker)];
-    const bool user_first =
-        !user.empty() && (worker.empty() || user_calls_in_a_row_ < kUserCallsInARow);
+    const bool user_first = !user.empty() && (worker.empty() || !user_call_ran_last_);
     std::deque<std::function<void()>>& from = user_first ? user : worker;
     if (from.empty()) return;  // cannot be: one post per call queued
     run = std::move(from.front());
     from.pop_front();
-    user_calls_in_a_row_ = user_first && !worker.empty() ? user_calls_in_a_row_ + 1 : 0;
+    user_call_ran_last_ = user_first;
   }
   run();
 }

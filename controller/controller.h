@@ -5,7 +5,8 @@
 // io_context thread (the loop). Most gRPC calls arrive through Dispatch and run on the loop
 // from start to end, holding no other thread (SubmitJob through SubmitJobAsync, in batches);
 // REST calls and the synchronous gRPC methods post a closure onto the loop and wait for its
-// result. Blocking calls (Watch, Kv waits, logs) wait
+// result. Calls wait for the loop in two lanes (api::Lane): users' calls go ahead of the
+// agents' and ranks', taking turns with them when both wait. Blocking calls (Watch, Kv waits, logs) wait
 // on their own thread and visit the loop only to read. The rendezvous KV has its own lock; its
 // changes run on the loop, which writes them to the store (reads and waits stay off it).
 #ifndef DHP_CONTROLLER_CONTROLLER_H_
@@ -268,12 +269,12 @@ class Controller : public api::DhpService {
   bool dispatch_closed_ = false;  // guarded by dispatch_mu_
   std::vector<PendingSubmit> submits_;  // guarded by dispatch_mu_; a flush is queued when not empty
   // The calls waiting for the loop, by api::Lane, guarded by dispatch_mu_. Each call queued
-  // posts one RunQueuedCall, which runs the oldest user call, or the oldest worker call when no
-  // user call waits or kUserCallsInARow user calls ran while worker calls waited. Timers and
-  // other posted work keep their place in the loop's own order.
-  static constexpr int kUserCallsInARow = 4;
+  // posts one RunQueuedCall, which runs the oldest user call unless the call before it was a
+  // user call and worker calls wait: then the oldest worker call. So a user call waits for at
+  // most one worker call besides the one running, and a flood of user calls leaves the worker
+  // calls every other turn. Timers and other posted work keep their place in the loop's order.
   std::deque<std::function<void()>> queued_calls_[2];
-  int user_calls_in_a_row_ = 0;  // guarded by dispatch_mu_
+  bool user_call_ran_last_ = false;  // guarded by dispatch_mu_
 
   std::mutex events_mu_;  // guards last_event_id_
   std::condition_variable events_cv_;

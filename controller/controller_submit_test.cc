@@ -21,8 +21,8 @@ class ControllerSubmitTest : public ControllerFixture {
     StartController();
   }
 
-  // Holds the loop (a call that waits) until the returned promise is set.
-  std::shared_ptr<std::promise<void>> HoldLoop() {
+  // Holds the loop (a call in `lane` that waits) until the returned promise is set.
+  std::shared_ptr<std::promise<void>> HoldLoop(api::Lane lane = api::Lane::kUser) {
     auto release = std::make_shared<std::promise<void>>();
     std::shared_future<void> gate = release->get_future().share();
     auto held = std::make_shared<std::promise<void>>();
@@ -33,7 +33,7 @@ class ControllerSubmitTest : public ControllerFixture {
           gate.wait();
           return absl::OkStatus();
         },
-        [](const absl::Status&) {}, api::Lane::kUser);
+        [](const absl::Status&) {}, lane);
     holding.wait();
     return release;
   }
@@ -190,10 +190,10 @@ TEST_F(ControllerSubmitTest, AJobOfABatchThatCannotBeStoredFailsAloneAndGivesUpW
   EXPECT_EQ(second.job().state(), v1::JOB_STATE_SCHEDULED) << second.job().message();
 }
 
-// Calls waiting for the loop run users' first (api::Lane), but a worker call runs after every
-// four user calls that went ahead of it, so that users cannot starve the heartbeats.
-TEST_F(ControllerSubmitTest, UsersCallsGoAheadOfWaitingWorkerCallsFourAtATime) {
-  std::shared_ptr<std::promise<void>> release = HoldLoop();
+// Calls waiting for the loop run users' first (api::Lane), taking turns with the worker calls
+// while both wait, so that users cannot starve the heartbeats.
+TEST_F(ControllerSubmitTest, UsersCallsGoAheadOfWaitingWorkerCallsTakingTurns) {
+  std::shared_ptr<std::promise<void>> release = HoldLoop(api::Lane::kWorker);
   std::vector<std::string> ran;  // on the loop only
   std::vector<std::future<absl::Status>> answers;
   std::vector<std::shared_ptr<std::promise<absl::Status>>> promises;
@@ -211,7 +211,7 @@ TEST_F(ControllerSubmitTest, UsersCallsGoAheadOfWaitingWorkerCallsFourAtATime) {
   for (const char* u : {"u1", "u2", "u3", "u4", "u5", "u6"}) queue(u, api::Lane::kUser);
   release->set_value();
   for (auto& a : answers) EXPECT_TRUE(a.get().ok());
-  EXPECT_EQ(ran, (std::vector<std::string>{"u1", "u2", "u3", "u4", "w1", "u5", "u6", "w2", "w3"}));
+  EXPECT_EQ(ran, (std::vector<std::string>{"u1", "w1", "u2", "w2", "u3", "w3", "u4", "u5", "u6"}));
 }
 
 TEST_F(ControllerSubmitTest, AnIdleLoopTakesASubmitAtOnceAsABatchOfOne) {
