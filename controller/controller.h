@@ -178,6 +178,7 @@ class Controller : public api::DhpService {
   // Waits until an event newer than `seen` exists, `ms` pass, or the controller stops.
   void WaitForEventsAfter(int64_t seen, int ms);
   void ScheduleHeartbeatCheck();
+  void CheckRuns();  // the second turn of the once-a-second check: stalls and launch deadlines
   // Every persist_ms: the due heartbeat times, then (a loop turn of its own) PersistProgress.
   void SchedulePersist();
   void PersistProgress();  // the due step figures; then the next SchedulePersist
