@@ -58,7 +58,7 @@ TEST_F(ApiTest, GrpcRefusesAnInvalidSpecWithoutWaitingForTheLoop) {
         released.wait();
         return absl::OkStatus();
       },
-      [](const absl::Status&) {});
+      [](const absl::Status&) {}, api::Lane::kUser);
   holding.get_future().wait();
   struct Release {
     std::promise<void>& p;

@@ -68,8 +68,8 @@ class LossyService : public api::DhpService {
   absl::Status WatchJob(const v1::WatchJobRequest& req, api::EventSink& sink) override {
     return inner_.WatchJob(req, sink);
   }
-  void Dispatch(std::function<absl::Status()> call, Done done) override {
-    inner_.Dispatch(std::move(call), std::move(done));
+  void Dispatch(std::function<absl::Status()> call, Done done, api::Lane lane) override {
+    inner_.Dispatch(std::move(call), std::move(done), lane);
   }
   void KvGetAsync(const v1::KvGetRequest& req, v1::KvGetResponse* resp, Done done,
                   std::shared_ptr<CancelSignal> cancel) override {
