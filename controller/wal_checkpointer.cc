@@ -134,10 +134,12 @@ void WalCheckpointer::Pass() {
     return;
   }
   if (state->frames * frame_bytes_ <= options_.restart_above_bytes) return;
+  if (Clock::now() - last_restart_hold_ < options_.min_restart_interval) return;
   for (int i = 0; i < kCatchUpPasses && state.ok() && state->left > kCatchUpTo; ++i) {
     state = Checkpoint("PASSIVE");
   }
   if (!state.ok() || state->left > kHoldWhenLeft) return;  // the next period tries again
+  last_restart_hold_ = Clock::now();
   state = CheckpointWithWritersHeld("PASSIVE", "restart",
                                     "the last copy before the WAL starts over");
   if (state.ok() && state->left == 0) {

@@ -16,13 +16,15 @@
 //   back until few frames are left to copy, and the last of them runs with writers held, so it
 //   copies everything: the next write starts the WAL file over from its beginning. The file
 //   keeps its size (its tail is reused), so nothing is freed while writers wait. The hold is one
-//   small copy and two fdatasyncs: a few milliseconds, once per `restart_above_bytes` written.
+//   small copy and two fdatasyncs, at most once per `min_restart_interval`: under a flood of
+//   writes the WAL then holds what a second of them wrote when it starts over.
 // - Truncate: when the file is bigger than `truncate_above_bytes` and a pass finds the WAL fully
 //   copied with few frames written since the pass before (writes paused or slowed to a trickle),
 //   a TRUNCATE empties it, so that disk use follows the live data. Freeing a file's blocks costs
 //   time in proportion to its size (measured on ext4: ~0.85 ms per MiB), which is why it waits
 //   for such a moment, and why the file is kept near `restart_above_bytes` (plus what is written
-//   in a period and the catch-up passes: measured ~90-115 MiB at ~100 MB/s of WAL).
+//   in a period and the catch-up passes; under a flood, what a second writes: ~100 MiB at
+//   ~100 MB/s of WAL).
 // A TRUNCATE must also wait for readers of older snapshots (the /metrics scrape's reader
 // connection); it waits at most 50 ms, with the writers held, and otherwise gives up until the
 // next quiet pass.
@@ -54,11 +56,16 @@ class SqliteDb;
 
 struct WalCheckpointerOptions {
   std::chrono::milliseconds period{250};
-  int64_t restart_above_bytes = int64_t{64} << 20;  // frames in the WAL
-  // Size of the WAL file. Under steady writes that the passes keep up with, the WAL starts
-  // over by itself and its file stays at its high-water mark: at 10,000 busy nodes (~2 MB/s of
-  // WAL) 2-8 MiB. At 4 MiB it was truncated every ~2 s, holding the writers ~16 ms each time;
-  // 32 MiB leaves that file alone and still gives back what a burst of submits left.
+  // Frames in the WAL. It must stay well under truncate_above_bytes, so that steady writes
+  // never grow the file to where it is truncated: a truncation holds the writers while the
+  // file's blocks are freed (measured at 10,000 busy nodes, whose WAL often does not start over
+  // by itself: a 32 MiB file truncated every 30-60 s, the writers held 65-75 ms each time).
+  int64_t restart_above_bytes = int64_t{16} << 20;
+  // Under ~100 MB/s of WAL (a flood of submits) a restart every period would hold the writers
+  // a quarter of the time; once a second, the WAL holds ~100 MiB when it starts over.
+  std::chrono::milliseconds min_restart_interval{1000};
+  // Size of the WAL file: what a burst of writes left is given back once they slow down. At
+  // 4 MiB it was truncated every ~2 s at 10,000 busy nodes, the writers held ~16 ms each time.
   int64_t truncate_above_bytes = int64_t{32} << 20;
 };
 
@@ -105,6 +112,7 @@ class WalCheckpointer {
   const WalCheckpointerOptions options_;
   const int64_t frame_bytes_;   // page size + frame header
   int64_t last_frames_ = 0;     // the previous pass's WalState::frames (thread_ only)
+  std::chrono::steady_clock::time_point last_restart_hold_;  // thread_ only
   mutable std::mutex mu_;       // guards stop_ and the counters
   std::condition_variable cv_;
   bool stop_ = false;
