@@ -96,7 +96,7 @@ void Controller::AddStoreMetrics() {
   auto& holds = metrics_.AddHistogram(
       "dhp_store_wal_hold_seconds",
       "How long the WAL checkpointer held the store's writers (and so the controller's loop, if "
-      "it had something to write): restart, the last copy before the WAL starts over (past 64 "
+      "it had something to write): restart, the last copy before the WAL starts over (past 16 "
       "MiB of it); truncate, emptying the WAL file once writes slow down.");
   prometheus::Histogram* restart = &holds.Add({{"kind", "restart"}}, LatencyBuckets());
   prometheus::Histogram* truncate = &holds.Add({{"kind", "truncate"}}, LatencyBuckets());

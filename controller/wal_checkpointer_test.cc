@@ -161,6 +161,7 @@ TEST(WalCheckpointerTest, UnderSteadyWritesTheWalStartsOverInsteadOfGrowing) {
   writer->set_write_gate(&gate);
   WalCheckpointerOptions options = Every(std::chrono::milliseconds(5));
   options.restart_above_bytes = 512 * 1024;
+  options.min_restart_interval = std::chrono::milliseconds(0);
   options.truncate_above_bytes = int64_t{1} << 40;  // never: this is about restarts
   auto ckpt = WalCheckpointer::Start(path, &gate, options);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
@@ -189,6 +190,53 @@ TEST(WalCheckpointerTest, UnderSteadyWritesTheWalStartsOverInsteadOfGrowing) {
   EXPECT_GT(longest, 0.0);
   EXPECT_LT(longest, 5.0);
   EXPECT_EQ(*writer->QueryInt("SELECT COUNT(*) FROM t"), 50 + kRows);
+}
+
+// A restart holds the writers; under a flood of writes it comes at most once per
+// min_restart_interval, however far past restart_above_bytes the WAL is.
+TEST(WalCheckpointerTest, WritersAreHeldForARestartAtMostOncePerInterval) {
+  const std::string path = testing::TempDir() + "/wal_restart_interval.db";
+  std::unique_ptr<SqliteDb> writer;
+  ASSERT_NO_FATAL_FAILURE(FillWal(path, &writer));
+  std::mutex gate;
+  writer->set_write_gate(&gate);
+  WalCheckpointerOptions options = Every(std::chrono::milliseconds(5));
+  options.restart_above_bytes = 256 * 1024;
+  options.min_restart_interval = std::chrono::milliseconds(400);
+  options.truncate_above_bytes = int64_t{1} << 40;  // never: this is about restarts
+  auto ckpt = WalCheckpointer::Start(path, &gate, options);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  std::mutex mu;
+  std::vector<std::chrono::steady_clock::time_point> holds;
+  const auto observed_from = std::chrono::steady_clock::now();
+  (*ckpt)->set_hold_observer([&](const char* kind, double seconds) {
+    std::lock_guard<std::mutex> lock(mu);
+    holds.push_back(std::chrono::steady_clock::now() -
+                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                        std::chrono::duration<double>(seconds)));  // when the hold began
+  });
+  const auto start = std::chrono::steady_clock::now();
+  uintmax_t largest = 0;
+  while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(1500)) {
+    absl::StatusOr<Transaction> txn = writer->Begin();
+    ASSERT_TRUE(txn.ok()) << txn.status();
+    ASSERT_TRUE(writer->Exec("INSERT INTO t VALUES (zeroblob(8192))").ok());
+    ASSERT_TRUE(txn->Commit().ok());
+    largest = std::max(largest, std::filesystem::file_size(path + "-wal"));
+  }
+  (*ckpt)->set_hold_observer(nullptr);
+  using std::chrono::milliseconds;
+  const milliseconds observed =
+      std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - observed_from);
+  // The writes went on the whole time: without the interval they would be held every few
+  // periods (5 ms), as in UnderSteadyWritesTheWalStartsOverInsteadOfGrowing.
+  EXPECT_GT(largest, 4 * options.restart_above_bytes);
+  ASSERT_GE(holds.size(), 1u);
+  EXPECT_LE(static_cast<int64_t>(holds.size()), 1 + observed.count() / 400);
+  for (size_t i = 1; i < holds.size(); ++i) {
+    const milliseconds apart = std::chrono::duration_cast<milliseconds>(holds[i] - holds[i - 1]);
+    EXPECT_GE(apart.count(), 390) << "hold " << i;
+  }
 }
 
 }  // namespace
