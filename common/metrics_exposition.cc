@@ -3,6 +3,8 @@
 #include <prometheus/check_names.h>
 #include <prometheus/text_serializer.h>
 
+#include <charconv>
+#include <cmath>
 #include <sstream>
 
 #include "common/check.h"
@@ -29,6 +31,35 @@ std::string EscapeHelp(const std::string& help) {
   return out;
 }
 
+// A gauge's value as prometheus-cpp 1.0.1 writes it: "%.16g" (max_digits10 - 1), with NaN and
+// the infinities spelled as it spells them.
+void AppendValue(std::string& out, double value) {
+  if (std::isnan(value)) {
+    out += "Nan";
+  } else if (std::isinf(value)) {
+    out += value < 0 ? "-Inf" : "+Inf";
+  } else {
+    char buf[32];
+    const std::to_chars_result r =
+        std::to_chars(buf, buf + sizeof(buf), value, std::chars_format::general, 16);
+    out.append(buf, r.ptr);
+  }
+}
+
+// A label value with \, " and newline escaped.
+void AppendLabelValue(std::string& out, const std::string& value) {
+  for (char c : value) {
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+}
+
 }  // namespace
 
 const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
@@ -47,38 +78,56 @@ ComputedGauges::ComputedGauges(std::vector<GaugeFamilyDef> families) : defs_(std
       DHP_CHECK(prometheus::CheckLabelName(label)) << def.name << ": invalid label name " << label;
     }
     DHP_CHECK(index_.emplace(def.name, i).second) << "duplicate metric family " << def.name;
+    std::string head;
+    if (!def.help.empty()) head += "# HELP " + def.name + " " + EscapeHelp(def.help) + "\n";
+    heads_.push_back(head + "# TYPE " + def.name + " gauge\n");
   }
   Set({});
 }
 
 void ComputedGauges::Set(const MetricRows& rows) {
-  auto families = std::make_shared<std::vector<prometheus::MetricFamily>>();
-  for (const GaugeFamilyDef& def : defs_) {
-    families->push_back({def.name, EscapeHelp(def.help), prometheus::MetricType::Gauge, {}});
-  }
-  for (const auto& [name, samples] : rows) {
+  std::vector<const GaugeRows*> samples(defs_.size(), nullptr);
+  for (const auto& [name, family_rows] : rows) {
     auto it = index_.find(name);
     DHP_CHECK(it != index_.end()) << "ComputedGauges::Set: unknown family " << name;
-    const GaugeFamilyDef& def = defs_[it->second];
-    std::vector<prometheus::ClientMetric>& out = (*families)[it->second].metric;
-    out.reserve(samples.size());
-    for (const auto& [values, value] : samples) {
+    samples[it->second] = &family_rows;
+  }
+  size_t previous = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (text_ != nullptr) previous = text_->size();
+  }
+  auto text = std::make_shared<std::string>();
+  text->reserve(previous + previous / 8);
+  for (size_t f = 0; f < defs_.size(); ++f) {
+    const GaugeFamilyDef& def = defs_[f];
+    *text += heads_[f];
+    if (samples[f] == nullptr) continue;
+    for (const auto& [values, value] : *samples[f]) {
       DHP_CHECK(values.size() == def.labels.size())
-          << name << ": " << values.size() << " label values for " << def.labels.size()
+          << def.name << ": " << values.size() << " label values for " << def.labels.size()
           << " labels";
-      prometheus::ClientMetric& metric = out.emplace_back();
-      metric.label.reserve(values.size());
-      for (size_t i = 0; i < values.size(); ++i) metric.label.push_back({def.labels[i], values[i]});
-      metric.gauge.value = value;
+      *text += def.name;
+      for (size_t i = 0; i < values.size(); ++i) {
+        *text += i == 0 ? '{' : ',';
+        *text += def.labels[i];
+        *text += "=\"";
+        AppendLabelValue(*text, values[i]);
+        *text += '"';
+      }
+      if (!values.empty()) *text += '}';
+      *text += ' ';
+      AppendValue(*text, value);
+      *text += '\n';
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
-  snapshot_ = std::move(families);
+  text_ = std::move(text);
 }
 
-std::shared_ptr<const std::vector<prometheus::MetricFamily>> ComputedGauges::Snapshot() const {
+std::shared_ptr<const std::string> ComputedGauges::Text() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return snapshot_;
+  return text_;
 }
 
 // ---- MetricsExposition ---------------------------------------------------------------------
@@ -138,10 +187,10 @@ std::string MetricsExposition::RenderText() const {
     recorded.emplace(std::move(name), std::move(family));
   }
   const prometheus::TextSerializer serializer;
-  std::ostringstream out;
+  std::string out;
   for (const Entry& entry : entries) {
     if (entry.computed != nullptr) {
-      serializer.Serialize(out, *entry.computed->Snapshot());
+      out += *entry.computed->Text();
       continue;
     }
     std::vector<prometheus::MetricFamily> one(1);
@@ -151,9 +200,11 @@ std::string MetricsExposition::RenderText() const {
     } else {
       one[0] = {entry.name, entry.help, entry.type, {}};  // no samples yet: HELP and TYPE
     }
-    serializer.Serialize(out, one);
+    std::ostringstream family;
+    serializer.Serialize(family, one);
+    out += family.str();
   }
-  return out.str();
+  return out;
 }
 
 }  // namespace dhp

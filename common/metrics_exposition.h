@@ -1,12 +1,16 @@
 // The controller's /metrics, on prometheus-cpp (Debian's prometheus-cpp-dev; the core library
 // only: our own HTTP server serves the text, civetweb's Exposer is not used).
 //
-// Two kinds of metrics, both rendered by prometheus::TextSerializer (format 0.0.4):
+// Two kinds of metrics, both in the text format 0.0.4:
 //   - counters and histograms recorded as things happen: prometheus::Family<Counter|Histogram>
-//     in a prometheus::Registry, created through AddCounter / AddHistogram;
+//     in a prometheus::Registry, created through AddCounter / AddHistogram, rendered by
+//     prometheus::TextSerializer;
 //   - gauges their owner recomputes wholesale at every scrape (jobs by state, per-rank stage
 //     figures): ComputedGauges, whose families are declared up front and whose samples Set
-//     replaces at once, so a scrape sees either the old set or the new one.
+//     replaces at once, so a scrape sees either the old set or the new one. Set renders them
+//     itself, byte for byte as TextSerializer would (values as "%.16g", "Nan", "+Inf", "-Inf"):
+//     at 80,000 ranks a scrape has ~1.2 million of them, and building prometheus::ClientMetric
+//     copies of every label and writing them through an ostream took most of its CPU.
 //
 //   MetricsExposition metrics;
 //   auto& requests = metrics.AddCounter("dhp_api_requests_total", "API requests.");
@@ -67,15 +71,16 @@ class ComputedGauges {
   // Replaces every family's samples with those in `rows` (a family absent from rows is emptied).
   void Set(const MetricRows& rows);
 
-  // The families with their current samples, ready to serialize (shared, never modified).
-  std::shared_ptr<const std::vector<prometheus::MetricFamily>> Snapshot() const;
+  // The families with their current samples in the text format (shared, never modified).
+  std::shared_ptr<const std::string> Text() const;
   const std::vector<GaugeFamilyDef>& families() const { return defs_; }
 
  private:
   const std::vector<GaugeFamilyDef> defs_;
+  std::vector<std::string> heads_;       // each family's HELP and TYPE lines
   std::map<std::string, size_t> index_;  // name -> position in defs_
   mutable std::mutex mu_;
-  std::shared_ptr<const std::vector<prometheus::MetricFamily>> snapshot_;  // guarded by mu_
+  std::shared_ptr<const std::string> text_;  // guarded by mu_
 };
 
 class MetricsExposition {

@@ -1,8 +1,12 @@
 #include "common/metrics_exposition.h"
 
 #include <gtest/gtest.h>
+#include <prometheus/text_serializer.h>
 
 #include <atomic>
+#include <cmath>
+#include <limits>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -72,6 +76,54 @@ TEST(MetricsExpositionTest, LabelValuesAndHelpAreEscaped) {
   const std::string text = m.RenderText();
   EXPECT_TRUE(HasLine(text, R"(# HELP g Back\\slash\nnewline.)")) << text;
   EXPECT_TRUE(HasLine(text, R"(g{v="a\"b\\c\nd"} 1)")) << text;
+}
+
+// Computed gauges are rendered by ComputedGauges itself: the text must be what
+// prometheus::TextSerializer makes of the same samples, byte for byte.
+TEST(MetricsExpositionTest, ComputedGaugesRenderAsPrometheusCppWould) {
+  const double values[] = {0, -0.0, 1, 3.5, 0.1, 20.003, 1.0 / 3, 80e9, 1796001376.0245101,
+                           1e-7, 2.5e-5, 1e15, 1e16, 1e21, 123456789012345678.0, 6.02214076e23,
+                           -42.125, std::numeric_limits<double>::max(),
+                           std::numeric_limits<double>::min(),
+                           std::numeric_limits<double>::denorm_min(),
+                           std::numeric_limits<double>::quiet_NaN(),
+                           std::numeric_limits<double>::infinity(),
+                           -std::numeric_limits<double>::infinity()};
+  const std::vector<GaugeFamilyDef> defs = {
+      {"plain", "No labels.", {}},
+      {"labelled", "Three\\ labels\nhere.", {"job", "stage", "rank"}},
+      {"empty", "Never set.", {"x"}},
+      {"no_help", "", {"k"}}};
+  const std::vector<std::string> escaped_help = {"No labels.", "Three\\\\ labels\\nhere.",
+                                                 "Never set.", ""};
+  MetricRows rows;
+  std::vector<prometheus::MetricFamily> expected;
+  for (size_t f = 0; f < defs.size(); ++f) {
+    expected.push_back({defs[f].name, escaped_help[f], prometheus::MetricType::Gauge, {}});
+  }
+  for (double v : values) {
+    rows["plain"].push_back({{}, v});
+    expected[0].metric.emplace_back().gauge.value = v;
+  }
+  const std::vector<std::string> label_values = {"j-1", "a\"b\\c\nd", "", "visión ✓", "7"};
+  for (size_t i = 0; i < label_values.size(); ++i) {
+    const std::vector<std::string> labels = {label_values[i], "text", std::to_string(i)};
+    rows["labelled"].push_back({labels, values[i]});
+    prometheus::ClientMetric& m = expected[1].metric.emplace_back();
+    for (size_t l = 0; l < labels.size(); ++l) m.label.push_back({defs[1].labels[l], labels[l]});
+    m.gauge.value = values[i];
+  }
+  rows["no_help"].push_back({{"v"}, 2});
+  prometheus::ClientMetric& m = expected[3].metric.emplace_back();
+  m.label.push_back({"k", "v"});
+  m.gauge.value = 2;
+
+  MetricsExposition exposition;
+  exposition.AddComputedGauges(defs).Set(rows);
+  std::ostringstream serialized;
+  prometheus::TextSerializer().Serialize(serialized, expected);
+  // prometheus-cpp skips HELP when there is none, and writes TYPE for a family without samples.
+  EXPECT_EQ(exposition.RenderText(), serialized.str());
 }
 
 TEST(MetricsExpositionTest, FamiliesRenderInRegistrationOrderAndCollectorsRunFirst) {
