@@ -232,10 +232,13 @@ TEST(WalCheckpointerTest, WritersAreHeldForARestartAtMostOncePerInterval) {
   // periods (5 ms), as in UnderSteadyWritesTheWalStartsOverInsteadOfGrowing.
   EXPECT_GT(largest, 4 * options.restart_above_bytes);
   ASSERT_GE(holds.size(), 1u);
-  EXPECT_LE(static_cast<int64_t>(holds.size()), 1 + observed.count() / 400);
+  // A hold that began just before the observer was set is counted too: hence 2 +.
+  EXPECT_LE(static_cast<int64_t>(holds.size()), 2 + observed.count() / 400);
   for (size_t i = 1; i < holds.size(); ++i) {
+    // Where a hold began is estimated after it (the observer's clock less its length): a
+    // preempted observer makes one look later, so the spacing is checked with 50 ms to spare.
     const milliseconds apart = std::chrono::duration_cast<milliseconds>(holds[i] - holds[i - 1]);
-    EXPECT_GE(apart.count(), 390) << "hold " << i;
+    EXPECT_GE(apart.count(), 350) << "hold " << i;
   }
 }
 
