@@ -43,6 +43,16 @@ WalCheckpointerOptions Every(std::chrono::milliseconds period) {
   return options;
 }
 
+// Restarts only (never a truncation), checked every 5 ms.
+WalCheckpointerOptions RestartsOnly(int64_t restart_above_bytes,
+                                    std::chrono::milliseconds min_restart_interval) {
+  WalCheckpointerOptions options = Every(std::chrono::milliseconds(5));
+  options.restart_above_bytes = restart_above_bytes;
+  options.min_restart_interval = min_restart_interval;
+  options.truncate_above_bytes = int64_t{1} << 40;
+  return options;
+}
+
 TEST(WalCheckpointerTest, CheckpointsWhatTheWriterLeavesInTheWal) {
   const std::string path = testing::TempDir() + "/wal_ckpt.db";
   std::unique_ptr<SqliteDb> writer;
@@ -159,10 +169,8 @@ TEST(WalCheckpointerTest, UnderSteadyWritesTheWalStartsOverInsteadOfGrowing) {
   ASSERT_NO_FATAL_FAILURE(FillWal(path, &writer));
   std::mutex gate;
   writer->set_write_gate(&gate);
-  WalCheckpointerOptions options = Every(std::chrono::milliseconds(5));
-  options.restart_above_bytes = 512 * 1024;
-  options.min_restart_interval = std::chrono::milliseconds(0);
-  options.truncate_above_bytes = int64_t{1} << 40;  // never: this is about restarts
+  const WalCheckpointerOptions options =
+      RestartsOnly(512 * 1024, std::chrono::milliseconds(0));
   auto ckpt = WalCheckpointer::Start(path, &gate, options);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
   std::mutex mu;
@@ -200,10 +208,8 @@ TEST(WalCheckpointerTest, WritersAreHeldForARestartAtMostOncePerInterval) {
   ASSERT_NO_FATAL_FAILURE(FillWal(path, &writer));
   std::mutex gate;
   writer->set_write_gate(&gate);
-  WalCheckpointerOptions options = Every(std::chrono::milliseconds(5));
-  options.restart_above_bytes = 256 * 1024;
-  options.min_restart_interval = std::chrono::milliseconds(400);
-  options.truncate_above_bytes = int64_t{1} << 40;  // never: this is about restarts
+  const WalCheckpointerOptions options =
+      RestartsOnly(256 * 1024, std::chrono::milliseconds(400));
   auto ckpt = WalCheckpointer::Start(path, &gate, options);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
   std::mutex mu;
