@@ -47,7 +47,11 @@ void AppendValue(std::string& out, double value) {
 }
 
 // A label value with \, " and newline escaped.
-void AppendLabelValue(std::string& out, const std::string& value) {
+void AppendLabelValue(std::string& out, std::string_view value) {
+  if (value.find_first_of("\\\"\n") == std::string_view::npos) {
+    out += value;
+    return;
+  }
   for (char c : value) {
     if (c == '\\' || c == '"') {
       out += '\\';
@@ -86,48 +90,85 @@ ComputedGauges::ComputedGauges(std::vector<GaugeFamilyDef> families) : defs_(std
 }
 
 void ComputedGauges::Set(const MetricRows& rows) {
-  std::vector<const GaugeRows*> samples(defs_.size(), nullptr);
+  GaugeTextWriter text(*this);
+  std::vector<std::string_view> labels;
   for (const auto& [name, family_rows] : rows) {
     auto it = index_.find(name);
     DHP_CHECK(it != index_.end()) << "ComputedGauges::Set: unknown family " << name;
-    samples[it->second] = &family_rows;
-  }
-  size_t previous = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (text_ != nullptr) previous = text_->size();
-  }
-  auto text = std::make_shared<std::string>();
-  text->reserve(previous + previous / 8);
-  for (size_t f = 0; f < defs_.size(); ++f) {
-    const GaugeFamilyDef& def = defs_[f];
-    *text += heads_[f];
-    if (samples[f] == nullptr) continue;
-    for (const auto& [values, value] : *samples[f]) {
-      DHP_CHECK(values.size() == def.labels.size())
-          << def.name << ": " << values.size() << " label values for " << def.labels.size()
-          << " labels";
-      *text += def.name;
-      for (size_t i = 0; i < values.size(); ++i) {
-        *text += i == 0 ? '{' : ',';
-        *text += def.labels[i];
-        *text += "=\"";
-        AppendLabelValue(*text, values[i]);
-        *text += '"';
-      }
-      if (!values.empty()) *text += '}';
-      *text += ' ';
-      AppendValue(*text, value);
-      *text += '\n';
+    for (const auto& [values, value] : family_rows) {
+      labels.assign(values.begin(), values.end());
+      text.Add(it->second, labels.data(), labels.size(), value);
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  text_ = std::move(text);
+  Set(std::move(text));
 }
 
-std::shared_ptr<const std::string> ComputedGauges::Text() const {
+void ComputedGauges::Set(GaugeTextWriter&& text) {
+  DHP_CHECK(text.gauges_ == this) << "ComputedGauges::Set: a writer made for other gauges";
+  auto bodies = std::make_shared<const std::vector<std::string>>(std::move(text.bodies_));
   std::lock_guard<std::mutex> lock(mu_);
-  return text_;
+  bodies_ = std::move(bodies);
+}
+
+void ComputedGauges::AppendText(std::string& out) const {
+  std::shared_ptr<const std::vector<std::string>> bodies;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    bodies = bodies_;
+  }
+  for (size_t f = 0; f < defs_.size(); ++f) {
+    out += heads_[f];
+    if (bodies != nullptr) out += (*bodies)[f];
+  }
+}
+
+// ---- GaugeTextWriter and GaugeRowsCollector ------------------------------------------------
+
+GaugeTextWriter::GaugeTextWriter(const ComputedGauges& gauges)
+    : gauges_(&gauges), bodies_(gauges.defs_.size()) {
+  std::shared_ptr<const std::vector<std::string>> previous;
+  {
+    std::lock_guard<std::mutex> lock(gauges.mu_);
+    previous = gauges.bodies_;
+  }
+  if (previous == nullptr) return;
+  for (size_t f = 0; f < bodies_.size(); ++f) {
+    const size_t last = (*previous)[f].size();  // the last set's, and some room to grow
+    if (last > 0) bodies_[f].reserve(last + last / 8);
+  }
+}
+
+void GaugeTextWriter::Add(size_t family, std::initializer_list<std::string_view> labels,
+                          double value) {
+  Add(family, labels.begin(), labels.size(), value);
+}
+
+void GaugeTextWriter::Add(size_t family, const std::string_view* labels, size_t n,
+                          double value) {
+  DHP_CHECK(family < bodies_.size()) << "GaugeTextWriter: no family " << family;
+  const GaugeFamilyDef& def = gauges_->defs_[family];
+  DHP_CHECK(n == def.labels.size())
+      << def.name << ": " << n << " label values for " << def.labels.size() << " labels";
+  std::string& out = bodies_[family];
+  out += def.name;
+  for (size_t i = 0; i < n; ++i) {
+    out += i == 0 ? '{' : ',';
+    out += def.labels[i];
+    out += "=\"";
+    AppendLabelValue(out, labels[i]);
+    out += '"';
+  }
+  if (n > 0) out += '}';
+  out += ' ';
+  AppendValue(out, value);
+  out += '\n';
+}
+
+void GaugeRowsCollector::Add(size_t family, std::initializer_list<std::string_view> labels,
+                             double value) {
+  DHP_CHECK(family < families_.size()) << "GaugeRowsCollector: no family " << family;
+  rows_[families_[family].name].push_back(
+      {std::vector<std::string>(labels.begin(), labels.end()), value});
 }
 
 // ---- MetricsExposition ---------------------------------------------------------------------
@@ -190,7 +231,7 @@ std::string MetricsExposition::RenderText() const {
   std::string out;
   for (const Entry& entry : entries) {
     if (entry.computed != nullptr) {
-      out += *entry.computed->Text();
+      entry.computed->AppendText(out);
       continue;
     }
     std::vector<prometheus::MetricFamily> one(1);

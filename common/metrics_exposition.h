@@ -19,6 +19,11 @@
 //   metrics.AddCollector([&] { jobs.Set({{"dhp_jobs", {{{"RUNNING"}, 3}, {{"QUEUED"}, 1}}}}); });
 //   std::string text = metrics.RenderText();
 //
+// For large sets, write the samples' text as they are computed instead of building MetricRows:
+//   GaugeTextWriter text(jobs);
+//   text.Add(0, {"RUNNING"}, 3);           // family 0 of jobs' list: dhp_jobs
+//   jobs.Set(std::move(text));
+//
 // Every family prints its HELP and TYPE from registration on, samples or not (prometheus-cpp
 // alone skips families without samples): dashboards and tests/monitoring_test.py rely on it.
 // Families render in registration order. Labels of registry families render sorted by name
@@ -29,8 +34,9 @@
 // Invalid metric or label names, a duplicate family name, an unknown family or a wrong number of
 // label values passed to Set are programming errors and crash.
 //
-// Thread-safety: everything is thread-safe. Collectors run before every RenderText, outside
-// any lock this class holds.
+// Thread-safety: everything is thread-safe but a GaugeTextWriter or a GaugeRowsCollector, which
+// one thread uses at a time. Collectors run before every RenderText, outside any lock this class
+// holds.
 #ifndef DHP_COMMON_METRICS_EXPOSITION_H_
 #define DHP_COMMON_METRICS_EXPOSITION_H_
 
@@ -41,11 +47,13 @@
 #include <prometheus/registry.h>
 
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -62,6 +70,47 @@ struct GaugeFamilyDef {
   std::vector<std::string> labels;
 };
 
+// Receives gauge samples one at a time. `family`: the family's position in its list of
+// GaugeFamilyDefs; `labels`: its label values, in the family's label order.
+class GaugeSink {
+ public:
+  virtual ~GaugeSink() = default;
+  virtual void Add(size_t family, std::initializer_list<std::string_view> labels,
+                   double value) = 0;
+};
+
+class ComputedGauges;
+
+// Writes each sample's line of text as it is added, into one buffer per family: what
+// ComputedGauges::Set(const MetricRows&) renders for the same samples in the same order, without
+// a vector of label strings per sample (a scrape at 80,000 ranks has ~1.2 million). Hand it to
+// the ComputedGauges it was made for: gauges.Set(std::move(writer)).
+class GaugeTextWriter final : public GaugeSink {
+ public:
+  explicit GaugeTextWriter(const ComputedGauges& gauges);
+  void Add(size_t family, std::initializer_list<std::string_view> labels, double value) override;
+  // The same for labels held elsewhere (`n` of them at `labels`).
+  void Add(size_t family, const std::string_view* labels, size_t n, double value);
+
+ private:
+  friend class ComputedGauges;
+  const ComputedGauges* gauges_;
+  std::vector<std::string> bodies_;  // per family: its sample lines
+};
+
+// Collects the samples as MetricRows, by family name (tests; sets of a few rows).
+class GaugeRowsCollector final : public GaugeSink {
+ public:
+  explicit GaugeRowsCollector(const std::vector<GaugeFamilyDef>& families)
+      : families_(families) {}
+  void Add(size_t family, std::initializer_list<std::string_view> labels, double value) override;
+  MetricRows Take() { return std::move(rows_); }
+
+ private:
+  const std::vector<GaugeFamilyDef>& families_;
+  MetricRows rows_;
+};
+
 class ComputedGauges {
  public:
   explicit ComputedGauges(std::vector<GaugeFamilyDef> families);
@@ -70,17 +119,21 @@ class ComputedGauges {
 
   // Replaces every family's samples with those in `rows` (a family absent from rows is emptied).
   void Set(const MetricRows& rows);
+  // Replaces every family's samples with those written into `text` (made for this object).
+  void Set(GaugeTextWriter&& text);
 
-  // The families with their current samples in the text format (shared, never modified).
-  std::shared_ptr<const std::string> Text() const;
+  // Appends the families with their current samples in the text format.
+  void AppendText(std::string& out) const;
   const std::vector<GaugeFamilyDef>& families() const { return defs_; }
 
  private:
+  friend class GaugeTextWriter;
   const std::vector<GaugeFamilyDef> defs_;
   std::vector<std::string> heads_;       // each family's HELP and TYPE lines
   std::map<std::string, size_t> index_;  // name -> position in defs_
   mutable std::mutex mu_;
-  std::shared_ptr<const std::string> text_;  // guarded by mu_
+  // guarded by mu_: per family, its samples' lines (shared, never modified); null before Set
+  std::shared_ptr<const std::vector<std::string>> bodies_;
 };
 
 class MetricsExposition {

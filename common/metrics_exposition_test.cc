@@ -124,6 +124,24 @@ TEST(MetricsExpositionTest, ComputedGaugesRenderAsPrometheusCppWould) {
   prometheus::TextSerializer().Serialize(serialized, expected);
   // prometheus-cpp skips HELP when there is none, and writes TYPE for a family without samples.
   EXPECT_EQ(exposition.RenderText(), serialized.str());
+
+  // The same samples written as they come, the families' samples interleaved, after a set
+  // that a writer's Set replaces whole.
+  MetricsExposition written;
+  ComputedGauges& gauges = written.AddComputedGauges(defs);
+  gauges.Set({{"empty", {{{"stale"}, 1}}}});
+  GaugeTextWriter text(gauges);
+  const GaugeRows& labelled = rows.at("labelled");
+  for (size_t i = 0; i < std::size(values); ++i) {
+    text.Add(0, {}, values[i]);
+    if (i >= labelled.size()) continue;
+    const std::vector<std::string>& l = labelled[i].first;
+    const std::string_view views[] = {l[0], l[1], l[2]};
+    text.Add(1, views, 3, labelled[i].second);
+  }
+  text.Add(3, {"v"}, 2);
+  gauges.Set(std::move(text));
+  EXPECT_EQ(written.RenderText(), serialized.str());
 }
 
 TEST(MetricsExpositionTest, FamiliesRenderInRegistrationOrderAndCollectorsRunFirst) {
@@ -185,6 +203,10 @@ TEST(MetricsExpositionDeathTest, MisuseIsAProgrammingError) {
   ComputedGauges g({{"g", "x", {"a", "b"}}});
   EXPECT_DEATH(g.Set({{"g", {{{"only one"}, 1}}}}), "1 label values for 2 labels");
   EXPECT_DEATH(g.Set({{"nope", {}}}), "unknown family nope");
+  EXPECT_DEATH(GaugeTextWriter(g).Add(0, {"only one"}, 1), "1 label values for 2 labels");
+  EXPECT_DEATH(GaugeTextWriter(g).Add(1, {"a", "b"}, 1), "no family 1");
+  ComputedGauges other({{"g", "x", {"a", "b"}}});
+  EXPECT_DEATH(g.Set(GaugeTextWriter(other)), "a writer made for other gauges");
 }
 
 }  // namespace

@@ -82,14 +82,16 @@ void Controller::CollectGauges() {
   for (const v1::Node& n : all_nodes) by_state[ShortName(n.state())]++;
   for (const auto& [state, n] : by_state) nodes.push_back({{state}, static_cast<double>(n)});
 
-  RunMetricsBuilder builder(std::move(all_nodes));
+  GaugeTextWriter run_rows = run_metrics_.Writer();
+  RunMetricsBuilder builder(std::move(all_nodes), run_rows);
   if (!AddRunRowsInSlices(stored, builder).ok()) return;
   cluster_gauges_.Set({{"dhp_jobs", std::move(jobs)},
                        {"dhp_nodes", std::move(nodes)},
                        {"dhp_store_quarantine_rows", std::move(quarantined)},
                        {"dhp_store_file_bytes", std::move(files)},
                        {"dhp_rendezvous_waits", {{{}, static_cast<double>(kv_.Waiting())}}}});
-  run_metrics_.Set(builder.Finish(slots));
+  builder.Finish(slots);
+  run_metrics_.Set(std::move(run_rows));
 }
 
 void Controller::AddStoreMetrics() {

@@ -1,11 +1,13 @@
 #include "controller/run_metrics.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <optional>
 #include <set>
 
+#include "common/check.h"
 #include "common/job_layout.h"
 #include "common/layout.h"
 #include "common/proto_enum.h"
@@ -13,66 +15,165 @@
 namespace dhp::controller {
 namespace {
 
-// Registration order = exposition order. Keep in sync with the header comment.
-const std::vector<GaugeFamilyDef>& Families() {
-  static const std::vector<GaugeFamilyDef> defs = {
-      {"dhp_job_step", "Current training step of the job's run.", {"job"}},
-      {"dhp_job_total_steps", "Steps the job trains to.", {"job"}},
-      {"dhp_job_loss", "Newest training loss of the job.", {"job"}},
-      {"dhp_job_learning_rate", "Newest learning rate of the job.", {"job"}},
-      {"dhp_job_grad_norm", "Newest global gradient norm of the job.", {"job"}},
-      {"dhp_job_restarts", "Automatic restarts the job has used.", {"job"}},
-      {"dhp_job_queue_wait_seconds", "Time the job's current run waited in the queue.", {"job"}},
-      {"dhp_job_tokens_per_second", "Newest throughput of the job's run, all stages.", {"job"}},
-      {"dhp_job_step_seconds", "Newest step time of the job's run.", {"job"}},
-      {"dhp_job_state", "1 for the job's current state.", {"job", "state"}},
-      {"dhp_job_last_progress_timestamp_seconds",
-       "Unix time at which the step of the job's placed run last advanced (or it was placed).",
-       {"job"}},
-      {"dhp_stage_tokens_per_second",
-       "Tokens per second of a stage on a rank.",
-       {"job", "stage", "rank"}},
-      {"dhp_stage_step_seconds",
-       "Newest step time of a stage on a rank, by phase (forward, backward, comm, optimizer).",
-       {"job", "stage", "rank", "phase"}},
-      {"dhp_stage_memory_bytes",
-       "Memory of a rank hosting a stage: allocated, reserved, peak (CUDA caching allocator) "
-       "or rss (resident set).",
-       {"job", "stage", "rank", "kind"}},
-      {"dhp_stage_mfu",
-       "Model FLOPs utilisation of a stage on a rank (0..1; ranks with a known device peak).",
-       {"job", "stage", "rank"}},
-      {"dhp_collective_bytes",
-       "Bytes by tensor size (the collectives' algorithmic volume, not bytes on the wire) a "
-       "rank sent plus received on a process group since it started.",
-       {"job", "rank", "group"}},
-      {"dhp_rank_step", "Newest step a rank reported.", {"job", "rank"}},
-      {"dhp_rank_last_report_timestamp_seconds",
-       "Unix time of a rank's newest progress report.",
-       {"job", "rank"}},
-      {"dhp_rank_memory_capacity_bytes",
-       "Memory of a rank's device (GPU memory; on CPU nodes node memory / CPU slots).",
-       {"job", "rank"}},
-      {"dhp_checkpoint_step", "Step of the job's newest complete checkpoint.", {"job"}},
-      {"dhp_checkpoint_write_seconds",
-       "Write time (slowest shard) of the job's newest complete checkpoint.",
-       {"job"}},
-      {"dhp_checkpoint_size_bytes",
-       "Size (all shards) of the job's newest complete checkpoint.",
-       {"job"}},
-      {"dhp_slots", "Rank slots (GPUs or CPU slots) of the cluster: total, used, free.", {"kind"}},
-      {"dhp_queued_jobs", "Jobs waiting in the scheduler's queue.", {}},
-      {"dhp_node_slots", "Rank slots of a node: total, used.", {"node", "kind"}},
-      {"dhp_device_memory_bytes",
-       "Memory of a node's device: a GPU (device = index) or the host of a CPU node.",
-       {"node", "device"}},
-  };
+// The families, by their position in FamilyDefs() (= registration order = exposition order).
+enum Family : size_t {
+  kJobStep,
+  kJobTotalSteps,
+  kJobLoss,
+  kJobLearningRate,
+  kJobGradNorm,
+  kJobRestarts,
+  kJobQueueWait,
+  kJobTokensPerSecond,
+  kJobStepSeconds,
+  kJobState,
+  kJobLastProgress,
+  kStageTokens,
+  kStageStepSeconds,
+  kStageMemory,
+  kStageMfu,
+  kCollectiveBytes,
+  kRankStep,
+  kRankLastReport,
+  kRankMemoryCapacity,
+  kCheckpointStep,
+  kCheckpointWriteSeconds,
+  kCheckpointSize,
+  kSlots,
+  kQueuedJobs,
+  kNodeSlots,
+  kDeviceMemory,
+  kFamilies
+};
+
+// Registration order = exposition order: that of enum Family (checked). Keep in sync with the
+// header comment.
+struct PlacedDef {
+  Family position;
+  GaugeFamilyDef def;
+};
+
+// `placed` in enum Family's order, or a crash: the rows name families by position.
+std::vector<GaugeFamilyDef> InOrder(std::vector<PlacedDef> placed) {
+  DHP_CHECK(placed.size() == kFamilies) << placed.size() << " families for " << kFamilies;
+  std::vector<GaugeFamilyDef> defs;
+  for (size_t f = 0; f < placed.size(); ++f) {
+    DHP_CHECK(placed[f].position == f) << placed[f].def.name << " is not family " << f;
+    defs.push_back(std::move(placed[f].def));
+  }
+  return defs;
+}
+
+const std::vector<GaugeFamilyDef>& FamilyDefs() {
+  static const std::vector<GaugeFamilyDef> defs = InOrder({
+      {kJobStep, {"dhp_job_step", "Current training step of the job's run.", {"job"}}},
+      {kJobTotalSteps, {"dhp_job_total_steps", "Steps the job trains to.", {"job"}}},
+      {kJobLoss, {"dhp_job_loss", "Newest training loss of the job.", {"job"}}},
+      {kJobLearningRate, {"dhp_job_learning_rate", "Newest learning rate of the job.", {"job"}}},
+      {kJobGradNorm, {"dhp_job_grad_norm", "Newest global gradient norm of the job.", {"job"}}},
+      {kJobRestarts, {"dhp_job_restarts", "Automatic restarts the job has used.", {"job"}}},
+      {kJobQueueWait,
+       {"dhp_job_queue_wait_seconds",
+        "Time the job's current run waited in the queue.",
+        {"job"}}},
+      {kJobTokensPerSecond,
+       {"dhp_job_tokens_per_second",
+        "Newest throughput of the job's run, all stages.",
+        {"job"}}},
+      {kJobStepSeconds, {"dhp_job_step_seconds", "Newest step time of the job's run.", {"job"}}},
+      {kJobState, {"dhp_job_state", "1 for the job's current state.", {"job", "state"}}},
+      {kJobLastProgress,
+       {"dhp_job_last_progress_timestamp_seconds",
+        "Unix time at which the step of the job's placed run last advanced (or it was placed).",
+        {"job"}}},
+      {kStageTokens,
+       {"dhp_stage_tokens_per_second",
+        "Tokens per second of a stage on a rank.",
+        {"job", "stage", "rank"}}},
+      {kStageStepSeconds,
+       {"dhp_stage_step_seconds",
+        "Newest step time of a stage on a rank, by phase (forward, backward, comm, optimizer).",
+        {"job", "stage", "rank", "phase"}}},
+      {kStageMemory,
+       {"dhp_stage_memory_bytes",
+        "Memory of a rank hosting a stage: allocated, reserved, peak (CUDA caching allocator) "
+        "or rss (resident set).",
+        {"job", "stage", "rank", "kind"}}},
+      {kStageMfu,
+       {"dhp_stage_mfu",
+        "Model FLOPs utilisation of a stage on a rank (0..1; ranks with a known device peak).",
+        {"job", "stage", "rank"}}},
+      {kCollectiveBytes,
+       {"dhp_collective_bytes",
+        "Bytes by tensor size (the collectives' algorithmic volume, not bytes on the wire) a "
+        "rank sent plus received on a process group since it started.",
+        {"job", "rank", "group"}}},
+      {kRankStep, {"dhp_rank_step", "Newest step a rank reported.", {"job", "rank"}}},
+      {kRankLastReport,
+       {"dhp_rank_last_report_timestamp_seconds",
+        "Unix time of a rank's newest progress report.",
+        {"job", "rank"}}},
+      {kRankMemoryCapacity,
+       {"dhp_rank_memory_capacity_bytes",
+        "Memory of a rank's device (GPU memory; on CPU nodes node memory / CPU slots).",
+        {"job", "rank"}}},
+      {kCheckpointStep,
+       {"dhp_checkpoint_step",
+        "Step of the job's newest complete checkpoint.",
+        {"job"}}},
+      {kCheckpointWriteSeconds,
+       {"dhp_checkpoint_write_seconds",
+        "Write time (slowest shard) of the job's newest complete checkpoint.",
+        {"job"}}},
+      {kCheckpointSize,
+       {"dhp_checkpoint_size_bytes",
+        "Size (all shards) of the job's newest complete checkpoint.",
+        {"job"}}},
+      {kSlots,
+       {"dhp_slots",
+        "Rank slots (GPUs or CPU slots) of the cluster: total, used, free.",
+        {"kind"}}},
+      {kQueuedJobs, {"dhp_queued_jobs", "Jobs waiting in the scheduler's queue.", {}}},
+      {kNodeSlots, {"dhp_node_slots", "Rank slots of a node: total, used.", {"node", "kind"}}},
+      {kDeviceMemory,
+       {"dhp_device_memory_bytes",
+        "Memory of a node's device: a GPU (device = index) or the host of a CPU node.",
+        {"node", "device"}}},
+  });
   return defs;
 }
 
 constexpr const char* kPhases[] = {"forward", "backward", "comm", "optimizer"};
 constexpr const char* kMemoryKinds[] = {"allocated", "reserved", "peak", "rss"};
 constexpr char kCommBytesPrefix[] = "comm_bytes:";
+
+// The keys of ReportProgressRequest.metrics a stage's rows read, built once.
+struct StageKeys {
+  explicit StageKeys(const std::string& stage) : name(stage) {
+    tokens = stage + "_tokens_per_s";
+    mfu = "mfu_" + stage;
+    for (int i = 0; i < 4; ++i) {
+      phase[i] = std::string(kPhases[i]) + "_s";
+      stage_phase[i] = stage + "_" + phase[i];
+      memory[i] = "memory_" + std::string(kMemoryKinds[i]) + "_bytes";
+      stage_memory[i] = stage + "_" + memory[i];
+    }
+  }
+  std::string name;                   // vision | text
+  std::string tokens, mfu;            // <stage>_tokens_per_s, mfu_<stage>
+  std::string phase[4], stage_phase[4];    // <phase>_s, <stage>_<phase>_s
+  std::string memory[4], stage_memory[4];  // memory_<kind>_bytes, <stage>_memory_<kind>_bytes
+};
+
+const StageKeys& VisionKeys() {
+  static const StageKeys* const keys = new StageKeys("vision");
+  return *keys;
+}
+
+const StageKeys& TextKeys() {
+  static const StageKeys* const keys = new StageKeys("text");
+  return *keys;
+}
 
 std::optional<double> Lookup(const std::map<std::string, double>& m, const std::string& key) {
   auto it = m.find(key);
@@ -81,9 +182,9 @@ std::optional<double> Lookup(const std::map<std::string, double>& m, const std::
 }
 
 // The per-stage key if the rank sent one, else the process-wide key.
-std::optional<double> StageOr(const std::map<std::string, double>& m, const std::string& stage,
-                              const std::string& key) {
-  if (std::optional<double> v = Lookup(m, stage + "_" + key)) return v;
+std::optional<double> StageOr(const std::map<std::string, double>& m,
+                              const std::string& stage_key, const std::string& key) {
+  if (std::optional<double> v = Lookup(m, stage_key)) return v;
   return Lookup(m, key);
 }
 
@@ -100,75 +201,85 @@ std::optional<double> FirstRank(const ActiveRun& run, std::initializer_list<cons
 // Appends samples to the rows of a scrape.
 class Rows {
  public:
-  explicit Rows(MetricRows& out) : out_(out) {}
-  void Add(const char* family, std::vector<std::string> labels, double value) {
-    out_[family].push_back({std::move(labels), value});
+  explicit Rows(GaugeSink& out) : out_(out) {}
+  void Add(Family family, std::initializer_list<std::string_view> labels, double value) {
+    out_.Add(family, labels, value);
   }
 
  private:
-  MetricRows& out_;
+  GaugeSink& out_;
 };
 
 double Seconds(int64_t micros) { return static_cast<double>(micros) / 1e6; }
+
+// The memory of the device a rank is placed on (0: not known).
+int64_t Capacity(const v1::RankPlacement& p, const v1::Node& node) {
+  const v1::NodeResources& res = node.resources();
+  if (p.gpu()) {
+    for (const v1::Gpu& g : res.gpus()) {
+      if (g.index() == p.slot()) return g.memory_bytes();
+    }
+    return 0;
+  }
+  return res.cpu_slots() > 0 ? res.memory_bytes() / res.cpu_slots() : 0;
+}
+
+// The rows of one stage a reporting rank hosts.
+void AddStage(std::string_view id, std::string_view rank, const StageKeys& k,
+              const std::map<std::string, double>& m, Rows& rows) {
+  if (std::optional<double> v = Lookup(m, k.tokens)) {
+    rows.Add(kStageTokens, {id, k.name, rank}, *v);
+  }
+  for (int i = 0; i < 4; ++i) {
+    if (std::optional<double> v = StageOr(m, k.stage_phase[i], k.phase[i])) {
+      rows.Add(kStageStepSeconds, {id, k.name, rank, kPhases[i]}, *v);
+    }
+  }
+  for (int i = 0; i < 4; ++i) {
+    if (std::optional<double> v = StageOr(m, k.stage_memory[i], k.memory[i])) {
+      rows.Add(kStageMemory, {id, k.name, rank, kMemoryKinds[i]}, *v);
+    }
+  }
+  if (std::optional<double> v = Lookup(m, k.mfu)) rows.Add(kStageMfu, {id, k.name, rank}, *v);
+}
 
 void AddRanks(const ActiveRun& run, const v1::Job& job,
               const std::map<std::string, const v1::Node*>& nodes, Rows& rows) {
   const std::string& id = job.id();
   const comm::Layout layout = LayoutForSpec(job.spec());
+  const v1::Node* node = nullptr;  // the last rank's: a node's ranks are neighbours
   for (size_t w = 0; w < run.ranks.size(); ++w) {
     const RankView& r = run.ranks[w];
-    const std::string rank = std::to_string(w);
+    char buf[24];
+    const std::string_view rank(buf, std::to_chars(buf, buf + sizeof(buf), w).ptr - buf);
     if (w < run.placement.size()) {
       const v1::RankPlacement& p = run.placement[w];
-      auto node = nodes.find(p.node_id());
-      if (node != nodes.end()) {
-        const v1::NodeResources& res = node->second->resources();
-        int64_t capacity = 0;
-        if (p.gpu()) {
-          for (const v1::Gpu& g : res.gpus()) {
-            if (g.index() == p.slot()) capacity = g.memory_bytes();
-          }
-        } else if (res.cpu_slots() > 0) {
-          capacity = res.memory_bytes() / res.cpu_slots();
-        }
-        if (capacity > 0) {
-          rows.Add("dhp_rank_memory_capacity_bytes", {id, rank}, static_cast<double>(capacity));
-        }
+      if (node == nullptr || node->id() != p.node_id()) {
+        auto it = nodes.find(p.node_id());
+        node = it == nodes.end() ? nullptr : it->second;
+      }
+      const int64_t capacity = node != nullptr ? Capacity(p, *node) : 0;
+      if (capacity > 0) {
+        rows.Add(kRankMemoryCapacity, {id, rank}, static_cast<double>(capacity));
       }
     }
     if (r.report_micros == 0) continue;  // nothing reported yet
-    rows.Add("dhp_rank_step", {id, rank}, static_cast<double>(std::max<int64_t>(r.step, 0)));
-    rows.Add("dhp_rank_last_report_timestamp_seconds", {id, rank}, Seconds(r.report_micros));
-    std::vector<std::string> stages;
+    rows.Add(kRankStep, {id, rank}, static_cast<double>(std::max<int64_t>(r.step, 0)));
+    rows.Add(kRankLastReport, {id, rank}, Seconds(r.report_micros));
     if (static_cast<int>(w) < layout.WorldSize()) {
-      if (comm::VisionCoord(layout, static_cast<int>(w))) stages.push_back("vision");
-      if (comm::TextCoord(layout, static_cast<int>(w))) stages.push_back("text");
-    }
-    for (const std::string& stage : stages) {
-      const std::map<std::string, double>& m = r.metrics;
-      if (std::optional<double> v = Lookup(m, stage + "_tokens_per_s")) {
-        rows.Add("dhp_stage_tokens_per_second", {id, stage, rank}, *v);
+      if (comm::VisionCoord(layout, static_cast<int>(w))) {
+        AddStage(id, rank, VisionKeys(), r.metrics, rows);
       }
-      for (const char* phase : kPhases) {
-        if (std::optional<double> v = StageOr(m, stage, std::string(phase) + "_s")) {
-          rows.Add("dhp_stage_step_seconds", {id, stage, rank, phase}, *v);
-        }
-      }
-      for (const char* kind : kMemoryKinds) {
-        const std::string key = "memory_" + std::string(kind) + "_bytes";
-        if (std::optional<double> v = StageOr(m, stage, key)) {
-          rows.Add("dhp_stage_memory_bytes", {id, stage, rank, kind}, *v);
-        }
-      }
-      if (std::optional<double> v = Lookup(m, "mfu_" + stage)) {
-        rows.Add("dhp_stage_mfu", {id, stage, rank}, *v);
+      if (comm::TextCoord(layout, static_cast<int>(w))) {
+        AddStage(id, rank, TextKeys(), r.metrics, rows);
       }
     }
     for (auto it = r.metrics.lower_bound(kCommBytesPrefix); it != r.metrics.end(); ++it) {
       if (it->first.rfind(kCommBytesPrefix, 0) != 0) break;
-      const std::string group = it->first.substr(sizeof(kCommBytesPrefix) - 1);
+      const std::string_view group =
+          std::string_view(it->first).substr(sizeof(kCommBytesPrefix) - 1);
       if (group.empty() || !std::isfinite(it->second)) continue;
-      rows.Add("dhp_collective_bytes", {id, rank, group}, it->second);
+      rows.Add(kCollectiveBytes, {id, rank, group}, it->second);
     }
   }
 }
@@ -182,59 +293,60 @@ void AddJob(const StoredJob& stored, const ActiveRun* run,
       run != nullptr && std::any_of(run->ranks.begin(), run->ranks.end(),
                                     [](const RankView& r) { return r.report_micros > 0; });
 
-  rows.Add("dhp_job_state", {id, ShortName(job.state())}, 1);
-  rows.Add("dhp_job_restarts", {id}, job.restart_count());
+  rows.Add(kJobState, {id, ShortName(job.state())}, 1);
+  rows.Add(kJobRestarts, {id}, job.restart_count());
   const int64_t step = run != nullptr ? std::max<int64_t>(run->max_step, 0) : job.latest_step();
-  rows.Add("dhp_job_step", {id}, static_cast<double>(step));
+  rows.Add(kJobStep, {id}, static_cast<double>(step));
   const int64_t total = run != nullptr && run->total_steps > 0 ? run->total_steps
                                                                : job.total_steps();
-  if (total > 0) rows.Add("dhp_job_total_steps", {id}, static_cast<double>(total));
+  if (total > 0) rows.Add(kJobTotalSteps, {id}, static_cast<double>(total));
   if (reported && std::isfinite(run->loss) && run->max_step > run->start_step) {
-    rows.Add("dhp_job_loss", {id}, run->loss);
+    rows.Add(kJobLoss, {id}, run->loss);
   } else if (job.latest_step() > 0 && std::isfinite(job.latest_loss())) {
-    rows.Add("dhp_job_loss", {id}, job.latest_loss());
+    rows.Add(kJobLoss, {id}, job.latest_loss());
   }
   if (run != nullptr) {
     if (std::optional<double> lr = FirstRank(*run, {"lr", "learning_rate"})) {
-      rows.Add("dhp_job_learning_rate", {id}, *lr);
+      rows.Add(kJobLearningRate, {id}, *lr);
     }
     if (std::optional<double> g = FirstRank(*run, {"grad_norm"})) {
-      rows.Add("dhp_job_grad_norm", {id}, *g);
+      rows.Add(kJobGradNorm, {id}, *g);
     }
     if (run->tokens_per_second > 0) {
-      rows.Add("dhp_job_tokens_per_second", {id}, run->tokens_per_second);
+      rows.Add(kJobTokensPerSecond, {id}, run->tokens_per_second);
     }
-    if (run->step_seconds > 0) rows.Add("dhp_job_step_seconds", {id}, run->step_seconds);
-    rows.Add("dhp_job_last_progress_timestamp_seconds", {id}, Seconds(run->last_advance_micros));
+    if (run->step_seconds > 0) rows.Add(kJobStepSeconds, {id}, run->step_seconds);
+    rows.Add(kJobLastProgress, {id}, Seconds(run->last_advance_micros));
     AddRanks(*run, job, nodes, rows);
   }
   if (stored.current_run && stored.current_run->placement_size() > 0) {
-    rows.Add("dhp_job_queue_wait_seconds", {id}, stored.current_run->queue_wait_seconds());
+    rows.Add(kJobQueueWait, {id}, stored.current_run->queue_wait_seconds());
   }
   if (stored.checkpoint) {
     const v1::Checkpoint& c = *stored.checkpoint;
-    rows.Add("dhp_checkpoint_step", {id}, static_cast<double>(c.step()));
-    rows.Add("dhp_checkpoint_write_seconds", {id}, c.write_seconds());
-    rows.Add("dhp_checkpoint_size_bytes", {id}, static_cast<double>(c.size_bytes()));
+    rows.Add(kCheckpointStep, {id}, static_cast<double>(c.step()));
+    rows.Add(kCheckpointWriteSeconds, {id}, c.write_seconds());
+    rows.Add(kCheckpointSize, {id}, static_cast<double>(c.size_bytes()));
   }
 }
 
 }  // namespace
 
-RunMetricsBuilder::RunMetricsBuilder(std::vector<v1::Node> nodes) : nodes_(std::move(nodes)) {
+RunMetricsBuilder::RunMetricsBuilder(std::vector<v1::Node> nodes, GaugeSink& out)
+    : nodes_(std::move(nodes)), out_(out) {
   for (const v1::Node& n : nodes_) by_id_[n.id()] = &n;
 }
 
 void RunMetricsBuilder::AddRuns(const std::vector<const ActiveRun*>& runs,
                                 const StoredJobs& jobs) {
-  Rows rows(rows_);
+  Rows rows(out_);
   // Per job: its current, not draining run if there is one (else its newest draining one only
   // keeps the job's rows alive while its ranks exit).
   std::map<std::string, const ActiveRun*> live;
   std::set<std::string> job_ids;
   for (const ActiveRun* run : runs) {
     job_ids.insert(run->id.job_id);
-    for (const v1::RankPlacement& p : run->placement) used_by_node_[p.node_id()]++;
+    CountUsed(run->placement);
     auto job = jobs.find(run->id.job_id);
     if (job == jobs.end()) continue;
     if (!run->draining && run->id.attempt == job->second.job.current_attempt()) {
@@ -249,36 +361,46 @@ void RunMetricsBuilder::AddRuns(const std::vector<const ActiveRun*>& runs,
   }
 }
 
-MetricRows RunMetricsBuilder::Finish(const ClusterSlots& slots) {
-  Rows rows(rows_);
-  rows.Add("dhp_slots", {"total"}, slots.total);
-  rows.Add("dhp_slots", {"used"}, slots.used);
-  rows.Add("dhp_slots", {"free"}, slots.free);
-  rows.Add("dhp_queued_jobs", {}, static_cast<double>(slots.queued_jobs));
+void RunMetricsBuilder::CountUsed(const std::vector<v1::RankPlacement>& placement) {
+  // A node's ranks are neighbours: one map update per node.
+  for (size_t i = 0; i < placement.size();) {
+    size_t j = i + 1;
+    while (j < placement.size() && placement[j].node_id() == placement[i].node_id()) ++j;
+    used_by_node_[placement[i].node_id()] += static_cast<int>(j - i);
+    i = j;
+  }
+}
+
+void RunMetricsBuilder::Finish(const ClusterSlots& slots) {
+  Rows rows(out_);
+  rows.Add(kSlots, {"total"}, slots.total);
+  rows.Add(kSlots, {"used"}, slots.used);
+  rows.Add(kSlots, {"free"}, slots.free);
+  rows.Add(kQueuedJobs, {}, static_cast<double>(slots.queued_jobs));
   for (const v1::Node& n : nodes_) {
     const v1::NodeResources& res = n.resources();
     const int total = res.gpus_size() > 0 ? res.gpus_size() : res.cpu_slots();
-    rows.Add("dhp_node_slots", {n.id(), "total"}, total);
-    rows.Add("dhp_node_slots", {n.id(), "used"}, used_by_node_[n.id()]);
+    rows.Add(kNodeSlots, {n.id(), "total"}, total);
+    rows.Add(kNodeSlots, {n.id(), "used"}, used_by_node_[n.id()]);
     if (res.gpus_size() > 0) {
       for (const v1::Gpu& g : res.gpus()) {
         if (g.memory_bytes() > 0) {
-          rows.Add("dhp_device_memory_bytes", {n.id(), std::to_string(g.index())},
+          rows.Add(kDeviceMemory, {n.id(), std::to_string(g.index())},
                    static_cast<double>(g.memory_bytes()));
         }
       }
     } else if (res.memory_bytes() > 0) {
-      rows.Add("dhp_device_memory_bytes", {n.id(), "host"},
-               static_cast<double>(res.memory_bytes()));
+      rows.Add(kDeviceMemory, {n.id(), "host"}, static_cast<double>(res.memory_bytes()));
     }
   }
-  return std::move(rows_);
 }
 
 MetricRows ComputeRunMetrics(const RunMetricsInput& in) {
-  RunMetricsBuilder builder(in.nodes);
+  GaugeRowsCollector rows(FamilyDefs());
+  RunMetricsBuilder builder(in.nodes, rows);
   builder.AddRuns(in.runs, in.jobs);
-  return builder.Finish(in.slots);
+  builder.Finish(in.slots);
+  return rows.Take();
 }
 
 StoredJobs ReadStoredJobs(Store& store, const std::set<std::string>& job_ids) {
@@ -326,13 +448,19 @@ RunMetricsInput GatherRunMetricsInput(const Supervisor& supervisor, Store& store
 }
 
 RunMetrics::RunMetrics(MetricsExposition& metrics)
-    : gauges_(metrics.AddComputedGauges(Families())) {}
+    : gauges_(metrics.AddComputedGauges(FamilyDefs())) {}
 
 void RunMetrics::Set(const MetricRows& rows) { gauges_.Set(rows); }
 
+void RunMetrics::Set(GaugeTextWriter&& text) { gauges_.Set(std::move(text)); }
+
+GaugeTextWriter RunMetrics::Writer() const { return GaugeTextWriter(gauges_); }
+
+const std::vector<GaugeFamilyDef>& RunMetrics::Families() { return FamilyDefs(); }
+
 std::vector<std::string> RunMetrics::FamilyNames() {
   std::vector<std::string> names;
-  for (const GaugeFamilyDef& def : Families()) names.push_back(def.name);
+  for (const GaugeFamilyDef& def : FamilyDefs()) names.push_back(def.name);
   return names;
 }
 

@@ -116,29 +116,36 @@ StoredJobs ReadStoredJobs(Store& store, const std::set<std::string>& job_ids);
 ClusterSlots ReadClusterSlots(const Supervisor& supervisor);  // loop thread
 
 // Builds the rows of one scrape a slice of runs at a time, so that the loop is held for one
-// slice, not for all placed runs:
+// slice, not for all placed runs. The rows go into a GaugeSink whose family positions are
+// RunMetrics::Families(): for a scrape, RunMetrics::Writer(), which writes each row's text as it
+// comes (at 80,000 ranks a scrape has ~1.2 million rows; no label strings are kept):
 //
-//   RunMetricsBuilder b(nodes);             // the registered nodes (NodeTracker::List)
+//   GaugeTextWriter text = run_metrics.Writer();
+//   RunMetricsBuilder b(nodes, text);       // the registered nodes (NodeTracker::List)
 //   b.AddRuns(slice, stored);               // on the loop, per slice; keeps no pointer to them
-//   MetricRows rows = b.Finish(slots);      // the job rows, then the cluster's
+//   b.Finish(slots);                        // the cluster's rows, after the jobs'
+//   run_metrics.Set(std::move(text));
 //
 // Every run of a job must be in the same slice (the job's rows come from its current run).
 class RunMetricsBuilder {
  public:
-  explicit RunMetricsBuilder(std::vector<v1::Node> nodes);
+  // `out` outlives the builder.
+  RunMetricsBuilder(std::vector<v1::Node> nodes, GaugeSink& out);
 
   // The rows of the jobs of `runs` (jobs missing from `jobs` are left out), and their slots
   // counted toward dhp_node_slots{kind="used"}.
   void AddRuns(const std::vector<const ActiveRun*>& runs, const StoredJobs& jobs);
   // Adds the cluster's rows (dhp_slots, dhp_queued_jobs, dhp_node_slots,
-  // dhp_device_memory_bytes) and returns every row.
-  MetricRows Finish(const ClusterSlots& slots);
+  // dhp_device_memory_bytes).
+  void Finish(const ClusterSlots& slots);
 
  private:
+  void CountUsed(const std::vector<v1::RankPlacement>& placement);
+
   std::vector<v1::Node> nodes_;
+  GaugeSink& out_;
   std::map<std::string, const v1::Node*> by_id_;  // into nodes_
   std::map<std::string, int> used_by_node_;
-  MetricRows rows_;
 };
 
 // Everything one scrape reads, for computing all rows at once (tests; the single-thread path).
@@ -149,7 +156,8 @@ struct RunMetricsInput {
   ClusterSlots slots;
 };
 
-// The samples of every family listed in the header comment but those the Controller keeps.
+// The samples of every family listed in the header comment but those the Controller keeps, as
+// MetricRows (tests; a RunMetricsBuilder into a GaugeRowsCollector).
 MetricRows ComputeRunMetrics(const RunMetricsInput& in);
 
 // Reads the supervisor's runs and, per job that has one, its stored rows. `nodes`: the
@@ -168,6 +176,12 @@ class RunMetrics {
   // Replaces every family's samples with those in `rows` (a family absent from rows is
   // emptied). A name not registered here is a programming error (crash).
   void Set(const MetricRows& rows);
+  // The same with the rows written into `text`, which Writer() made.
+  void Set(GaugeTextWriter&& text);
+  GaugeTextWriter Writer() const;
+
+  // The families, in registration order: a GaugeSink's family positions.
+  static const std::vector<GaugeFamilyDef>& Families();
 
   // The names of the families this class registers, in registration order.
   static std::vector<std::string> FamilyNames();

@@ -187,6 +187,27 @@ TEST(RunMetricsTest, JobStageAndClusterRowsOfAPlacedRun) {
   EXPECT_EQ(Find(rows, "dhp_device_memory_bytes", {"node-a", "host"}), 8e9);
   EXPECT_EQ(Find(rows, "dhp_device_memory_bytes", {"node-g", "0"}), 8e10);
   EXPECT_EQ(Find(rows, "dhp_device_memory_bytes", {"node-b", "host"}), std::nullopt);
+
+  // The scrape's path writes the same rows as text as they come, in the same order.
+  MetricsExposition from_rows, from_writer;
+  RunMetrics(from_rows).Set(rows);
+  RunMetrics written(from_writer);
+  GaugeTextWriter text = written.Writer();
+  RunMetricsBuilder builder(in.nodes, text);
+  builder.AddRuns(in.runs, in.jobs);
+  builder.Finish(in.slots);
+  written.Set(std::move(text));
+  const std::string rendered = from_writer.RenderText();
+  EXPECT_EQ(rendered, from_rows.RenderText());
+  for (const char* line :
+       {"dhp_stage_step_seconds{job=\"j-1\",stage=\"vision\",rank=\"0\",phase=\"forward\"} 0.1\n",
+        "dhp_stage_memory_bytes{job=\"j-1\",stage=\"vision\",rank=\"0\",kind=\"rss\"} 300000000\n",
+        "dhp_collective_bytes{job=\"j-1\",rank=\"1\",group=\"text.tp0\"} 654321\n",
+        "dhp_rank_memory_capacity_bytes{job=\"j-1\",rank=\"1\"} 2000000000\n",
+        "dhp_node_slots{node=\"node-b\",kind=\"used\"} 2\n",
+        "dhp_device_memory_bytes{node=\"node-g\",device=\"0\"} 80000000000\n"}) {
+    EXPECT_NE(rendered.find(line), std::string::npos) << line << rendered;
+  }
 }
 
 TEST(RunMetricsTest, AJobWhoseRunIsDrainingKeepsJobRowsButNoRankRows) {
@@ -234,12 +255,14 @@ TEST(RunMetricsTest, SlicesOfRunsGiveTheRowsOfAllRunsAtOnce) {
   in.slots.total = 8;
   const MetricRows whole = ComputeRunMetrics(in);
 
-  RunMetricsBuilder builder(in.nodes);
+  GaugeRowsCollector collector(RunMetrics::Families());
+  RunMetricsBuilder builder(in.nodes, collector);
   builder.AddRuns({&runs[0]}, in.jobs);
   builder.AddRuns({&runs[1], &runs[2]}, in.jobs);
   builder.AddRuns({}, in.jobs);
   builder.AddRuns({&runs[3]}, in.jobs);
-  const MetricRows sliced = builder.Finish(in.slots);
+  builder.Finish(in.slots);
+  const MetricRows sliced = collector.Take();
   EXPECT_EQ(sliced, whole);
   EXPECT_EQ(Count(whole, "dhp_job_state"), 3u);
   EXPECT_EQ(Find(whole, "dhp_node_slots", {"node-b", "used"}), 4);  // the draining run's too
