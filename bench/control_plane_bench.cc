@@ -137,6 +137,10 @@ int Main(int argc, char** argv) {
   app.add_flag("--every-rank-reports", o.every_rank_reports,
                "Every rank sends ReportProgress, as dhp-rank does (default: only each run's "
                "rank 0, one reporter per run)");
+  app.add_flag("--rank-metrics", o.rank_metrics,
+               "Reports carry the 17 metrics a dhp-rank on a GPU sends (two stages' throughput "
+               "and MFU, four phases, four memory figures, bytes on five process groups): "
+               "~28 /metrics series per rank (default: none, 3 per rank)");
   app.add_option("--agent-channel-arg", o.agent_channel_args,
                  "[LABEL:]NAME=INT gRPC channel argument on the agents' channels, against "
                  "every --controller or only LABEL (repeatable), e.g. grpc.http2.bdp_probe=0")
@@ -300,6 +304,7 @@ int Main(int argc, char** argv) {
                   {"register_concurrency", o.register_concurrency},
                   {"progress_interval_ms", o.progress_interval_ms},
                   {"every_rank_reports", o.every_rank_reports},
+                  {"rank_metrics", o.rank_metrics},
                   {"agent_channel_args", o.agent_channel_args},
                   {"heartbeat_stream", o.heartbeat_stream},
                   {"heartbeat_stream_for", o.heartbeat_stream_for},
@@ -333,7 +338,9 @@ int Main(int argc, char** argv) {
            transport +
            ", report their ranks RUNNING, and " +
            (o.every_rank_reports ? "every rank" : "each run's rank 0") +
-           " reports progress every " + std::to_string(o.progress_interval_ms) +
+           " reports progress" +
+           (o.rank_metrics ? " with a GPU rank's 17 metrics (FillProgressRequest)" : "") +
+           " every " + std::to_string(o.progress_interval_ms) +
            " ms, or as seldom as the controller asks (next_report_ms), " +
            (o.relay_progress ? std::string("relayed in the agent's next heartbeat")
             : o.relay_progress_for.empty()

@@ -409,6 +409,7 @@ Json RunNodeCase(const BenchOptions& o, const std::string& label, const std::str
   fo.register_concurrency = o.register_concurrency;
   fo.progress_interval_ms = o.progress_interval_ms;
   fo.every_rank_reports = o.every_rank_reports;
+  fo.rank_metrics = o.rank_metrics;
   for (const std::string& s : o.agent_channel_args) {
     absl::StatusOr<ChannelArg> arg = ParseChannelArg(s);  // checked when parsed
     if (arg.ok() && (arg->label.empty() || arg->label == label)) {

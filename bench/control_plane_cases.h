@@ -43,6 +43,7 @@ struct BenchOptions {
   int register_concurrency = 64;
   int progress_interval_ms = 5000;
   bool every_rank_reports = false;
+  bool rank_metrics = false;  // reports carry the metrics a dhp-rank on a GPU sends
   // gRPC channel arguments of the agents' channels: NAME=INT for every controller's cases, or
   // LABEL:NAME=INT for that controller's only.
   std::vector<std::string> agent_channel_args;

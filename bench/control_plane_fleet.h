@@ -73,6 +73,7 @@ struct FleetOptions {
   int rpc_deadline_ms = 10000;       // RegisterNode, ReportProgress
   int progress_interval_ms = 5000;   // per reporting rank, at least (next_report_ms)
   bool every_rank_reports = false;   // false: only world rank 0 of each run reports
+  bool rank_metrics = false;         // reports carry a GPU rank's metrics (FillProgressRequest)
   bool heartbeat_stream = false;     // heartbeats on one HeartbeatStream per agent, not unary
   bool relay_progress = false;       // the ranks' reports go in heartbeats, not calls
   int gpus_per_node = 8;

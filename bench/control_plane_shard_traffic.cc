@@ -170,7 +170,7 @@ void AgentFleet::Shard::SendProgress(uint32_t i, int64_t now) {
     if (!r.Reporting()) continue;
     any = true;
     if (o_.relay_progress) {  // to the agent: its next heartbeat carries the newest
-      FillProgressRequest(r, o_.progress_interval_ms, &r.pending);
+      FillProgressRequest(r, o_.progress_interval_ms, o_.rank_metrics, &r.pending);
       r.relay_pending = true;
       continue;
     }
@@ -179,7 +179,7 @@ void AgentFleet::Shard::SendProgress(uint32_t i, int64_t now) {
     c->job_id = r.job_id;
     c->attempt = r.attempt;
     c->world_rank = r.world_rank;
-    FillProgressRequest(r, o_.progress_interval_ms, &c->prog_req);
+    FillProgressRequest(r, o_.progress_interval_ms, o_.rank_metrics, &c->prog_req);
     r.progress_in_flight = true;
     c->prog_reader = stubs_[a.channel]->PrepareAsyncReportProgress(&c->ctx, c->prog_req, &cq_);
     c->prog_reader->StartCall();

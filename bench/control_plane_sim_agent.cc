@@ -80,7 +80,35 @@ void HeartbeatFailed(SimAgent& a) {
   for (SimRank& r : a.ranks) r.exit_sent = false;
 }
 
-void FillProgressRequest(SimRank& r, int step_ms, v1::ReportProgressRequest* req) {
+namespace {
+
+void FillRankMetrics(const SimRank& r, int step_ms,
+                     google::protobuf::Map<std::string, double>& m) {
+  const double step_s = step_ms / 1000.0, step = static_cast<double>(r.step);
+  m["vision_tokens_per_s"] = 16384 / step_s;
+  m["text_tokens_per_s"] = 8192 / step_s;
+  m["forward_s"] = 0.3 * step_s;
+  m["backward_s"] = 0.55 * step_s;
+  m["comm_s"] = 0.1 * step_s;
+  m["optimizer_s"] = 0.05 * step_s;
+  m["memory_rss_bytes"] = 12e9 + r.world_rank;
+  m["memory_allocated_bytes"] = 61e9 + 1e6 * (r.step % 7);
+  m["memory_reserved_bytes"] = 70e9;
+  m["memory_peak_bytes"] = 66e9 + r.world_rank;
+  m["mfu_vision"] = 0.41;
+  m["mfu_text"] = 0.47;
+  const std::string sp = std::to_string(r.world_rank / 2), dp = std::to_string(r.world_rank % 2);
+  m["comm_bytes:vision.sp" + sp] = 2.1e9 * step;
+  m["comm_bytes:vision.dp" + dp] = 1.3e9 * step;
+  m["comm_bytes:text.tp" + sp] = 4.2e9 * step;
+  m["comm_bytes:text.dp" + dp] = 2.6e9 * step;
+  m["comm_bytes:world"] = 64 * step;
+}
+
+}  // namespace
+
+void FillProgressRequest(SimRank& r, int step_ms, bool rank_metrics,
+                         v1::ReportProgressRequest* req) {
   req->set_job_id(r.job_id);
   req->set_attempt(r.attempt);
   req->set_rank(r.world_rank);
@@ -89,6 +117,7 @@ void FillProgressRequest(SimRank& r, int step_ms, v1::ReportProgressRequest* req
   req->set_total_steps(1000000);
   req->set_tokens_per_second(1000);
   req->set_step_seconds(step_ms / 1000.0);
+  if (rank_metrics) FillRankMetrics(r, step_ms, *req->mutable_metrics());
 }
 
 SimRank* FindRank(SimAgent& a, const std::string& job_id, int32_t attempt, int32_t world_rank) {

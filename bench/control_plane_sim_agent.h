@@ -74,8 +74,12 @@ bool ApplyHeartbeatResponse(SimAgent& a, const v1::HeartbeatResponse& resp, int6
 // After a heartbeat failed: the exits it carried go again with the next one.
 void HeartbeatFailed(SimAgent& a);
 
-// The next step of rank `r`, as a rank that takes `step_ms` per step.
-void FillProgressRequest(SimRank& r, int step_ms, v1::ReportProgressRequest* req);
+// The next step of rank `r`, as a rank that takes `step_ms` per step. With `rank_metrics`, the
+// request carries the metrics a dhp-rank on a GPU sends (worker/rank/rank_metrics.cc) for a
+// rank that hosts both stages of control_plane_cases.cc's job: throughput and MFU per stage,
+// the step's four phases, four memory figures, and bytes on its five process groups.
+void FillProgressRequest(SimRank& r, int step_ms, bool rank_metrics,
+                         v1::ReportProgressRequest* req);
 
 // The rank of `a` with that key, or nullptr.
 SimRank* FindRank(SimAgent& a, const std::string& job_id, int32_t attempt, int32_t world_rank);
