@@ -63,6 +63,7 @@ v1::ControllerConfig DefaultControllerConfig() {
   c.mutable_heartbeat()->set_timeout_ms(10000);
   c.mutable_heartbeat()->set_progress_reports_per_s(4000);
   c.mutable_retention()->set_days(90);
+  c.mutable_metrics()->set_rank_series_max_ranks(4096);
   c.mutable_export_()->set_max_concurrent(1);
   return c;
 }
@@ -111,6 +112,10 @@ absl::Status ValidateControllerConfig(const v1::ControllerConfig& config) {
   if (c.retention().days() < 0 || c.retention().days() > 36500) {
     errors.Add("retention.days",
                absl::StrCat(c.retention().days(), " must be in 0..36500 (0 keeps everything)"));
+  }
+  if (const int n = c.metrics().rank_series_max_ranks(); n < 0 || n > 100000000) {
+    errors.Add("metrics.rank_series_max_ranks",
+               absl::StrCat(n, " must be in 0..100000000 (0: no per-rank series)"));
   }
   if (c.data_dir().empty()) errors.Add("data_dir", "must not be empty");
   if (const int n = c.export_().max_concurrent(); n < 1 || n > 64) {
@@ -253,6 +258,11 @@ void AddControllerFlags(CLI::App& app, ControllerCommandLine* command_line) {
       "and node events this many days after their last change; 0 keeps them "
       "(retention.days)")
       ->default_str(std::to_string(d.retention().days()));
+  number("--metrics-rank-series-max-ranks",
+         [](auto* c, int v) { c->mutable_metrics()->set_rank_series_max_ranks(v); },
+         "Export the per-rank /metrics series only while at most this many ranks are placed; "
+         "0: never (metrics.rank_series_max_ranks)")
+      ->default_str(std::to_string(d.metrics().rank_series_max_ranks()));
   text(
       "--tls-cert-file",
       [](auto* c, const std::string& v) { c->mutable_listen()->mutable_tls()->set_cert_file(v); },

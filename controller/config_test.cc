@@ -139,6 +139,8 @@ TEST(ControllerConfigTest, BadValuesAreNamedWithTheRule) {
       {"heartbeat: {progress_reports_per_s: -1}",
        "heartbeat.progress_reports_per_s: -1 must be in 0..1000000 (0: ranks report at their "
        "own pace)"},
+      {"metrics: {rank_series_max_ranks: -1}",
+       "metrics.rank_series_max_ranks: -1 must be in 0..100000000 (0: no per-rank series)"},
       {"auth: {token_file: /nonexistent/token}",
        "auth.token_file: /nonexistent/token does not exist"},
       {"auth: {token_file: " + ::testing::TempDir() + "}",
@@ -195,7 +197,7 @@ TEST(ControllerConfigTest, FlagsOverrideTheFileWhichOverridesDefaults) {
                                      "heartbeat: {timeout_ms: 30000}\n");
   absl::StatusOr<v1::ControllerConfig> c =
       Resolve({"--config", path, "--grpc-port", "9100", "--heartbeat-timeout-ms", "5000",
-               "--progress-reports-per-s", "0"});
+               "--progress-reports-per-s", "0", "--metrics-rank-series-max-ranks", "0"});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->listen().grpc_port(), 9100);          // flag
   EXPECT_EQ(c->listen().http_port(), 9001);          // file
@@ -205,6 +207,9 @@ TEST(ControllerConfigTest, FlagsOverrideTheFileWhichOverridesDefaults) {
   EXPECT_TRUE(c->heartbeat().has_progress_reports_per_s());  // flag: 0 is set, not the default
   EXPECT_EQ(c->heartbeat().progress_reports_per_s(), 0);
   EXPECT_EQ(Resolve({})->heartbeat().progress_reports_per_s(), 4000);  // default
+  EXPECT_TRUE(c->metrics().has_rank_series_max_ranks());  // flag: 0 is set, not the default
+  EXPECT_EQ(c->metrics().rank_series_max_ranks(), 0);
+  EXPECT_EQ(Resolve({})->metrics().rank_series_max_ranks(), 4096);  // default
   EXPECT_EQ(c->data_dir(), "/srv/dhp");              // file
   EXPECT_EQ(c->db(), "/srv/dhp/dhp.db");             // derived from the file's data_dir
   EXPECT_EQ(c->log_dir(), "/srv/dhp/logs");

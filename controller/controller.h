@@ -66,6 +66,8 @@ struct ControllerOptions {
   // A scrape computes the rows of this many placed runs (more, to finish a job), or copies 4x
   // as many nodes, per visit to the loop, so that heartbeats and API calls wait for one slice.
   int metrics_runs_per_slice = 64;
+  // The per-rank /metrics families only while placed ranks <= this (0: never).
+  int metrics_rank_series_max_ranks = 4096;
 };
 
 using api::kMaxRelayedProgress;

@@ -83,7 +83,9 @@ void Controller::CollectGauges() {
   for (const auto& [state, n] : by_state) nodes.push_back({{state}, static_cast<double>(n)});
 
   GaugeTextWriter run_rows = run_metrics_.Writer();
-  RunMetricsBuilder builder(std::move(all_nodes), run_rows);
+  const bool rank_series = slots.used <= options_.metrics_rank_series_max_ranks &&
+                           options_.metrics_rank_series_max_ranks > 0;
+  RunMetricsBuilder builder(std::move(all_nodes), run_rows, rank_series);
   if (!AddRunRowsInSlices(stored, builder).ok()) return;
   cluster_gauges_.Set({{"dhp_jobs", std::move(jobs)},
                        {"dhp_nodes", std::move(nodes)},

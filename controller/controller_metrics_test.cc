@@ -111,6 +111,35 @@ TEST_F(ControllerMetricsTest, NodesAndPlacedRunsAreReadASliceAtATime) {
   EXPECT_TRUE(HasLine(text, "dhp_jobs{state=\"SCHEDULED\"} 3")) << text;
 }
 
+// The per-rank families go once more ranks are placed than metrics_rank_series_max_ranks; the
+// jobs' rows stay.
+TEST_F(ControllerMetricsTest, ThePerRankSeriesStopAboveTheirLimit) {
+  options_.metrics_rank_series_max_ranks = 2;
+  StartController();
+  v1::RegisterNodeRequest node;
+  node.mutable_node()->set_id("n1");
+  node.mutable_node()->mutable_resources()->set_cpu_slots(4);
+  node.mutable_node()->mutable_resources()->set_memory_bytes(int64_t{8} << 30);  // 2 GiB a slot
+  v1::RegisterNodeResponse registered;
+  ASSERT_TRUE(controller_->RegisterNode(node, &registered).ok());
+  std::vector<v1::Job> jobs = {Submit(), Submit()};
+  const auto capacity = [](const v1::Job& job) {
+    return "dhp_rank_memory_capacity_bytes{job=\"" + job.id() + "\",rank=\"0\"}";
+  };
+  std::string text = controller_->MetricsText();
+  EXPECT_TRUE(HasLine(text, "dhp_metrics_rank_series 1")) << text;
+  for (const v1::Job& job : jobs) EXPECT_EQ(Sample(text, capacity(job)), double(int64_t{2} << 30)) << text;
+
+  jobs.push_back(Submit());  // 3 ranks placed
+  text = controller_->MetricsText();
+  EXPECT_TRUE(HasLine(text, "dhp_slots{kind=\"used\"} 3")) << text;
+  EXPECT_TRUE(HasLine(text, "dhp_metrics_rank_series 0")) << text;
+  EXPECT_EQ(text.find("\ndhp_rank_memory_capacity_bytes{"), std::string::npos) << text;
+  for (const v1::Job& job : jobs) {
+    EXPECT_TRUE(HasLine(text, "dhp_job_restarts{job=\"" + job.id() + "\"} 0")) << text;
+  }
+}
+
 // Whatever holds the loop shows in dhp_controller_loop_lag_seconds, and in the cause that
 // held it: a call that runs 300 ms on the loop makes the probe (due every 50-150 ms) fire late
 // by at least 150 ms, and that lag is the calls', not the ticks' or unrecorded.

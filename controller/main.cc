@@ -139,6 +139,7 @@ int main(int argc, char** argv) {
   options.nodes.heartbeat_timeout_ms = config.heartbeat().timeout_ms();
   options.progress_reports_per_s = config.heartbeat().progress_reports_per_s();
   options.retention_s = int64_t{config.retention().days()} * 24 * 3600;
+  options.metrics_rank_series_max_ranks = config.metrics().rank_series_max_ranks();
   options.log_root = config.log_dir();
   options.exports.root = std::filesystem::absolute(config.export_().root()).string();
   options.exports.max_concurrent = config.export_().max_concurrent();

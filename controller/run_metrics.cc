@@ -28,6 +28,11 @@ enum Family : size_t {
   kJobStepSeconds,
   kJobState,
   kJobLastProgress,
+  kJobStageTokens,
+  kJobStageStepSeconds,
+  kJobStageMemory,
+  kJobStageMfu,
+  kJobMemoryUsedRatio,
   kStageTokens,
   kStageStepSeconds,
   kStageMemory,
@@ -43,6 +48,7 @@ enum Family : size_t {
   kQueuedJobs,
   kNodeSlots,
   kDeviceMemory,
+  kRankSeries,
   kFamilies
 };
 
@@ -85,6 +91,27 @@ const std::vector<GaugeFamilyDef>& FamilyDefs() {
       {kJobLastProgress,
        {"dhp_job_last_progress_timestamp_seconds",
         "Unix time at which the step of the job's placed run last advanced (or it was placed).",
+        {"job"}}},
+      {kJobStageTokens,
+       {"dhp_job_stage_tokens_per_second",
+        "Highest tokens per second among the ranks hosting a stage of the job's run.",
+        {"job", "stage"}}},
+      {kJobStageStepSeconds,
+       {"dhp_job_stage_step_seconds",
+        "Longest step time, by phase, among the ranks hosting a stage of the job's run.",
+        {"job", "stage", "phase"}}},
+      {kJobStageMemory,
+       {"dhp_job_stage_memory_bytes",
+        "Most memory, by kind, among the ranks hosting a stage of the job's run.",
+        {"job", "stage", "kind"}}},
+      {kJobStageMfu,
+       {"dhp_job_stage_mfu",
+        "Mean model FLOPs utilisation of the ranks hosting a stage (those that report it).",
+        {"job", "stage"}}},
+      {kJobMemoryUsedRatio,
+       {"dhp_job_memory_used_ratio",
+        "Highest share of its device's memory a rank of the job's run uses: reserved (CUDA "
+        "caching allocator), else resident set, over the device's memory.",
         {"job"}}},
       {kStageTokens,
        {"dhp_stage_tokens_per_second",
@@ -139,6 +166,11 @@ const std::vector<GaugeFamilyDef>& FamilyDefs() {
        {"dhp_device_memory_bytes",
         "Memory of a node's device: a GPU (device = index) or the host of a CPU node.",
         {"node", "device"}}},
+      {kRankSeries,
+       {"dhp_metrics_rank_series",
+        "1 while the per-rank families are exported: placed ranks <= "
+        "metrics.rank_series_max_ranks.",
+        {}}},
   });
   return defs;
 }
@@ -198,16 +230,20 @@ std::optional<double> FirstRank(const ActiveRun& run, std::initializer_list<cons
   return std::nullopt;
 }
 
-// Appends samples to the rows of a scrape.
+// Appends samples to the rows of a scrape; the per-rank families' only with `rank_series`.
 class Rows {
  public:
-  explicit Rows(GaugeSink& out) : out_(out) {}
+  Rows(GaugeSink& out, bool rank_series) : out_(out), rank_series_(rank_series) {}
   void Add(Family family, std::initializer_list<std::string_view> labels, double value) {
     out_.Add(family, labels, value);
+  }
+  void AddRank(Family family, std::initializer_list<std::string_view> labels, double value) {
+    if (rank_series_) out_.Add(family, labels, value);
   }
 
  private:
   GaugeSink& out_;
+  const bool rank_series_;
 };
 
 double Seconds(int64_t micros) { return static_cast<double>(micros) / 1e6; }
@@ -224,23 +260,56 @@ int64_t Capacity(const v1::RankPlacement& p, const v1::Node& node) {
   return res.cpu_slots() > 0 ? res.memory_bytes() / res.cpu_slots() : 0;
 }
 
-// The rows of one stage a reporting rank hosts.
-void AddStage(std::string_view id, std::string_view rank, const StageKeys& k,
-              const std::map<std::string, double>& m, Rows& rows) {
+void Max(std::optional<double>& acc, double v) { acc = acc ? std::max(*acc, v) : v; }
+
+// One stage's figures over the job's ranks that host it: the highest, MFU the mean.
+struct StageSummary {
+  std::optional<double> tokens, phase[4], memory[4];
+  double mfu_sum = 0;
+  int mfu_ranks = 0;
+};
+
+// The rows of one stage a reporting rank hosts, folded into `sum` as well. Returns the memory
+// the rank uses for it: reserved (CUDA caching allocator), else resident set; 0: not reported.
+double AddStage(std::string_view id, std::string_view rank, const StageKeys& k,
+                const std::map<std::string, double>& m, Rows& rows, StageSummary& sum) {
   if (std::optional<double> v = Lookup(m, k.tokens)) {
-    rows.Add(kStageTokens, {id, k.name, rank}, *v);
+    rows.AddRank(kStageTokens, {id, k.name, rank}, *v);
+    Max(sum.tokens, *v);
   }
   for (int i = 0; i < 4; ++i) {
     if (std::optional<double> v = StageOr(m, k.stage_phase[i], k.phase[i])) {
-      rows.Add(kStageStepSeconds, {id, k.name, rank, kPhases[i]}, *v);
+      rows.AddRank(kStageStepSeconds, {id, k.name, rank, kPhases[i]}, *v);
+      Max(sum.phase[i], *v);
     }
+  }
+  std::optional<double> memory[4];
+  for (int i = 0; i < 4; ++i) {
+    if ((memory[i] = StageOr(m, k.stage_memory[i], k.memory[i]))) {
+      rows.AddRank(kStageMemory, {id, k.name, rank, kMemoryKinds[i]}, *memory[i]);
+      Max(sum.memory[i], *memory[i]);
+    }
+  }
+  if (std::optional<double> v = Lookup(m, k.mfu)) {
+    rows.AddRank(kStageMfu, {id, k.name, rank}, *v);
+    sum.mfu_sum += *v;
+    ++sum.mfu_ranks;
+  }
+  static_assert(std::string_view(kMemoryKinds[1]) == "reserved" &&
+                std::string_view(kMemoryKinds[3]) == "rss");
+  return memory[1].value_or(memory[3].value_or(0));
+}
+
+void AddStageSummary(std::string_view id, const StageKeys& k, const StageSummary& sum,
+                     Rows& rows) {
+  if (sum.tokens) rows.Add(kJobStageTokens, {id, k.name}, *sum.tokens);
+  for (int i = 0; i < 4; ++i) {
+    if (sum.phase[i]) rows.Add(kJobStageStepSeconds, {id, k.name, kPhases[i]}, *sum.phase[i]);
   }
   for (int i = 0; i < 4; ++i) {
-    if (std::optional<double> v = StageOr(m, k.stage_memory[i], k.memory[i])) {
-      rows.Add(kStageMemory, {id, k.name, rank, kMemoryKinds[i]}, *v);
-    }
+    if (sum.memory[i]) rows.Add(kJobStageMemory, {id, k.name, kMemoryKinds[i]}, *sum.memory[i]);
   }
-  if (std::optional<double> v = Lookup(m, k.mfu)) rows.Add(kStageMfu, {id, k.name, rank}, *v);
+  if (sum.mfu_ranks > 0) rows.Add(kJobStageMfu, {id, k.name}, sum.mfu_sum / sum.mfu_ranks);
 }
 
 void AddRanks(const ActiveRun& run, const v1::Job& job,
@@ -248,40 +317,48 @@ void AddRanks(const ActiveRun& run, const v1::Job& job,
   const std::string& id = job.id();
   const comm::Layout layout = LayoutForSpec(job.spec());
   const v1::Node* node = nullptr;  // the last rank's: a node's ranks are neighbours
+  StageSummary vision, text;
+  std::optional<double> used_ratio;  // the highest of the ranks'
   for (size_t w = 0; w < run.ranks.size(); ++w) {
     const RankView& r = run.ranks[w];
     char buf[24];
     const std::string_view rank(buf, std::to_chars(buf, buf + sizeof(buf), w).ptr - buf);
+    int64_t capacity = 0;
     if (w < run.placement.size()) {
       const v1::RankPlacement& p = run.placement[w];
       if (node == nullptr || node->id() != p.node_id()) {
         auto it = nodes.find(p.node_id());
         node = it == nodes.end() ? nullptr : it->second;
       }
-      const int64_t capacity = node != nullptr ? Capacity(p, *node) : 0;
+      if (node != nullptr) capacity = Capacity(p, *node);
       if (capacity > 0) {
-        rows.Add(kRankMemoryCapacity, {id, rank}, static_cast<double>(capacity));
+        rows.AddRank(kRankMemoryCapacity, {id, rank}, static_cast<double>(capacity));
       }
     }
     if (r.report_micros == 0) continue;  // nothing reported yet
-    rows.Add(kRankStep, {id, rank}, static_cast<double>(std::max<int64_t>(r.step, 0)));
-    rows.Add(kRankLastReport, {id, rank}, Seconds(r.report_micros));
+    rows.AddRank(kRankStep, {id, rank}, static_cast<double>(std::max<int64_t>(r.step, 0)));
+    rows.AddRank(kRankLastReport, {id, rank}, Seconds(r.report_micros));
+    double used = 0;
     if (static_cast<int>(w) < layout.WorldSize()) {
       if (comm::VisionCoord(layout, static_cast<int>(w))) {
-        AddStage(id, rank, VisionKeys(), r.metrics, rows);
+        used = std::max(used, AddStage(id, rank, VisionKeys(), r.metrics, rows, vision));
       }
       if (comm::TextCoord(layout, static_cast<int>(w))) {
-        AddStage(id, rank, TextKeys(), r.metrics, rows);
+        used = std::max(used, AddStage(id, rank, TextKeys(), r.metrics, rows, text));
       }
     }
+    if (used > 0 && capacity > 0) Max(used_ratio, used / static_cast<double>(capacity));
     for (auto it = r.metrics.lower_bound(kCommBytesPrefix); it != r.metrics.end(); ++it) {
       if (it->first.rfind(kCommBytesPrefix, 0) != 0) break;
       const std::string_view group =
           std::string_view(it->first).substr(sizeof(kCommBytesPrefix) - 1);
       if (group.empty() || !std::isfinite(it->second)) continue;
-      rows.Add(kCollectiveBytes, {id, rank, group}, it->second);
+      rows.AddRank(kCollectiveBytes, {id, rank, group}, it->second);
     }
   }
+  AddStageSummary(id, VisionKeys(), vision, rows);
+  AddStageSummary(id, TextKeys(), text, rows);
+  if (used_ratio) rows.Add(kJobMemoryUsedRatio, {id}, *used_ratio);
 }
 
 // The job's rows; `run`: its live run (nullptr when it has only draining ones).
@@ -332,14 +409,15 @@ void AddJob(const StoredJob& stored, const ActiveRun* run,
 
 }  // namespace
 
-RunMetricsBuilder::RunMetricsBuilder(std::vector<v1::Node> nodes, GaugeSink& out)
-    : nodes_(std::move(nodes)), out_(out) {
+RunMetricsBuilder::RunMetricsBuilder(std::vector<v1::Node> nodes, GaugeSink& out,
+                                     bool rank_series)
+    : nodes_(std::move(nodes)), out_(out), rank_series_(rank_series) {
   for (const v1::Node& n : nodes_) by_id_[n.id()] = &n;
 }
 
 void RunMetricsBuilder::AddRuns(const std::vector<const ActiveRun*>& runs,
                                 const StoredJobs& jobs) {
-  Rows rows(out_);
+  Rows rows(out_, rank_series_);
   // Per job: its current, not draining run if there is one (else its newest draining one only
   // keeps the job's rows alive while its ranks exit).
   std::map<std::string, const ActiveRun*> live;
@@ -372,7 +450,8 @@ void RunMetricsBuilder::CountUsed(const std::vector<v1::RankPlacement>& placemen
 }
 
 void RunMetricsBuilder::Finish(const ClusterSlots& slots) {
-  Rows rows(out_);
+  Rows rows(out_, rank_series_);
+  rows.Add(kRankSeries, {}, rank_series_ ? 1 : 0);
   rows.Add(kSlots, {"total"}, slots.total);
   rows.Add(kSlots, {"used"}, slots.used);
   rows.Add(kSlots, {"free"}, slots.free);
@@ -397,7 +476,7 @@ void RunMetricsBuilder::Finish(const ClusterSlots& slots) {
 
 MetricRows ComputeRunMetrics(const RunMetricsInput& in) {
   GaugeRowsCollector rows(FamilyDefs());
-  RunMetricsBuilder builder(in.nodes, rows);
+  RunMetricsBuilder builder(in.nodes, rows, in.rank_series);
   builder.AddRuns(in.runs, in.jobs);
   builder.Finish(in.slots);
   return rows.Take();

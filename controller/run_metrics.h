@@ -31,6 +31,17 @@
 //   dhp_job_last_progress_timestamp_seconds{job}  Unix time at which the current run's step
 //                                           last advanced (or it was placed); placed runs only.
 //                                           Stalled: time() - this > threshold
+//   dhp_job_stage_tokens_per_second{job,stage}        over the ranks hosting the stage: highest
+//   dhp_job_stage_step_seconds{job,stage,phase}       longest, by phase
+//   dhp_job_stage_memory_bytes{job,stage,kind}        most, by kind
+//   dhp_job_stage_mfu{job,stage}                      mean of the ranks that report it
+//   dhp_job_memory_used_ratio{job}                    highest of the ranks': reserved, else rss,
+//                                                     over dhp_rank_memory_capacity_bytes
+//   The per-rank families below (dhp_stage_*, dhp_collective_bytes, dhp_rank_*) are exported
+//   only while the cluster's placed ranks (dhp_slots{kind="used"}) are at most
+//   metrics.rank_series_max_ranks (default 4096; ~28 series per GPU rank: at 80,000 ranks a
+//   scrape would be ~2.2 million series, ~200 MB): dhp_metrics_rank_series is 1 while they are.
+//   The job-stage summaries above are the same figures reduced over the ranks, at any size.
 //   dhp_stage_tokens_per_second{job,stage,rank}     <stage>_tokens_per_s
 //   dhp_stage_step_seconds{job,stage,rank,phase}    phase = forward|backward|comm|optimizer:
 //                                                   <stage>_<phase>_s, else <phase>_s
@@ -55,6 +66,7 @@
 //   dhp_node_slots{node,kind}                kind = total|used: a node's rank slots
 //   dhp_device_memory_bytes{node,device}     device = GPU index ("0", "1", ...), or "host" for
 //                                            the memory of a node without GPUs
+//   dhp_metrics_rank_series                  1 while the per-rank families are exported
 // Kept by the Controller (controller_metrics.cc): dhp_jobs{state}, dhp_nodes{state},
 // dhp_store_quarantine_rows{table} and
 //   dhp_rendezvous_waits                     KvGet and KvWait calls waiting for their keys (the
@@ -129,8 +141,9 @@ ClusterSlots ReadClusterSlots(const Supervisor& supervisor);  // loop thread
 // Every run of a job must be in the same slice (the job's rows come from its current run).
 class RunMetricsBuilder {
  public:
-  // `out` outlives the builder.
-  RunMetricsBuilder(std::vector<v1::Node> nodes, GaugeSink& out);
+  // `out` outlives the builder. Without `rank_series`, the per-rank families get no rows (the
+  // per-job ones, the stage summaries among them, are all there).
+  RunMetricsBuilder(std::vector<v1::Node> nodes, GaugeSink& out, bool rank_series = true);
 
   // The rows of the jobs of `runs` (jobs missing from `jobs` are left out), and their slots
   // counted toward dhp_node_slots{kind="used"}.
@@ -144,6 +157,7 @@ class RunMetricsBuilder {
 
   std::vector<v1::Node> nodes_;
   GaugeSink& out_;
+  const bool rank_series_;
   std::map<std::string, const v1::Node*> by_id_;  // into nodes_
   std::map<std::string, int> used_by_node_;
 };
@@ -154,6 +168,7 @@ struct RunMetricsInput {
   StoredJobs jobs;                     // for every job in runs
   std::vector<v1::Node> nodes;
   ClusterSlots slots;
+  bool rank_series = true;
 };
 
 // The samples of every family listed in the header comment but those the Controller keeps, as

@@ -188,6 +188,40 @@ TEST(RunMetricsTest, JobStageAndClusterRowsOfAPlacedRun) {
   EXPECT_EQ(Find(rows, "dhp_device_memory_bytes", {"node-g", "0"}), 8e10);
   EXPECT_EQ(Find(rows, "dhp_device_memory_bytes", {"node-b", "host"}), std::nullopt);
 
+  // The stages over their ranks: rank 0 hosts both, rank 1 text only.
+  EXPECT_EQ(Find(rows, "dhp_job_stage_tokens_per_second", {"j-1", "vision"}), 400);
+  EXPECT_EQ(Find(rows, "dhp_job_stage_tokens_per_second", {"j-1", "text"}), 1200);  // highest
+  EXPECT_EQ(Find(rows, "dhp_job_stage_step_seconds", {"j-1", "vision", "forward"}), 0.1);
+  EXPECT_EQ(Find(rows, "dhp_job_stage_step_seconds", {"j-1", "text", "forward"}), 0.3);
+  EXPECT_EQ(Find(rows, "dhp_job_stage_step_seconds", {"j-1", "text", "optimizer"}), 0.02);
+  EXPECT_EQ(Count(rows, "dhp_job_stage_step_seconds"), 8u);
+  EXPECT_EQ(Find(rows, "dhp_job_stage_memory_bytes", {"j-1", "text", "rss"}), 3e8);
+  EXPECT_EQ(Count(rows, "dhp_job_stage_memory_bytes"), 2u);  // rss of each stage; NaN peak out
+  EXPECT_EQ(Find(rows, "dhp_job_stage_mfu", {"j-1", "text"}), 0.4);  // only rank 1 reports it
+  EXPECT_EQ(Count(rows, "dhp_job_stage_mfu"), 1u);
+  EXPECT_EQ(Find(rows, "dhp_job_memory_used_ratio", {"j-1"}), 3e8 / 2e9);  // rank 0: rss / slot
+  EXPECT_EQ(Find(rows, "dhp_metrics_rank_series", {}), 1);
+
+  // Without per-rank series: the same rows but the per-rank families'.
+  in.rank_series = false;
+  const MetricRows summary = ComputeRunMetrics(in);
+  const std::vector<std::string> per_rank = {
+      "dhp_stage_tokens_per_second", "dhp_stage_step_seconds", "dhp_stage_memory_bytes",
+      "dhp_stage_mfu", "dhp_collective_bytes", "dhp_rank_step",
+      "dhp_rank_last_report_timestamp_seconds", "dhp_rank_memory_capacity_bytes"};
+  for (const auto& [family, family_rows] : rows) {
+    const bool rank_family =
+        std::find(per_rank.begin(), per_rank.end(), family) != per_rank.end();
+    if (rank_family || family == "dhp_metrics_rank_series") continue;
+    EXPECT_EQ(summary.at(family), family_rows) << family;
+  }
+  for (const std::string& family : per_rank) {
+    EXPECT_GT(Count(rows, family), 0u) << family;
+    EXPECT_EQ(Count(summary, family), 0u) << family;
+  }
+  EXPECT_EQ(Find(summary, "dhp_metrics_rank_series", {}), 0);
+  in.rank_series = true;
+
   // The scrape's path writes the same rows as text as they come, in the same order.
   MetricsExposition from_rows, from_writer;
   RunMetrics(from_rows).Set(rows);

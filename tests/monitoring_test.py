@@ -298,10 +298,10 @@ class RulesTest(unittest.TestCase):
         out = subprocess.run([PROMTOOL, "check", "rules", ALERTS], capture_output=True,
                              text=True, timeout=60)
         self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
-        self.assertIn("SUCCESS: 7 rules found", out.stdout + out.stderr)
+        self.assertIn("SUCCESS: 8 rules found", out.stdout + out.stderr)
         names = [where.split(": ", 1)[1] for where, _ in rule_exprs(ALERTS)]
         for alert in ["DhpJobStalled", "DhpJobRestartLoop", "DhpNodeLost",
-                      "DhpRankMemoryNearCapacity"]:
+                      "DhpRankMemoryNearCapacity", "DhpJobMemoryNearCapacity"]:
             self.assertIn(alert, names)
 
     def test_the_commands_alerts_name_exist(self):
@@ -391,6 +391,15 @@ tests:
         values: '40x20'
       - series: 'dhp_rank_memory_capacity_bytes{job="j-cpu",rank="1",instance="c"}'
         values: '100x20'
+      # Jobs without per-rank series (metrics.rank_series_max_ranks): j-big's ranks reach 97%
+      # of their memory, j-fine's 80%. j-gpu's ratio is high too, but its per-rank series are
+      # there: DhpRankMemoryNearCapacity speaks for it.
+      - series: 'dhp_job_memory_used_ratio{job="j-big",instance="c"}'
+        values: '0.97x20'
+      - series: 'dhp_job_memory_used_ratio{job="j-fine",instance="c"}'
+        values: '0.8x20'
+      - series: 'dhp_job_memory_used_ratio{job="j-gpu",instance="c"}'
+        values: '0.96x20'
       - series: 'up{job="dhp-controller",instance="c"}'
         values: '1 1 0 0 0 0 0 0 0 0 0'
       # Relay r1 goes down at 2m; r2 stays up.
@@ -420,6 +429,8 @@ tests:
     firing("DhpRankMemoryNearCapacity", "4m"),
     firing("DhpRankMemoryNearCapacity", "6m", 'job="j-cpu",rank="0",severity="warning"',
            'job="j-gpu",rank="0",severity="warning"'),
+    firing("DhpJobMemoryNearCapacity", "4m"),
+    firing("DhpJobMemoryNearCapacity", "6m", 'job="j-big",severity="warning"'),
     firing("DhpControllerDown", "4m", 'instance="c",job="dhp-controller",severity="critical"'),
     firing("DhpRelayDown", "3m"),
     firing("DhpRelayDown", "4m", 'instance="r1",job="dhp-relay",severity="warning"'),
@@ -556,7 +567,7 @@ class PrometheusTest(unittest.TestCase):
         rules = http_get_json("http://127.0.0.1:%d/api/v1/rules" % self.port)
         self.assertEqual(rules["status"], "success")
         loaded = [r for g in rules["data"]["groups"] for r in g["rules"]]
-        self.assertEqual(len(loaded), 7, loaded)
+        self.assertEqual(len(loaded), 8, loaded)
         def rules_ok():
             got = http_get_json("http://127.0.0.1:%d/api/v1/rules" % self.port)
             return all(r["health"] == "ok" for g in got["data"]["groups"] for r in g["rules"])
@@ -611,6 +622,19 @@ class PrometheusTest(unittest.TestCase):
         self.assertTrue(any(m["group"].startswith("text.") for m, _ in coll), coll)
         got = self.query("max by (stage) (dhp_stage_tokens_per_second{%s})" % J)
         self.assertEqual(sorted(m["stage"] for m, _ in got), ["text", "vision"])
+        # The stages over their ranks, which stay when the per-rank series go (more ranks
+        # placed than metrics.rank_series_max_ranks; here 2 of 4096: they are on).
+        self.assertEqual(self.query("dhp_metrics_rank_series")[0][1], 1)
+        summary = self.wait_series("dhp_job_stage_tokens_per_second{%s}" % J, "stage summary")
+        self.assertEqual(sorted(m["stage"] for m, _ in summary), ["text", "vision"])
+        self.assertTrue(all(math.isfinite(v) and v > 0 for _, v in summary), summary)
+        phases = self.wait_series('dhp_job_stage_step_seconds{%s,phase="forward"}' % J,
+                                  "the stages' slowest forward")
+        self.assertEqual(len(phases), 2, phases)
+        self.assertTrue(all(v > 0 for _, v in phases), phases)
+        (_, ratio), = self.wait_series("dhp_job_memory_used_ratio{%s}" % J, "memory ratio")
+        self.assertTrue(0 < ratio < 1, ratio)  # rss over the node's memory per CPU slot
+        self.assertEqual(len(self.wait_series("dhp_job_stage_mfu{%s}" % J, "stage MFU")), 2)
         code, out, err = self.cluster.dhpctl("top", job, "--once")
         self.assertEqual(code, 0, err)
         self.assertRegex(out, r"(?m)^0 +node-a +vision\+text +\d+ +[0-9.]+[kMG]?/[0-9.]+[kMG]? +"
