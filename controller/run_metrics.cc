@@ -4,8 +4,11 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <deque>
 #include <optional>
 #include <set>
+#include <string_view>
+#include <unordered_map>
 
 #include "common/check.h"
 #include "common/job_layout.h"
@@ -179,45 +182,78 @@ constexpr const char* kPhases[] = {"forward", "backward", "comm", "optimizer"};
 constexpr const char* kMemoryKinds[] = {"allocated", "reserved", "peak", "rss"};
 constexpr char kCommBytesPrefix[] = "comm_bytes:";
 
-// The keys of ReportProgressRequest.metrics a stage's rows read, built once.
-struct StageKeys {
-  explicit StageKeys(const std::string& stage) : name(stage) {
-    tokens = stage + "_tokens_per_s";
-    mfu = "mfu_" + stage;
-    for (int i = 0; i < 4; ++i) {
-      phase[i] = std::string(kPhases[i]) + "_s";
-      stage_phase[i] = stage + "_" + phase[i];
-      memory[i] = "memory_" + std::string(kMemoryKinds[i]) + "_bytes";
-      stage_memory[i] = stage + "_" + memory[i];
-    }
-  }
-  std::string name;                   // vision | text
-  std::string tokens, mfu;            // <stage>_tokens_per_s, mfu_<stage>
-  std::string phase[4], stage_phase[4];    // <phase>_s, <stage>_<phase>_s
-  std::string memory[4], stage_memory[4];  // memory_<kind>_bytes, <stage>_memory_<kind>_bytes
+// The stages of the per-stage keys: scope 0 is a process-wide key (forward_s), 1 and 2 the
+// stage's own (vision_forward_s, text_forward_s).
+constexpr int kVision = 1, kText = 2;
+constexpr const char* kStageNames[] = {"", "vision", "text"};
+
+// What a known key of ReportProgressRequest.metrics holds.
+struct KeySlot {
+  enum Kind { kTokens, kMfu, kPhase, kMemory } kind;
+  int scope;  // 0, kVision or kText
+  int index;  // into kPhases or kMemoryKinds
 };
 
-const StageKeys& VisionKeys() {
-  static const StageKeys* const keys = new StageKeys("vision");
-  return *keys;
+// Every key a stage's rows read, with its slot: <stage>_tokens_per_s, mfu_<stage>,
+// [<stage>_]<phase>_s and [<stage>_]memory_<kind>_bytes.
+const std::unordered_map<std::string_view, KeySlot>& StageKeyTable() {
+  static const auto* const table = [] {
+    auto* keys = new std::deque<std::string>;  // the views' storage: a deque does not move it
+    auto* t = new std::unordered_map<std::string_view, KeySlot>;
+    const auto add = [&](std::string key, KeySlot slot) {
+      keys->push_back(std::move(key));
+      t->emplace(keys->back(), slot);
+    };
+    for (int scope = 0; scope <= kText; ++scope) {
+      const std::string prefix = scope == 0 ? "" : std::string(kStageNames[scope]) + "_";
+      for (int i = 0; i < 4; ++i) {
+        add(prefix + kPhases[i] + "_s", {KeySlot::kPhase, scope, i});
+        add(prefix + "memory_" + kMemoryKinds[i] + "_bytes", {KeySlot::kMemory, scope, i});
+      }
+      if (scope == 0) continue;
+      add(prefix + "tokens_per_s", {KeySlot::kTokens, scope, 0});
+      add(std::string("mfu_") + kStageNames[scope], {KeySlot::kMfu, scope, 0});
+    }
+    return t;
+  }();
+  return *table;
 }
 
-const StageKeys& TextKeys() {
-  static const StageKeys* const keys = new StageKeys("text");
-  return *keys;
-}
+// A rank's figures for its stage rows, read in one pass over its metrics (a GPU rank sends
+// ~17 keys; looking each row's key up, a stage's own and then the process-wide one, cost ~40
+// map searches a rank). Non-finite values are left out.
+struct RankFigures {
+  explicit RankFigures(const std::map<std::string, double>& metrics) {
+    const std::unordered_map<std::string_view, KeySlot>& table = StageKeyTable();
+    for (const auto& [key, value] : metrics) {
+      if (!std::isfinite(value)) continue;
+      auto it = table.find(key);
+      if (it == table.end()) continue;
+      const KeySlot& k = it->second;
+      switch (k.kind) {
+        case KeySlot::kTokens: tokens[k.scope] = value; break;
+        case KeySlot::kMfu: mfu[k.scope] = value; break;
+        case KeySlot::kPhase: phase[k.scope][k.index] = value; break;
+        case KeySlot::kMemory: memory[k.scope][k.index] = value; break;
+      }
+    }
+  }
+  // The stage's own key if the rank sent it, else the process-wide one.
+  std::optional<double> Phase(int stage, int i) const {
+    return phase[stage][i] ? phase[stage][i] : phase[0][i];
+  }
+  std::optional<double> Memory(int stage, int i) const {
+    return memory[stage][i] ? memory[stage][i] : memory[0][i];
+  }
+
+  std::optional<double> tokens[3], mfu[3];  // by scope: kVision, kText
+  std::optional<double> phase[3][4], memory[3][4];
+};
 
 std::optional<double> Lookup(const std::map<std::string, double>& m, const std::string& key) {
   auto it = m.find(key);
   if (it == m.end() || !std::isfinite(it->second)) return std::nullopt;
   return it->second;
-}
-
-// The per-stage key if the rank sent one, else the process-wide key.
-std::optional<double> StageOr(const std::map<std::string, double>& m,
-                              const std::string& stage_key, const std::string& key) {
-  if (std::optional<double> v = Lookup(m, stage_key)) return v;
-  return Lookup(m, key);
 }
 
 // The value of `key` from the lowest rank that reported it.
@@ -271,45 +307,45 @@ struct StageSummary {
 
 // The rows of one stage a reporting rank hosts, folded into `sum` as well. Returns the memory
 // the rank uses for it: reserved (CUDA caching allocator), else resident set; 0: not reported.
-double AddStage(std::string_view id, std::string_view rank, const StageKeys& k,
-                const std::map<std::string, double>& m, Rows& rows, StageSummary& sum) {
-  if (std::optional<double> v = Lookup(m, k.tokens)) {
-    rows.AddRank(kStageTokens, {id, k.name, rank}, *v);
+double AddStage(std::string_view id, std::string_view rank, int stage, const RankFigures& f,
+                Rows& rows, StageSummary& sum) {
+  const std::string_view name = kStageNames[stage];
+  if (const std::optional<double>& v = f.tokens[stage]) {
+    rows.AddRank(kStageTokens, {id, name, rank}, *v);
     Max(sum.tokens, *v);
   }
   for (int i = 0; i < 4; ++i) {
-    if (std::optional<double> v = StageOr(m, k.stage_phase[i], k.phase[i])) {
-      rows.AddRank(kStageStepSeconds, {id, k.name, rank, kPhases[i]}, *v);
+    if (std::optional<double> v = f.Phase(stage, i)) {
+      rows.AddRank(kStageStepSeconds, {id, name, rank, kPhases[i]}, *v);
       Max(sum.phase[i], *v);
     }
   }
-  std::optional<double> memory[4];
   for (int i = 0; i < 4; ++i) {
-    if ((memory[i] = StageOr(m, k.stage_memory[i], k.memory[i]))) {
-      rows.AddRank(kStageMemory, {id, k.name, rank, kMemoryKinds[i]}, *memory[i]);
-      Max(sum.memory[i], *memory[i]);
+    if (std::optional<double> v = f.Memory(stage, i)) {
+      rows.AddRank(kStageMemory, {id, name, rank, kMemoryKinds[i]}, *v);
+      Max(sum.memory[i], *v);
     }
   }
-  if (std::optional<double> v = Lookup(m, k.mfu)) {
-    rows.AddRank(kStageMfu, {id, k.name, rank}, *v);
+  if (const std::optional<double>& v = f.mfu[stage]) {
+    rows.AddRank(kStageMfu, {id, name, rank}, *v);
     sum.mfu_sum += *v;
     ++sum.mfu_ranks;
   }
   static_assert(std::string_view(kMemoryKinds[1]) == "reserved" &&
                 std::string_view(kMemoryKinds[3]) == "rss");
-  return memory[1].value_or(memory[3].value_or(0));
+  return f.Memory(stage, 1).value_or(f.Memory(stage, 3).value_or(0));
 }
 
-void AddStageSummary(std::string_view id, const StageKeys& k, const StageSummary& sum,
-                     Rows& rows) {
-  if (sum.tokens) rows.Add(kJobStageTokens, {id, k.name}, *sum.tokens);
+void AddStageSummary(std::string_view id, int stage, const StageSummary& sum, Rows& rows) {
+  const std::string_view name = kStageNames[stage];
+  if (sum.tokens) rows.Add(kJobStageTokens, {id, name}, *sum.tokens);
   for (int i = 0; i < 4; ++i) {
-    if (sum.phase[i]) rows.Add(kJobStageStepSeconds, {id, k.name, kPhases[i]}, *sum.phase[i]);
+    if (sum.phase[i]) rows.Add(kJobStageStepSeconds, {id, name, kPhases[i]}, *sum.phase[i]);
   }
   for (int i = 0; i < 4; ++i) {
-    if (sum.memory[i]) rows.Add(kJobStageMemory, {id, k.name, kMemoryKinds[i]}, *sum.memory[i]);
+    if (sum.memory[i]) rows.Add(kJobStageMemory, {id, name, kMemoryKinds[i]}, *sum.memory[i]);
   }
-  if (sum.mfu_ranks > 0) rows.Add(kJobStageMfu, {id, k.name}, sum.mfu_sum / sum.mfu_ranks);
+  if (sum.mfu_ranks > 0) rows.Add(kJobStageMfu, {id, name}, sum.mfu_sum / sum.mfu_ranks);
 }
 
 void AddRanks(const ActiveRun& run, const v1::Job& job,
@@ -340,11 +376,12 @@ void AddRanks(const ActiveRun& run, const v1::Job& job,
     rows.AddRank(kRankLastReport, {id, rank}, Seconds(r.report_micros));
     double used = 0;
     if (static_cast<int>(w) < layout.WorldSize()) {
-      if (comm::VisionCoord(layout, static_cast<int>(w))) {
-        used = std::max(used, AddStage(id, rank, VisionKeys(), r.metrics, rows, vision));
-      }
-      if (comm::TextCoord(layout, static_cast<int>(w))) {
-        used = std::max(used, AddStage(id, rank, TextKeys(), r.metrics, rows, text));
+      const bool has_vision = comm::VisionCoord(layout, static_cast<int>(w)).has_value();
+      const bool has_text = comm::TextCoord(layout, static_cast<int>(w)).has_value();
+      if (has_vision || has_text) {
+        const RankFigures figures(r.metrics);
+        if (has_vision) used = AddStage(id, rank, kVision, figures, rows, vision);
+        if (has_text) used = std::max(used, AddStage(id, rank, kText, figures, rows, text));
       }
     }
     if (used > 0 && capacity > 0) Max(used_ratio, used / static_cast<double>(capacity));
@@ -356,8 +393,8 @@ void AddRanks(const ActiveRun& run, const v1::Job& job,
       rows.AddRank(kCollectiveBytes, {id, rank, group}, it->second);
     }
   }
-  AddStageSummary(id, VisionKeys(), vision, rows);
-  AddStageSummary(id, TextKeys(), text, rows);
+  AddStageSummary(id, kVision, vision, rows);
+  AddStageSummary(id, kText, text, rows);
   if (used_ratio) rows.Add(kJobMemoryUsedRatio, {id}, *used_ratio);
 }
 

@@ -92,7 +92,7 @@ TEST(RunMetricsTest, JobStageAndClusterRowsOfAPlacedRun) {
                 {"text_forward_s", 0.07},          {"memory_rss_bytes", 3e8},
                 {"lr", 1e-3},                      {"grad_norm", 0.75},
                 {"comm_bytes:text.tp0", 123456},   {"comm_bytes:vision.sp0", 0},
-                {"memory_peak_bytes", NAN}};
+                {"memory_peak_bytes", NAN},        {"vision_backward_s", NAN}};
   RankView& r1 = run.ranks[1];
   r1.step = 7;
   r1.report_micros = kNow - 500'000;
@@ -155,6 +155,8 @@ TEST(RunMetricsTest, JobStageAndClusterRowsOfAPlacedRun) {
   EXPECT_EQ(Find(rows, "dhp_stage_step_seconds", {"j-1", "vision", "0", "forward"}), 0.1);
   EXPECT_EQ(Find(rows, "dhp_stage_step_seconds", {"j-1", "text", "0", "forward"}), 0.07);
   EXPECT_EQ(Find(rows, "dhp_stage_step_seconds", {"j-1", "text", "0", "backward"}), 0.2);
+  // A stage's own key that is not a number: the process-wide one.
+  EXPECT_EQ(Find(rows, "dhp_stage_step_seconds", {"j-1", "vision", "0", "backward"}), 0.2);
   EXPECT_EQ(Find(rows, "dhp_stage_step_seconds", {"j-1", "vision", "0", "comm"}), 0.05);
   EXPECT_EQ(Find(rows, "dhp_stage_step_seconds", {"j-1", "text", "0", "optimizer"}), 0.02);
   EXPECT_EQ(Find(rows, "dhp_stage_step_seconds", {"j-1", "text", "1", "forward"}), 0.3);
