@@ -138,9 +138,10 @@ int Main(int argc, char** argv) {
                "Every rank sends ReportProgress, as dhp-rank does (default: only each run's "
                "rank 0, one reporter per run)");
   app.add_flag("--rank-metrics", o.rank_metrics,
-               "Reports carry the 17 metrics a dhp-rank on a GPU sends (two stages' throughput "
-               "and MFU, four phases, four memory figures, bytes on five process groups): "
-               "~28 /metrics series per rank (default: none, 3 per rank)");
+               "Reports carry the 24 metrics a dhp-rank on a GPU sends (two stages' throughput "
+               "and MFU, four phases, four memory figures, bytes on five process groups, "
+               "gradient norm, learning rate, batch counts): ~28 /metrics series per rank "
+               "(default: none, 3 per rank)");
   app.add_option("--agent-channel-arg", o.agent_channel_args,
                  "[LABEL:]NAME=INT gRPC channel argument on the agents' channels, against "
                  "every --controller or only LABEL (repeatable), e.g. grpc.http2.bdp_probe=0")
@@ -339,7 +340,7 @@ int Main(int argc, char** argv) {
            ", report their ranks RUNNING, and " +
            (o.every_rank_reports ? "every rank" : "each run's rank 0") +
            " reports progress" +
-           (o.rank_metrics ? " with a GPU rank's 17 metrics (FillProgressRequest)" : "") +
+           (o.rank_metrics ? " with a GPU rank's 24 metrics (FillProgressRequest)" : "") +
            " every " + std::to_string(o.progress_interval_ms) +
            " ms, or as seldom as the controller asks (next_report_ms), " +
            (o.relay_progress ? std::string("relayed in the agent's next heartbeat")

@@ -103,6 +103,14 @@ void FillRankMetrics(const SimRank& r, int step_ms,
   m["comm_bytes:text.tp" + sp] = 4.2e9 * step;
   m["comm_bytes:text.dp" + dp] = 2.6e9 * step;
   m["comm_bytes:world"] = 64 * step;
+  // What JobRank::StepMetrics adds.
+  m["grad_norm"] = 1.5 / (1 + 0.001 * step);
+  m["lr"] = 1e-4;
+  m["samples"] = 8;
+  m["tokens"] = 8192;
+  m["image_tokens"] = 16384;
+  m["loss_tokens"] = 6000;
+  m["data_seconds"] = 0.01 * step_s;
 }
 
 }  // namespace

@@ -75,9 +75,10 @@ bool ApplyHeartbeatResponse(SimAgent& a, const v1::HeartbeatResponse& resp, int6
 void HeartbeatFailed(SimAgent& a);
 
 // The next step of rank `r`, as a rank that takes `step_ms` per step. With `rank_metrics`, the
-// request carries the metrics a dhp-rank on a GPU sends (worker/rank/rank_metrics.cc) for a
-// rank that hosts both stages of control_plane_cases.cc's job: throughput and MFU per stage,
-// the step's four phases, four memory figures, and bytes on its five process groups.
+// request carries the 24 metrics a dhp-rank on a GPU sends (worker/rank/rank_metrics.cc and
+// JobRank::StepMetrics) for a rank that hosts both stages of control_plane_cases.cc's job:
+// throughput and MFU per stage, the step's four phases, four memory figures, bytes on its five
+// process groups, and the step's gradient norm, learning rate and batch counts.
 void FillProgressRequest(SimRank& r, int step_ms, bool rank_metrics,
                          v1::ReportProgressRequest* req);
 
