@@ -349,7 +349,7 @@ void AddStageSummary(std::string_view id, int stage, const StageSummary& sum, Ro
 }
 
 void AddRanks(const ActiveRun& run, const v1::Job& job,
-              const std::map<std::string, const v1::Node*>& nodes, Rows& rows) {
+              const NodesById& nodes, Rows& rows) {
   const std::string& id = job.id();
   const comm::Layout layout = LayoutForSpec(job.spec());
   const v1::Node* node = nullptr;  // the last rank's: a node's ranks are neighbours
@@ -400,7 +400,7 @@ void AddRanks(const ActiveRun& run, const v1::Job& job,
 
 // The job's rows; `run`: its live run (nullptr when it has only draining ones).
 void AddJob(const StoredJob& stored, const ActiveRun* run,
-            const std::map<std::string, const v1::Node*>& nodes, Rows& rows) {
+            const NodesById& nodes, Rows& rows) {
   const v1::Job& job = stored.job;
   const std::string& id = job.id();
   const bool reported =
@@ -448,40 +448,41 @@ void AddJob(const StoredJob& stored, const ActiveRun* run,
 
 RunMetricsBuilder::RunMetricsBuilder(std::vector<v1::Node> nodes, GaugeSink& out,
                                      bool rank_series)
-    : nodes_(std::move(nodes)), out_(out), rank_series_(rank_series) {
-  for (const v1::Node& n : nodes_) by_id_[n.id()] = &n;
+    : nodes_(std::move(nodes)), out_(out), rank_series_(rank_series), used_(nodes_.size(), 0) {
+  for (const v1::Node& n : nodes_) by_id_.emplace(n.id(), &n);
 }
 
 void RunMetricsBuilder::AddRuns(const std::vector<const ActiveRun*>& runs,
                                 const StoredJobs& jobs) {
   Rows rows(out_, rank_series_);
-  // Per job: its current, not draining run if there is one (else its newest draining one only
-  // keeps the job's rows alive while its ranks exit).
-  std::map<std::string, const ActiveRun*> live;
-  std::set<std::string> job_ids;
-  for (const ActiveRun* run : runs) {
-    job_ids.insert(run->id.job_id);
-    CountUsed(run->placement);
-    auto job = jobs.find(run->id.job_id);
-    if (job == jobs.end()) continue;
-    if (!run->draining && run->id.attempt == job->second.job.current_attempt()) {
-      live[run->id.job_id] = run;
+  // A job's runs are neighbours: runs come in job order (Supervisor::runs()). Per job: its
+  // current, not draining run if there is one (else its draining ones only keep the job's rows
+  // alive while their ranks exit).
+  for (size_t i = 0; i < runs.size();) {
+    const std::string& job_id = runs[i]->id.job_id;
+    DHP_CHECK(i == 0 || runs[i - 1]->id.job_id < job_id)
+        << "RunMetricsBuilder::AddRuns: runs not in job order at " << job_id;
+    auto stored = jobs.find(job_id);  // end: deleted between the reads, nothing to say
+    const ActiveRun* live = nullptr;
+    for (; i < runs.size() && runs[i]->id.job_id == job_id; ++i) {
+      const ActiveRun* run = runs[i];
+      CountUsed(run->placement);
+      if (stored != jobs.end() && !run->draining &&
+          run->id.attempt == stored->second.job.current_attempt()) {
+        live = run;
+      }
     }
-  }
-  for (const std::string& id : job_ids) {
-    auto stored = jobs.find(id);
-    if (stored == jobs.end()) continue;  // deleted between the reads: nothing to say
-    auto live_it = live.find(id);
-    AddJob(stored->second, live_it == live.end() ? nullptr : live_it->second, by_id_, rows);
+    if (stored != jobs.end()) AddJob(stored->second, live, by_id_, rows);
   }
 }
 
 void RunMetricsBuilder::CountUsed(const std::vector<v1::RankPlacement>& placement) {
-  // A node's ranks are neighbours: one map update per node.
+  // A node's ranks are neighbours: one update per node.
   for (size_t i = 0; i < placement.size();) {
     size_t j = i + 1;
     while (j < placement.size() && placement[j].node_id() == placement[i].node_id()) ++j;
-    used_by_node_[placement[i].node_id()] += static_cast<int>(j - i);
+    auto node = by_id_.find(placement[i].node_id());
+    if (node != by_id_.end()) used_[node->second - nodes_.data()] += static_cast<int>(j - i);
     i = j;
   }
 }
@@ -493,11 +494,12 @@ void RunMetricsBuilder::Finish(const ClusterSlots& slots) {
   rows.Add(kSlots, {"used"}, slots.used);
   rows.Add(kSlots, {"free"}, slots.free);
   rows.Add(kQueuedJobs, {}, static_cast<double>(slots.queued_jobs));
-  for (const v1::Node& n : nodes_) {
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const v1::Node& n = nodes_[i];
     const v1::NodeResources& res = n.resources();
     const int total = res.gpus_size() > 0 ? res.gpus_size() : res.cpu_slots();
     rows.Add(kNodeSlots, {n.id(), "total"}, total);
-    rows.Add(kNodeSlots, {n.id(), "used"}, used_by_node_[n.id()]);
+    rows.Add(kNodeSlots, {n.id(), "used"}, used_[i]);
     if (res.gpus_size() > 0) {
       for (const v1::Gpu& g : res.gpus()) {
         if (g.memory_bytes() > 0) {

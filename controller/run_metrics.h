@@ -95,6 +95,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -127,6 +129,8 @@ struct ClusterSlots {
 StoredJobs ReadStoredJobs(Store& store, const std::set<std::string>& job_ids);
 ClusterSlots ReadClusterSlots(const Supervisor& supervisor);  // loop thread
 
+using NodesById = std::unordered_map<std::string_view, const v1::Node*>;
+
 // Builds the rows of one scrape a slice of runs at a time, so that the loop is held for one
 // slice, not for all placed runs. The rows go into a GaugeSink whose family positions are
 // RunMetrics::Families(): for a scrape, RunMetrics::Writer(), which writes each row's text as it
@@ -138,12 +142,15 @@ ClusterSlots ReadClusterSlots(const Supervisor& supervisor);  // loop thread
 //   b.Finish(slots);                        // the cluster's rows, after the jobs'
 //   run_metrics.Set(std::move(text));
 //
-// Every run of a job must be in the same slice (the job's rows come from its current run).
+// Runs come in job order, as Supervisor::runs() holds them, and every run of a job in the same
+// slice (the job's rows come from its current run).
 class RunMetricsBuilder {
  public:
   // `out` outlives the builder. Without `rank_series`, the per-rank families get no rows (the
   // per-job ones, the stage summaries among them, are all there).
   RunMetricsBuilder(std::vector<v1::Node> nodes, GaugeSink& out, bool rank_series = true);
+  RunMetricsBuilder(const RunMetricsBuilder&) = delete;
+  RunMetricsBuilder& operator=(const RunMetricsBuilder&) = delete;
 
   // The rows of the jobs of `runs` (jobs missing from `jobs` are left out), and their slots
   // counted toward dhp_node_slots{kind="used"}.
@@ -158,8 +165,8 @@ class RunMetricsBuilder {
   std::vector<v1::Node> nodes_;
   GaugeSink& out_;
   const bool rank_series_;
-  std::map<std::string, const v1::Node*> by_id_;  // into nodes_
-  std::map<std::string, int> used_by_node_;
+  NodesById by_id_;        // into nodes_
+  std::vector<int> used_;  // by position in nodes_: its slots the runs use
 };
 
 // Everything one scrape reads, for computing all rows at once (tests; the single-thread path).

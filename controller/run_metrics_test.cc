@@ -362,6 +362,10 @@ TEST(RunMetricsDeathTest, AnUnknownFamilyIsAProgrammingError) {
   MetricRows rows;
   rows["dhp_no_such_metric"] = {};
   EXPECT_DEATH(metrics.Set(rows), "unknown family dhp_no_such_metric");
+  const ActiveRun a = PlacedRun("j-1", 1, "n"), b = PlacedRun("j-2", 1, "n");
+  RunMetricsInput in;
+  in.runs = {&b, &a};
+  EXPECT_DEATH(ComputeRunMetrics(in), "runs not in job order at j-1");
 }
 
 // A real Supervisor driven like controller/supervisor_test.cc: place a job, ranks report
