@@ -491,6 +491,25 @@ TEST_F(RunMetricsSupervisorTest, ReportedMetricsOfAPlacedRunAreExported) {
   EXPECT_EQ(Find(rows, "dhp_queued_jobs", {}), 0);
   EXPECT_EQ(Find(rows, "dhp_node_slots", {"n1", "used"}), 2);
 
+  // A report's metrics replace the rank's (keys it no longer sends go); one without any keeps
+  // them.
+  for (bool with_metrics : {true, false}) {
+    v1::ReportProgressRequest req;
+    req.set_job_id(job.id());
+    req.set_attempt(1);
+    req.set_rank(0);
+    req.set_step(4);
+    if (with_metrics) (*req.mutable_metrics())["forward_s"] = 0.2;
+    v1::ReportProgressResponse resp;
+    ASSERT_TRUE(sup_->OnProgress(req, &resp, &events).ok());
+    const MetricRows later = ComputeRunMetrics(GatherRunMetricsInput(*sup_, *store_, {node}));
+    EXPECT_EQ(Find(later, "dhp_stage_step_seconds", {id, "text", "0", "forward"}), 0.2);
+    EXPECT_EQ(Find(later, "dhp_stage_step_seconds", {id, "text", "0", "backward"}), std::nullopt);
+    EXPECT_EQ(Find(later, "dhp_stage_tokens_per_second", {id, "vision", "0"}), std::nullopt);
+    EXPECT_EQ(Find(later, "dhp_collective_bytes", {id, "0", "text.tp0"}), std::nullopt);
+    EXPECT_EQ(Find(later, "dhp_collective_bytes", {id, "1", "text.tp0"}), 1e6);  // rank 1's
+  }
+
   MetricsExposition exposition;
   RunMetrics metrics(exposition);
   metrics.Set(rows);

@@ -21,6 +21,17 @@ namespace {
 // that pace, even while a step hangs).
 constexpr int64_t kSilentMicros = 5000000;
 
+// A report's metrics replace the rank's, updated in place: a rank sends the same ~24 keys each
+// time, and assigning a new map allocated a node and a key for each, on the loop.
+void ReplaceMetrics(const google::protobuf::Map<std::string, double>& in,
+                    std::map<std::string, double>& out) {
+  for (const auto& [key, value] : in) out[key] = value;
+  if (out.size() == in.size()) return;  // out holds in's keys: the same set
+  for (auto it = out.begin(); it != out.end();) {
+    it = in.count(it->first) == 0 ? out.erase(it) : std::next(it);
+  }
+}
+
 }  // namespace
 
 // ---- progress ------------------------------------------------------------------------------
@@ -94,7 +105,7 @@ absl::Status Supervisor::OnProgress(const v1::ReportProgressRequest& req,
   rank.report_micros = now;
   rank.asked_report_ms = resp->next_report_ms();
   rank.waiting_on = req.waiting_on();
-  if (!req.metrics().empty()) rank.metrics = {req.metrics().begin(), req.metrics().end()};
+  if (!req.metrics().empty()) ReplaceMetrics(req.metrics(), rank.metrics);
   if (!std::isnan(req.loss())) run->loss = req.loss();
   if (req.total_steps() > 0) run->total_steps = req.total_steps();
   if (req.tokens_per_second() > 0) run->tokens_per_second = req.tokens_per_second();
