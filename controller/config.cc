@@ -175,9 +175,14 @@ void AddControllerFlags(CLI::App& app, ControllerCommandLine* command_line) {
     return app.add_option_function<std::string>(
         name, [f, setter](const std::string& v) { setter(f, v); }, help);
   };
+  // CLI11 reads an empty value as 0 (--retention-days "" would keep everything): refused.
+  const CLI::Validator not_empty(
+      [](std::string& v) { return v.empty() ? std::string("needs a number, got nothing") : ""; },
+      "NUMBER");
   auto number = [&](const std::string& name, auto setter, const std::string& help) {
     return app.add_option_function<int>(
-        name, [f, setter](const int& v) { setter(f, v); }, help);
+                  name, [f, setter](const int& v) { setter(f, v); }, help)
+        ->check(not_empty);
   };
   app.add_option("--config", command_line->config_file,
                  "YAML/JSON configuration file (see configs/controller.yaml); flags given on "

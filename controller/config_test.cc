@@ -309,6 +309,23 @@ TEST(ControllerConfigTest, ErrorsSayWhetherTheFileOrTheFlagsAreWrong) {
   EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(ControllerConfigTest, ANumberFlagWithAnEmptyValueIsRefused) {
+  for (const char* flag : {"--retention-days", "--grpc-port", "--metrics-rank-series-max-ranks"}) {
+    CLI::App app;
+    ControllerCommandLine command_line;
+    AddControllerFlags(app, &command_line);
+    const char* argv[] = {"dhp-controller", flag, ""};
+    try {
+      app.parse(3, argv);
+      ADD_FAILURE() << flag << " \"\" was accepted";
+    } catch (const CLI::ValidationError& e) {
+      EXPECT_NE(std::string(e.what()).find("needs a number, got nothing"), std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(Resolve({"--retention-days", "7"})->retention().days(), 7);  // a value still works
+}
+
 TEST(ControllerConfigTest, CheckConfigFlagIsParsed) {
   CLI::App app;
   ControllerCommandLine command_line;
