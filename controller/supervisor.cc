@@ -109,9 +109,9 @@ absl::Status Supervisor::Commit(JobWrite& write, std::vector<v1::Event>* events)
   return absl::OkStatus();
 }
 
-ActiveRun* Supervisor::FindRun(const RunId& id) {
-  auto it = runs_.find(id);
-  return it == runs_.end() ? nullptr : &it->second;
+ActiveRun* Supervisor::FindRun(std::string_view job_id, int attempt) {
+  auto it = run_index_.find(RunRef{job_id, attempt});
+  return it == run_index_.end() ? nullptr : it->second;
 }
 
 bool Supervisor::HasProcesses(const RunId& id) const {
@@ -129,7 +129,8 @@ void Supervisor::AddRun(ActiveRun run) {
     placed_ranks_ -= static_cast<int64_t>(old->second.ranks.size());
   }
   placed_ranks_ += static_cast<int64_t>(run.ranks.size());
-  runs_[id] = std::move(run);
+  auto [it, added] = runs_.insert_or_assign(id, std::move(run));
+  if (added) run_index_.emplace(RunRef{it->first.job_id, it->first.attempt}, &it->second);
 }
 
 int Supervisor::NextReportMs() const {
@@ -150,6 +151,7 @@ void Supervisor::EraseRun(const RunId& id) {
   }
   drained_.erase(id);
   placed_ranks_ -= static_cast<int64_t>(it->second.ranks.size());
+  run_index_.erase(RunRef{it->first.job_id, it->first.attempt});
   runs_.erase(it);
 }
 
@@ -329,7 +331,7 @@ absl::Status Supervisor::OnHeartbeat(const v1::HeartbeatRequest& req, v1::Heartb
       const auto [lo, hi] = std::equal_range(reports.begin(), reports.end(), id, ReportBefore{});
       applied += static_cast<size_t>(hi - lo);
       std::vector<const v1::RankStatus*> statuses(lo, hi);
-      if (absl::Status s = ApplyNodeReport(runs_.at(id), node, world_ranks, statuses, events);
+      if (absl::Status s = ApplyNodeReport(*FindRun(id), node, world_ranks, statuses, events);
           !s.ok()) {
         return s;
       }
@@ -340,7 +342,7 @@ absl::Status Supervisor::OnHeartbeat(const v1::HeartbeatRequest& req, v1::Heartb
   auto placed = by_node_.find(node);  // again: the sweep may have forgotten runs
   if (placed == by_node_.end()) return absl::OkStatus();
   for (const auto& [id, world_ranks] : placed->second) {
-    const ActiveRun& run = runs_.at(id);
+    const ActiveRun& run = *FindRun(id);
     if (run.draining) continue;
     for (int w : world_ranks) {
       const v1::RankPlacement& p = run.placement[w];

@@ -41,7 +41,7 @@ absl::Status Supervisor::OnRelayedProgress(const std::string& node_id,
                                            v1::ReportProgressResponse* resp,
                                            std::vector<v1::Event>* events) {
   DHP_CHECK_ON_THREAD(loop_);
-  const ActiveRun* run = FindRun(RunId{req.job_id(), req.attempt()});
+  const ActiveRun* run = FindRun(req.job_id(), req.attempt());
   if (run != nullptr && req.rank() >= 0 && req.rank() < static_cast<int>(run->placement.size()) &&
       run->placement[req.rank()].node_id() != node_id) {
     return absl::PermissionDeniedError(
@@ -66,7 +66,7 @@ absl::Status Supervisor::OnProgress(const v1::ReportProgressRequest& req,
         "total_steps: ", req.total_steps(), " must be in 0..", kMaxReportedStep, " (0: unknown)"));
   }
   resp->set_next_report_ms(NextReportMs());
-  ActiveRun* run = FindRun(RunId{req.job_id(), req.attempt()});
+  ActiveRun* run = FindRun(req.job_id(), req.attempt());
   // An active run that is not draining is its job's current attempt: no need to read the job.
   if (run == nullptr || run->draining) {
     absl::StatusOr<v1::Job> job = store_.GetJob(req.job_id());
