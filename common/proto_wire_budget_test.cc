@@ -26,6 +26,24 @@ TEST(ProtoWireBudgetTest, CountsMessagesAndStringsAtEveryDepth) {
   EXPECT_EQ(Count(batch.SerializeAsString(), *batch.GetDescriptor(), 1000), 24);
 }
 
+TEST(ProtoWireBudgetTest, CountsEveryMapEntryAndItsKeyInEveryReport) {
+  // The same fields met many times over, in types where a field number means different things
+  // (HeartbeatRequest's 1 is a string, HeartbeatBatchRequest's a message): what the count
+  // remembers of each (type, field) must not leak from one type to another.
+  v1::HeartbeatBatchRequest batch;
+  for (int i = 0; i < 25; ++i) {
+    v1::HeartbeatRequest* hb = batch.add_heartbeats()->mutable_heartbeat();
+    hb->set_node_id("n" + std::to_string(i));
+    for (int r = 0; r < 8; ++r) {
+      v1::ReportProgressRequest* report = hb->add_progress();
+      report->set_job_id("j");
+      for (int k = 0; k < 24; ++k) (*report->mutable_metrics())["key" + std::to_string(k)] = k;
+    }
+  }
+  // Per heartbeat: 2 + node_id + 8 x (report + job_id + 24 x (entry + key)) = 3 + 8 x 50.
+  EXPECT_EQ(Count(batch.SerializeAsString(), *batch.GetDescriptor(), 100000), 25 * (3 + 8 * 50));
+}
+
 TEST(ProtoWireBudgetTest, StopsOncePastTheLimitWithoutReadingTheRest) {
   v1::HeartbeatRequest hb;
   for (int i = 0; i < 100000; ++i) hb.add_progress();
