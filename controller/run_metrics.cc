@@ -513,6 +513,27 @@ void RunMetricsBuilder::Finish(const ClusterSlots& slots) {
   }
 }
 
+namespace {
+
+void ReadStoredJob(Store& store, const std::string& id, StoredJobs& out) {
+  absl::StatusOr<v1::Job> job = store.GetJob(id);
+  if (!job.ok()) return;
+  StoredJob& s = out[id];
+  for (const v1::Run& r : store.ListRuns(id)) {
+    if (r.attempt() == job->current_attempt()) s.current_run = r;
+  }
+  const std::vector<v1::Checkpoint> ckpts = store.ListCheckpoints(id);
+  for (auto c = ckpts.rbegin(); c != ckpts.rend(); ++c) {
+    if (c->state() == v1::CHECKPOINT_STATE_COMPLETE) {
+      s.checkpoint = *c;
+      break;
+    }
+  }
+  s.job = *std::move(job);
+}
+
+}  // namespace
+
 MetricRows ComputeRunMetrics(const RunMetricsInput& in) {
   GaugeRowsCollector rows(FamilyDefs());
   RunMetricsBuilder builder(in.nodes, rows, in.rank_series);
@@ -522,22 +543,16 @@ MetricRows ComputeRunMetrics(const RunMetricsInput& in) {
 }
 
 StoredJobs ReadStoredJobs(Store& store, const std::set<std::string>& job_ids) {
+  // Read transactions of this many jobs: a few ms each, so the WAL checkpointer waits little.
+  constexpr int kJobsPerRead = 256;
   StoredJobs out;
-  for (const std::string& id : job_ids) {
-    absl::StatusOr<v1::Job> job = store.GetJob(id);
-    if (!job.ok()) continue;
-    StoredJob& s = out[id];
-    for (const v1::Run& r : store.ListRuns(id)) {
-      if (r.attempt() == job->current_attempt()) s.current_run = r;
-    }
-    const std::vector<v1::Checkpoint> ckpts = store.ListCheckpoints(id);
-    for (auto c = ckpts.rbegin(); c != ckpts.rend(); ++c) {
-      if (c->state() == v1::CHECKPOINT_STATE_COMPLETE) {
-        s.checkpoint = *c;
-        break;
+  auto next = job_ids.begin();
+  while (next != job_ids.end()) {
+    store.ReadTogether([&] {
+      for (int n = 0; n < kJobsPerRead && next != job_ids.end(); ++n, ++next) {
+        ReadStoredJob(store, *next, out);
       }
-    }
-    s.job = *std::move(job);
+    });
   }
   return out;
 }

@@ -277,6 +277,12 @@ absl::StatusOr<std::unique_ptr<Store>> Store::OpenReader(const std::string& path
   return store;
 }
 
+void Store::ReadTogether(const std::function<void()>& reads) {
+  const bool together = read_only_ && db_->Exec("BEGIN").ok();
+  reads();
+  if (together && !db_->Exec("COMMIT").ok()) (void)db_->Exec("ROLLBACK");
+}
+
 absl::Status Store::Migrate() {
   const int latest = LatestSchemaVersion();
   DHP_ASSIGN_OR_RETURN(int64_t current, db_->QueryInt("PRAGMA user_version"));

@@ -170,5 +170,28 @@ TEST_F(StoreReaderTest, SkipsAnUnreadableRowAndLeavesItForTheWriterToQuarantine)
   EXPECT_EQ(reader->CountQuarantined()["jobs"], 1);
 }
 
+TEST_F(StoreReaderTest, ReadsTogetherSeeOneSnapshot) {
+  std::unique_ptr<Store> reader = Reader();
+  ASSERT_NE(reader, nullptr);
+  ASSERT_TRUE(writer_->Commit(NewJob("j-1", v1::JOB_STATE_RUNNING)).ok());
+  absl::StatusCode first = absl::StatusCode::kUnknown;
+  absl::StatusCode second = absl::StatusCode::kUnknown;
+  reader->ReadTogether([&] {
+    first = reader->GetJob("j-1").status().code();
+    // Committed while the reads are under way: not in their snapshot.
+    ASSERT_TRUE(writer_->Commit(NewJob("j-2", v1::JOB_STATE_QUEUED)).ok());
+    second = reader->GetJob("j-2").status().code();
+  });
+  EXPECT_EQ(first, absl::StatusCode::kOk);
+  EXPECT_EQ(second, absl::StatusCode::kNotFound);
+  EXPECT_TRUE(reader->GetJob("j-2").ok());  // the next read sees it
+
+  // The writer's own reads are not held in one transaction (a read may quarantine a row).
+  writer_->ReadTogether([&] {
+    ASSERT_TRUE(writer_->Commit(NewJob("j-3", v1::JOB_STATE_QUEUED)).ok());
+    EXPECT_TRUE(writer_->GetJob("j-3").ok());
+  });
+}
+
 }  // namespace
 }  // namespace dhp::controller
