@@ -325,7 +325,8 @@ absl::Status Supervisor::OnHeartbeat(const v1::HeartbeatRequest& req, v1::Heartb
   }
   size_t applied = 0;  // reports of runs placed here
   // Only the runs with ranks on this node: the work does not grow with the cluster.
-  if (auto placed = by_node_.find(node); placed != by_node_.end()) {
+  auto placed = by_node_.find(node);
+  if (placed != by_node_.end()) {
     for (const auto& [id, world_ranks] : placed->second) {
       ranks_visited_ += static_cast<int64_t>(world_ranks.size());
       const auto [lo, hi] = std::equal_range(reports.begin(), reports.end(), id, ReportBefore{});
@@ -338,8 +339,10 @@ absl::Status Supervisor::OnHeartbeat(const v1::HeartbeatRequest& req, v1::Heartb
     }
   }
   if (applied < reports.size()) WarnUnplacedReports(node, reports);
-  if (absl::Status s = SweepDrained(events); !s.ok()) return s;
-  auto placed = by_node_.find(node);  // again: the sweep may have forgotten runs
+  if (!drained_.empty()) {  // only a sweep changes by_node_
+    if (absl::Status s = SweepDrained(events); !s.ok()) return s;
+    placed = by_node_.find(node);  // again: the sweep may have forgotten runs
+  }
   if (placed == by_node_.end()) return absl::OkStatus();
   for (const auto& [id, world_ranks] : placed->second) {
     const ActiveRun& run = *FindRun(id);
