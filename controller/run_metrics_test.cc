@@ -169,6 +169,9 @@ TEST(RunMetricsTest, JobStageAndClusterRowsOfAPlacedRun) {
   EXPECT_EQ(Find(rows, "dhp_collective_bytes", {"j-1", "0", "text.tp0"}), 123456);
   EXPECT_EQ(Find(rows, "dhp_collective_bytes", {"j-1", "0", "vision.sp0"}), 0);
   EXPECT_EQ(Find(rows, "dhp_collective_bytes", {"j-1", "1", "text.tp0"}), 654321);
+  ASSERT_EQ(Count(rows, "dhp_collective_bytes"), 3u);  // by rank, then group: the same each scrape
+  EXPECT_EQ(rows.at("dhp_collective_bytes")[1].first,
+            (std::vector<std::string>{"j-1", "0", "vision.sp0"}));
   EXPECT_EQ(Find(rows, "dhp_rank_step", {"j-1", "1"}), 7);
   EXPECT_EQ(Find(rows, "dhp_rank_last_report_timestamp_seconds", {"j-1", "0"}),
             (kNow - 1.5e6) / 1e6);
