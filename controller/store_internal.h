@@ -101,6 +101,9 @@ absl::StatusOr<std::vector<v1::Event>> AppendEvents(SqliteDb& db,
                                                     const std::string& default_node_id);
 
 // A Timestamp in microseconds since the epoch (the stored *_us columns).
+// Whether jobs holds a row with this id.
+absl::StatusOr<bool> JobExists(SqliteDb& db, const std::string& job_id);
+
 int64_t Micros(const google::protobuf::Timestamp& t);
 
 // For the read methods whose signatures carry no Status: a failing SQLite call on our own
