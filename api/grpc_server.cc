@@ -94,14 +94,9 @@ using RawWorkerService =
             v1::WorkerService::WithRawCallbackMethod_ReportCheckpoint,
             v1::WorkerService::WithRawCallbackMethod_RejectCheckpoint>::type;
 
-// The methods that may block on something other than the controller's loop (a log or export
-// file): they run on the CallPool, as WatchJob's streams do. The rendezvous waits (KvGet,
-// KvWait) hold no thread: DhpService::KvGetAsync and KvWaitAsync end them. The others are
-// handed to DhpService::Dispatch, which runs them on the loop.
-constexpr bool MayBlock(std::string_view method) {
-  return method == "GetLogs" || method == "AppendLogs" || method == "ExportCheckpoint" ||
-         method == "ListExports" || method == "GetExport";
-}
+// The methods that MayBlock (api/methods.h) run on the CallPool, as WatchJob's streams do. The
+// rendezvous waits (KvGet, KvWait) hold no thread: DhpService::KvGetAsync and KvWaitAsync end
+// them. The others are handed to DhpService::Dispatch, which runs them on the loop.
 
 // The asynchronous form of a method, for the rendezvous waits; nullptr for the others.
 template <typename Req, typename Resp>

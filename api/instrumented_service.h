@@ -5,8 +5,9 @@
 //   dhp_api_request_wait_seconds{transport,method}   (histogram; dispatched calls only: the
 //       time a call waited for the controller's loop before it ran)
 //
-// A call that itself runs for kSlowCallSeconds or more is logged as a warning (at most one a
-// second), naming the method: the calls queued behind it on the loop waited that long.
+// A call on the controller's loop (HoldsTheLoop, api/methods.h) that itself runs for
+// kSlowCallSeconds or more is logged as a warning (at most one a second), naming the method:
+// the calls queued behind it on the loop waited that long. A watch stream or a log read is not.
 //
 // Each transport wraps the same inner service in its own decorator (same families, its own
 // transport label), so both are measured identically. Thread-safe if the inner service is.

@@ -93,6 +93,20 @@ constexpr Lane LaneOf(std::string_view method) {
 }
 #undef DHP_LANE_OF_ROW
 
+// The methods that may block on something other than the controller's loop (a log or export
+// file): gRPC runs them on its CallPool, as it runs WatchJob's streams.
+constexpr bool MayBlock(std::string_view method) {
+  return method == "GetLogs" || method == "AppendLogs" || method == "ExportCheckpoint" ||
+         method == "ListExports" || method == "GetExport";
+}
+
+// Whether the whole of a call's time is time the controller's loop spends on it, so that the
+// calls queued behind it wait as long: not for a stream (WatchJob lasts as long as its client
+// follows) nor for the methods that MayBlock on files.
+constexpr bool HoldsTheLoop(std::string_view method) {
+  return method != "WatchJob" && !MayBlock(method);
+}
+
 // One row of the table, for code that looks methods up at run time.
 struct MethodInfo {
   std::string_view service;  // "JobService"

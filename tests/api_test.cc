@@ -5,6 +5,7 @@
 // Bad input on both transports: api_input_test.cc.
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/proto_yaml.h"
@@ -168,6 +170,36 @@ TEST_F(ApiTest, AnUnknownJobIsNotFoundOnBothTransports) {
   EXPECT_EQ(grpc.status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(grpc.status().message(), "job unknown not found");
   EXPECT_EQ(res.body, ErrorBody(grpc.status()));
+}
+
+// A watch stream lasts as long as its client follows, on a thread of its own: its length is
+// not time the loop spent on it, and is not logged as a slow call that held the others up.
+TEST_F(ApiTest, AFollowedWatchIsNotLoggedAsACallThatHeldTheLoop) {
+  const v1::Job job = SubmitGrpc("followed");
+  v1::WatchJobRequest req;
+  req.set_job_id(job.id());
+  req.set_follow(true);
+  std::atomic<int> events{0};
+  ::testing::internal::CaptureStderr();
+  std::future<absl::Status> watch = std::async(std::launch::async, [&] {
+    return client_->WatchJob(req, [&](const v1::Event&) {
+      ++events;
+      return true;
+    });
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (events.load() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // past kSlowCallSeconds
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(job.id());
+  ASSERT_TRUE(client_->CancelJob(cancel).ok());
+  const absl::Status watched = watch.get();  // the job is final: the stream ends
+  const std::string logged = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(watched.ok()) << watched;
+  EXPECT_GE(events.load(), 2);  // the submit and the cancel, at least
+  EXPECT_EQ(logged.find("API call WatchJob ran for"), std::string::npos) << logged;
 }
 
 TEST_F(ApiTest, RestWatchSeesTheEventsOfGrpcCalls) {
