@@ -98,17 +98,15 @@ Controller::Controller(Store& store, const Clock& clock, MetricsExposition& metr
       loop_lag_seconds_(
           metrics
               .AddHistogram("dhp_controller_loop_lag_seconds",
-                            "How late the controller's event loop ran a probe timer due every "
-                            "50-150 ms at random: the time a heartbeat or API call arriving then "
-                            "waited for the loop.")
+                            "How long a probe posted onto the controller's event loop every "
+                            "50-150 ms at random waited to run: the time a heartbeat or API call "
+                            "arriving then waited for the loop.")
               .Add({}, LatencyBuckets())),
-      lag_random_(std::random_device{}()),
       run_metrics_(metrics),
       work_(boost::asio::make_work_guard(io_)),
       heartbeat_timer_(io_),
       persist_timer_(io_),
       retention_timer_(io_),
-      lag_timer_(io_),
       exports_(store, clock, options.exports,
                [this](std::function<void()> fn) {
                  boost::asio::post(io_, [this, fn = std::move(fn)] {
@@ -155,7 +153,7 @@ void Controller::Start() {
   if (!loaded.ok()) DHP_LOG(ERROR) << "loading the rendezvous keys from the store: " << loaded;
   boost::asio::post(io_, [this] { ScheduleHeartbeatCheck(); });
   boost::asio::post(io_, [this] { SchedulePersist(); });
-  boost::asio::post(io_, [this] { ScheduleLagProbe(std::chrono::steady_clock::now()); });
+  lag_prober_ = std::thread([this] { RunLagProber(); });
   if (options_.retention_s > 0) boost::asio::post(io_, [this] { ScheduleRetentionSweep(0); });
 }
 
@@ -176,8 +174,12 @@ void Controller::Stop() {
     heartbeat_timer_.cancel();
     persist_timer_.cancel();
     retention_timer_.cancel();
-    lag_timer_.cancel();
   });
+  {
+    std::lock_guard<std::mutex> lock(lag_prober_mu_);  // not between its check and its wait
+    lag_prober_cv_.notify_all();
+  }
+  if (lag_prober_.joinable()) lag_prober_.join();
   work_.reset();
   io_.stop();
   if (loop_.joinable()) loop_.join();

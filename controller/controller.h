@@ -184,12 +184,15 @@ class Controller : public api::DhpService {
   // Every persist_ms: the due heartbeat times, then (a loop turn of its own) PersistProgress.
   void SchedulePersist();
   void PersistProgress();  // the due step figures; then the next SchedulePersist
-  // How late the loop ran a timer, into dhp_controller_loop_lag_seconds (the wait a heartbeat or
-  // API call arriving then would have had), split by what the loop ran meanwhile (ledger_);
-  // warns past kSlowTickSeconds. The probe is due 50-150 ms (uniformly at random) after the
-  // previous one was due, whenever it ran: its times do not follow the loop's own ticks, so it
-  // samples the loop as calls arriving at any time do. `due` is the previous due time.
-  void ScheduleLagProbe(std::chrono::steady_clock::time_point due);
+  // The lag prober's thread: every 50-150 ms (uniformly at random) it posts a probe onto the
+  // loop, as a call arriving then is posted; RecordLag, on the loop, puts how long the probe
+  // waited into dhp_controller_loop_lag_seconds (the wait a heartbeat or API call arriving then
+  // had), split by what the loop ran meanwhile (ledger_), and warns past kSlowTickSeconds. Its
+  // times do not follow the loop's own ticks, and each probe waits on its own (a timer re-armed
+  // from the loop, as before, waited for the probes before it too: under a steady backlog of
+  // calls its lag grew without bound while the calls waited ~0.2 s).
+  void RunLagProber();
+  void RecordLag(std::chrono::steady_clock::time_point posted);
   // Registers lag_cause_seconds_ and loop_busy_seconds_, a series for each cause and work.
   void AddLoopLedgerMetrics();
   // Registers dhp_store_wal_hold_seconds and reports the store's WAL holds to it.
@@ -253,7 +256,6 @@ class Controller : public api::DhpService {
   // dhp_controller_loop_busy_seconds_total{work}: the loop's recorded work, by LoopLedger::Work.
   std::vector<prometheus::Counter*> loop_busy_seconds_;
   LoopLedger ledger_;                // loop thread
-  std::mt19937 lag_random_;          // loop thread: the probe's due times
   int64_t last_lag_warning_ms_ = 0;  // loop thread
   RunMetrics run_metrics_;  // per-job, per-stage and cluster gauges (controller/run_metrics.h)
   std::mutex reader_mu_;    // one scrape at a time reads on options_.store_reader
@@ -263,8 +265,10 @@ class Controller : public api::DhpService {
   boost::asio::steady_timer heartbeat_timer_;
   boost::asio::steady_timer persist_timer_;
   boost::asio::steady_timer retention_timer_;
-  boost::asio::steady_timer lag_timer_;
   std::thread loop_;
+  std::thread lag_prober_;  // RunLagProber; stopped by Stop
+  std::mutex lag_prober_mu_;
+  std::condition_variable lag_prober_cv_;  // Stop wakes the prober
   std::thread::id loop_id_;
   ExportManager exports_;  // its runner threads post onto io_; stopped before io_ goes
   std::atomic<bool> stopped_{false};

@@ -1,6 +1,7 @@
 // The controller's own /metrics: how long its loop is held (tick phases, loop lag), and a
 // scrape that reads the store off the loop and computes the placed runs' rows in slices.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <string>
@@ -185,6 +186,61 @@ TEST_F(ControllerMetricsTest, ALoopHeldLongShowsInTheLagHistogramUnderItsCause) 
   }
   EXPECT_GE(sample("dhp_controller_loop_busy_seconds_total{work=\"calls\"}") - busy_before,
             0.3);
+}
+
+
+// A loop that is never idle but never held long (a backlog of short calls, as while 10,000
+// agents register) shows in dhp_controller_loop_lag_seconds as the wait it causes a call, not
+// more: each probe waits as a call posted then does, whatever the probes before it waited.
+TEST_F(ControllerMetricsTest, ASteadyBacklogShowsInTheLagAsTheWaitItCauses) {
+  StartController();
+  const std::string lag = "dhp_controller_loop_lag_seconds";
+  // Probes that waited longer than `le` seconds, in a page of /metrics.
+  auto over = [&](const std::string& text, const char* le) {
+    return Sample(text, lag + "_count") -
+           Sample(text, lag + "_bucket{le=\"" + std::string(le) + "\"}");
+  };
+  const std::string before = controller_->MetricsText();
+  // Calls of 2 ms, ~100 of them queued at any time: each waits ~200 ms for the loop, longer
+  // than the probes' gaps.
+  std::atomic<int> queued{0};
+  std::atomic<int64_t> longest_wait_us{0};
+  const auto until = std::chrono::steady_clock::now() + 1500ms;
+  while (std::chrono::steady_clock::now() < until) {
+    if (queued.load() >= 100) {
+      std::this_thread::sleep_for(200us);
+      continue;
+    }
+    ++queued;
+    const auto dispatched = std::chrono::steady_clock::now();
+    controller_->Dispatch(
+        [&, dispatched] {
+          const int64_t waited = std::chrono::duration_cast<std::chrono::microseconds>(
+                                     std::chrono::steady_clock::now() - dispatched)
+                                     .count();
+          int64_t seen = longest_wait_us.load();
+          while (waited > seen && !longest_wait_us.compare_exchange_weak(seen, waited)) {
+          }
+          std::this_thread::sleep_for(2ms);
+          return absl::OkStatus();
+        },
+        [&](const absl::Status&) { --queued; }, api::Lane::kUser);
+  }
+  while (queued.load() > 0) std::this_thread::sleep_for(1ms);
+  const double longest = static_cast<double>(longest_wait_us.load()) / 1e6;
+  ASSERT_LT(longest, 0.9) << "the backlog itself is longer than meant";
+  // No probe waited much longer than the longest call: the first bucket past it and 0.1 s.
+  const char* le = "1";
+  for (const char* b : {"0.25", "0.5"}) {
+    if (std::stod(b) >= longest + 0.1) {
+      le = b;
+      break;
+    }
+  }
+  const std::string after = controller_->MetricsText();
+  EXPECT_GE(Sample(after, lag + "_count") - Sample(before, lag + "_count"), 5);  // ~15 probes
+  EXPECT_EQ(over(after, le) - over(before, le), 0)
+      << "calls waited at most " << longest << " s\n" << after;
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // The controller's periodic work on its loop: the once-a-second check (lost nodes, stalled
 // runs), the 25 ms persistence of heartbeat times and step figures, their timing
 // (dhp_controller_tick_seconds), and the retention sweep.
+#include <pthread.h>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -19,7 +21,7 @@ namespace {
 // A tick that holds the loop this long is logged with its phases: heartbeats and API calls
 // waited that long (the heartbeat aim at 10,000 nodes is p99 <= 50 ms).
 constexpr double kSlowTickSeconds = 0.05;
-// The lag probe is due every 50-150 ms, uniformly at random (100 on average).
+// A lag probe is posted every 50-150 ms, uniformly at random (100 on average).
 constexpr int kLagProbeMinMs = 50;
 constexpr int kLagProbeMaxMs = 150;
 
@@ -134,35 +136,40 @@ void Controller::PersistProgress() {
   SchedulePersist();
 }
 
-void Controller::ScheduleLagProbe(std::chrono::steady_clock::time_point due) {
+void Controller::RunLagProber() {
+  pthread_setname_np(pthread_self(), "dhp-lag-probe");
+  std::mt19937 random(std::random_device{}());
   std::uniform_int_distribution<int> gap_ms(kLagProbeMinMs, kLagProbeMaxMs);
-  lag_timer_.expires_at(due + std::chrono::milliseconds(gap_ms(lag_random_)));
-  lag_timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (ec || stopped_) return;
-    const auto now = std::chrono::steady_clock::now();
-    const auto due = lag_timer_.expiry();
-    const double lag = std::chrono::duration<double>(now - due).count();
-    loop_lag_seconds_.Observe(lag);
-    const LoopLedger::Split split = ledger_.SplitWindow(due, now);
-    for (size_t i = 0; i < split.size(); ++i) lag_cause_seconds_[i]->Observe(split[i]);
-    const std::array<double, LoopLedger::kWorkCount> busy = ledger_.TakeBusy();
-    for (size_t i = 0; i < busy.size(); ++i) loop_busy_seconds_[i]->Increment(busy[i]);
-    const int64_t now_ms =
-        std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-    if (lag >= kSlowTickSeconds && now_ms - last_lag_warning_ms_ >= 1000) {
-      last_lag_warning_ms_ = now_ms;
-      std::string causes;
-      for (size_t i = 0; i < split.size(); ++i) {
-        if (split[i] < 0.0005) continue;
-        absl::StrAppend(&causes, causes.empty() ? "" : ", ", LoopLedger::Name(i), " ",
-                        static_cast<int>(split[i] * 1000), " ms");
-      }
-      DHP_LOG(WARNING) << "the loop ran a timer " << static_cast<int>(lag * 1000)
-                       << " ms late (" << causes << "; at most one such warning a second)";
-    }
-    // A loop held past several due times probes again at once: a call arriving then waits too.
-    ScheduleLagProbe(due);
-  });
+  std::unique_lock<std::mutex> lock(lag_prober_mu_);
+  while (!lag_prober_cv_.wait_for(lock, std::chrono::milliseconds(gap_ms(random)),
+                                  [this] { return stopped_.load(); })) {
+    const auto posted = std::chrono::steady_clock::now();
+    boost::asio::post(io_, [this, posted] { RecordLag(posted); });
+  }
+}
+
+void Controller::RecordLag(std::chrono::steady_clock::time_point posted) {
+  if (stopped_) return;
+  const auto now = std::chrono::steady_clock::now();
+  const double lag = std::chrono::duration<double>(now - posted).count();
+  loop_lag_seconds_.Observe(lag);
+  const LoopLedger::Split split = ledger_.SplitWindow(posted, now);
+  for (size_t i = 0; i < split.size(); ++i) lag_cause_seconds_[i]->Observe(split[i]);
+  const std::array<double, LoopLedger::kWorkCount> busy = ledger_.TakeBusy();
+  for (size_t i = 0; i < busy.size(); ++i) loop_busy_seconds_[i]->Increment(busy[i]);
+  const int64_t now_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+  if (lag < kSlowTickSeconds || now_ms - last_lag_warning_ms_ < 1000) return;
+  last_lag_warning_ms_ = now_ms;
+  std::string causes;
+  for (size_t i = 0; i < split.size(); ++i) {
+    if (split[i] < 0.0005) continue;
+    absl::StrAppend(&causes, causes.empty() ? "" : ", ", LoopLedger::Name(i), " ",
+                    static_cast<int>(split[i] * 1000), " ms");
+  }
+  DHP_LOG(WARNING) << "the loop ran a probe posted " << static_cast<int>(lag * 1000)
+                   << " ms earlier (" << causes
+                   << "; calls arriving then waited as long; at most one such warning a second)";
 }
 
 void Controller::AddLoopLedgerMetrics() {

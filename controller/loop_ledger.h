@@ -1,5 +1,5 @@
 // LoopLedger: what the controller's loop thread was running, and when, so that the loop's lag
-// (how late a probe timer ran) can be split by cause: the calls it ran meanwhile, its periodic
+// (how long a probe posted onto it waited) can be split by cause: the calls it ran meanwhile, its periodic
 // ticks, a /metrics scrape's visits, or none of those (the thread waited for a CPU, woke late,
 // or ran asio's own work). Loop thread only; no Prometheus here (the controller exports it).
 #ifndef DHP_CONTROLLER_LOOP_LEDGER_H_
