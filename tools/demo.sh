@@ -13,8 +13,11 @@ dhpctl="$bin/api/dhpctl/dhpctl"
 work=$(mktemp -d /tmp/dhp-demo.XXXXXX)
 pids=()
 cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  # Newest first: the worker stops (its last heartbeat says so) while the controller still runs.
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    kill "${pids[i]}" 2>/dev/null || true
+    wait "${pids[i]}" 2>/dev/null || true
+  done
   echo "(demo data and logs are in $work)"
 }
 trap cleanup EXIT
