@@ -2,12 +2,13 @@
 # The demo, end to end on this machine: builds dhp, starts a controller and a worker on
 # loopback, generates the synthetic shapes dataset, submits configs/tiny-cpu.yaml (vision SP 2 x
 # text TP 2, collocated: two CPU rank processes) and follows it with a progress line until it
-# SUCCEEDS; then shows its checkpoints, logs, events and metrics. Leaves nothing running.
+# SUCCEEDS; then shows its checkpoints and logs, exports it as a Hugging Face model directory on
+# the controller, and shows its metrics. Leaves nothing running.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bazel build //controller:dhp-controller //worker/agent:dhp-worker //api/dhpctl:dhpctl \
-  //worker/data:dhp-gen-shapes //worker/rank:dhp-rank
+  //worker/data:dhp-gen-shapes //worker/rank:dhp-rank //worker/rank:dhp-ckpt
 bin=bazel-bin
 dhpctl="$bin/api/dhpctl/dhpctl"
 work=$(mktemp -d /tmp/dhp-demo.XXXXXX)
@@ -31,7 +32,9 @@ cp -r configs "$work/data-root/"  # the tiny tokenizer, found relative to the da
 
 step "starting dhp-controller (data in $work/data, loopback only, free ports)"
 "$bin/controller/dhp-controller" --data-dir "$work/data" --grpc-port 0 --http-port 0 \
-  --port-file "$work/ports.json" --heartbeat-interval-ms 500 >"$work/controller.log" 2>&1 &
+  --port-file "$work/ports.json" --heartbeat-interval-ms 500 \
+  --export-dhp-ckpt "$PWD/$bin/worker/rank/dhp-ckpt" --export-data-root "$work/data-root" \
+  >"$work/controller.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do [ -s "$work/ports.json" ] && break; sleep 0.1; done
 grpc_port=$(sed -E 's/.*"grpc_port": ([0-9]+).*/\1/' "$work/ports.json")
@@ -70,16 +73,25 @@ step "dhpctl checkpoints $job"
 step "dhpctl logs $job --rank 0 (last lines)"
 "$dhpctl" logs "$job" --rank 0 | tail -n 5
 
+step "dhpctl export $job --on-controller --wait (a Hugging Face model directory)"
+set +e
+"$dhpctl" export "$job" --on-controller --wait
+exported=$?
+set -e
+ls "$work/data/exports/"*/
+
 step "metrics: curl http://127.0.0.1:$http_port/metrics (excerpt)"
 curl -s "http://127.0.0.1:$http_port/metrics" | grep -E '^dhp_(jobs|nodes)\{' | grep -v ' 0$'
 
 state=$("$dhpctl" list | awk 'NR==2 {print $3}')
 complete=$("$dhpctl" checkpoints "$job" | grep -c COMPLETE || true)
-if [ "$code" != 0 ] || [ "$state" != "SUCCEEDED" ] || [ "$complete" -lt 1 ]; then
-  echo "demo FAILED: job $job is $state (dhpctl exit $code), $complete complete checkpoints" >&2
+if [ "$code" != 0 ] || [ "$state" != "SUCCEEDED" ] || [ "$complete" -lt 1 ] ||
+  [ "$exported" != 0 ]; then
+  echo "demo FAILED: job $job is $state (dhpctl exit $code), $complete complete checkpoints," \
+    "export exit $exported" >&2
   echo "controller log: $work/controller.log, worker log: $work/worker.log" >&2
   exit 1
 fi
-printf '\ndemo OK: job %s SUCCEEDED with %s complete checkpoint(s).\n' "$job" "$complete"
+printf '\ndemo OK: job %s SUCCEEDED with %s complete checkpoint(s), exported.\n' "$job" "$complete"
 printf 'Next: dhpctl logs %s -f, dhpctl watch %s, dhpctl top %s, curl http://127.0.0.1:%s/v1/jobs/%s\n' \
   "$job" "$job" "$job" "$http_port" "$job"
