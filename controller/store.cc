@@ -26,6 +26,7 @@ using store_internal::DieIfError;
 using store_internal::JobExists;
 using store_internal::Micros;
 using store_internal::OrDie;
+using store_internal::ReadAll;
 using store_internal::ReadRows;
 using store_internal::RowsRead;
 using store_internal::UnreadableRow;
@@ -520,15 +521,11 @@ absl::StatusOr<JobPage> Store::ListJobs(const JobQuery& query) {
 }
 
 std::vector<v1::Run> Store::ListRuns(const std::string& job_id) {
-  RowsRead<v1::Run> read;
-  {
-    ScopedStatement select =
-        OrDie(db_->Prepare("SELECT rowid, job_id || '#' || attempt, proto, job_id, '' FROM runs "
-                           "WHERE job_id = ? ORDER BY attempt"),
-              "ListRuns");
-    select->BindText(1, job_id);
-    read = OrDie(ReadRows<v1::Run>(*select, "runs"), "ListRuns");
-  }
+  RowsRead<v1::Run> read = ReadAll<v1::Run>(
+      *db_,
+      "SELECT rowid, job_id || '#' || attempt, proto, job_id, '' FROM runs WHERE job_id = ? "
+      "ORDER BY attempt",
+      "runs", "ListRuns", &job_id);
   Quarantine(read.unreadable);
   return std::move(read.rows);
 }

@@ -15,8 +15,7 @@ using store_internal::AppendEvents;
 using store_internal::CheckStorable;
 using store_internal::JobExists;
 using store_internal::Micros;
-using store_internal::OrDie;
-using store_internal::ReadRows;
+using store_internal::ReadAll;
 using store_internal::RowsRead;
 
 absl::StatusOr<v1::Checkpoint> Store::AddCheckpoint(const v1::Checkpoint& ckpt,
@@ -52,15 +51,9 @@ absl::StatusOr<v1::Checkpoint> Store::AddCheckpoint(const v1::Checkpoint& ckpt,
 }
 
 std::vector<v1::Checkpoint> Store::ListCheckpoints(const std::string& job_id) {
-  RowsRead<v1::Checkpoint> read;
-  {
-    ScopedStatement select =
-        OrDie(db_->Prepare("SELECT id, id, proto, job_id, '' FROM checkpoints WHERE job_id = ? "
-                           "ORDER BY step, id"),
-              "ListCheckpoints");
-    select->BindText(1, job_id);
-    read = OrDie(ReadRows<v1::Checkpoint>(*select, "checkpoints"), "ListCheckpoints");
-  }
+  RowsRead<v1::Checkpoint> read = ReadAll<v1::Checkpoint>(
+      *db_, "SELECT id, id, proto, job_id, '' FROM checkpoints WHERE job_id = ? ORDER BY step, id",
+      "checkpoints", "ListCheckpoints", &job_id);
   Quarantine(read.unreadable);
   return std::move(read.rows);
 }

@@ -100,10 +100,10 @@ absl::StatusOr<std::vector<v1::Event>> AppendEvents(SqliteDb& db,
                                                     const std::string& default_job_id,
                                                     const std::string& default_node_id);
 
-// A Timestamp in microseconds since the epoch (the stored *_us columns).
 // Whether jobs holds a row with this id.
 absl::StatusOr<bool> JobExists(SqliteDb& db, const std::string& job_id);
 
+// A Timestamp in microseconds since the epoch (the stored *_us columns).
 int64_t Micros(const google::protobuf::Timestamp& t);
 
 // For the read methods whose signatures carry no Status: a failing SQLite call on our own
@@ -114,6 +114,17 @@ template <typename T>
 T OrDie(absl::StatusOr<T> value, const char* what) {
   DieIfError(value.status(), what);
   return std::move(*value);
+}
+
+// Every row of `sql` (ReadRows' columns), `key` bound to its one parameter when given; the
+// statement is done with when this returns, so the caller may quarantine what was unreadable.
+// `what` names the caller should SQLite fail (OrDie).
+template <typename Message>
+RowsRead<Message> ReadAll(SqliteDb& db, const char* sql, const char* table, const char* what,
+                          const std::string* key = nullptr) {
+  ScopedStatement select = OrDie(db.Prepare(sql), what);
+  if (key != nullptr) select->BindText(1, *key);
+  return OrDie(ReadRows<Message>(*select, table), what);
 }
 
 // INVALID_ARGUMENT naming the field when `msg` holds a string that is not UTF-8 (protobuf would

@@ -14,7 +14,7 @@ namespace dhp::controller {
 using store_internal::AppendEvents;
 using store_internal::CheckStorable;
 using store_internal::Micros;
-using store_internal::OrDie;
+using store_internal::ReadAll;
 using store_internal::ReadRows;
 using store_internal::RowsRead;
 using store_internal::UnreadableRow;
@@ -74,12 +74,8 @@ absl::StatusOr<v1::Node> Store::GetNode(const std::string& node_id) {
 }
 
 std::vector<v1::Node> Store::ListNodes() {
-  RowsRead<v1::Node> read;
-  {
-    ScopedStatement select = OrDie(
-        db_->Prepare("SELECT rowid, id, proto, '', id FROM nodes ORDER BY id"), "ListNodes");
-    read = OrDie(ReadRows<v1::Node>(*select, "nodes"), "ListNodes");
-  }
+  RowsRead<v1::Node> read = ReadAll<v1::Node>(
+      *db_, "SELECT rowid, id, proto, '', id FROM nodes ORDER BY id", "nodes", "ListNodes");
   Quarantine(read.unreadable);
   return std::move(read.rows);
 }
